@@ -1,0 +1,3 @@
+"""fleetdiag: why is each GPU node in the fleet broken?"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,154 @@
+"""The records that flow through fleetdiag: funnel output, diagnosis, host result.
+
+They are plain dataclasses so the core stays free of any UI library, and
+``to_json`` gives the documented, versioned schema (README, "JSON schema").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Verdicts, in the order a fleet view lists them (worst first).
+FAILED = "failed"
+STALLED = "stalled"
+UNREACHABLE = "unreachable"
+NO_LOG = "no-log"
+STARTING = "starting"
+HEALTHY = "healthy"
+VERDICTS = (FAILED, STALLED, UNREACHABLE, NO_LOG, STARTING, HEALTHY)
+
+
+@dataclass
+class Line:
+    """One log line the funnel brought back.
+
+    ``pos`` is the byte offset of the line's start in the log file: unique and
+    ordered, so lines from different stages merge without duplicates.
+    ``lineno`` is the 1-based line number when it is known (it is not when
+    the funnel read only the end of a large file).
+    """
+
+    pos: int
+    text: str
+    lineno: int | None = None
+
+
+@dataclass
+class FunnelResult:
+    """What one run of the funnel script reported about one log."""
+
+    path: str | None = None
+    status: str = "ok"  # ok | missing | unreadable | empty | binary | no-match
+    size: int | None = None
+    mtime: float | None = None
+    inode: int | None = None
+    now: float | None = None  # the remote clock, so idle time needs no clock sync
+    window_start: int = 0  # byte offset where the scanned window starts
+    run_start: int | None = None  # byte offset of the latest run's start banner
+    tail: list[Line] = field(default_factory=list)
+    hits: list[Line] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)  # failing process tags, earliest first
+    context: list[Line] = field(default_factory=list)
+    markers: list[str] = field(default_factory=list)  # visible notes of anything cut
+    facts: dict[str, Any] = field(default_factory=dict)
+    payload_bytes: int = 0
+    remote_ms: float | None = None
+
+    def lines(self) -> list[Line]:
+        """All lines from every stage, merged by position, each once."""
+        by_pos: dict[int, Line] = {}
+        for group in (self.tail, self.hits, self.context):
+            for ln in group:
+                old = by_pos.get(ln.pos)
+                if old is None or (old.lineno is None and ln.lineno is not None):
+                    by_pos[ln.pos] = ln
+        return [by_pos[p] for p in sorted(by_pos)]
+
+    @property
+    def idle_seconds(self) -> float | None:
+        if self.now is None or self.mtime is None:
+            return None
+        return max(0.0, self.now - self.mtime)
+
+
+@dataclass
+class Decisive:
+    """The one line that states the root cause, with what explains it."""
+
+    line: str  # the raw log line, as written
+    message: str  # the line with prefixes, level, time and source peeled off
+    process: str | None = None  # the process tag, e.g. "Worker pid=7506"
+    time: str | None = None
+    lineno: int | None = None
+    pos: int | None = None
+    exception_type: str | None = None
+    category: str = "other"
+    traceback: list[str] = field(default_factory=list)
+    hint: str | None = None
+    fingerprint: str = ""
+    confidence: float = 0.0
+    reason: str = ""
+    rank: int | None = None
+    rule: str | None = None
+
+
+@dataclass
+class Diagnosis:
+    """The analyzer's answer for one log."""
+
+    verdict: str  # failed | starting | healthy (stalled is decided with the log's age)
+    decisive: Decisive | None = None
+    secondary: dict[str, int] = field(default_factory=dict)
+    primary_count: int = 0
+    summary: str = ""  # one plain line for healthy/starting logs
+
+
+@dataclass
+class Timing:
+    connect_ms: float | None = None
+    rtt_ms: float | None = None
+    exec_ms: float | None = None
+    total_ms: float | None = None
+    round_trips: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class HostResult:
+    """Everything fleetdiag knows about one host after a probe."""
+
+    host: str
+    verdict: str
+    address: str | None = None
+    log: str | None = None
+    decisive: Decisive | None = None
+    secondary: dict[str, int] = field(default_factory=dict)
+    timing: Timing = field(default_factory=Timing)
+    error: str | None = None  # plain-words reason for unreachable / no-log
+    summary: str = ""
+    idle_seconds: float | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    markers: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def report_json(results: list[HostResult]) -> dict[str, Any]:
+    return {"version": SCHEMA_VERSION, "hosts": [r.to_json() for r in results]}
+
+
+def host_result_from_json(data: dict[str, Any]) -> HostResult:
+    """Inverse of ``HostResult.to_json`` (the history store and sweep reports use it)."""
+    data = dict(data)
+    dec = data.pop("decisive", None)
+    timing = data.pop("timing", None) or {}
+    known = set(HostResult.__dataclass_fields__)
+    res = HostResult(**{k: v for k, v in data.items() if k in known})
+    res.timing = Timing(**{k: v for k, v in timing.items() if k in Timing.__dataclass_fields__})
+    if dec:
+        res.decisive = Decisive(**{k: v for k, v in dec.items() if k in Decisive.__dataclass_fields__})
+    return res
