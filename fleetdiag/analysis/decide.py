@@ -1,0 +1,283 @@
+"""From events to a diagnosis: primary or secondary, the decisive error, the verdict.
+
+The decisive error is the earliest primary error of the latest run. Wrappers
+and consequences (rules.yaml ``secondary``) never win while a primary exists;
+among simultaneous primaries the deepest process wins (a worker over its
+engine core over the API server), because the parent only reports that the
+child died.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..records import FAILED, HEALTHY, STARTING, Decisive, Diagnosis, Line
+from . import hints
+from .fingerprint import fingerprint
+from .lines import SEVERITY, LogLine, parse_all, time_key
+from .processes import rank_of
+from .rules import Rules, SecondaryRule, Signature
+from .tracebacks import Event, build_events
+
+STRONG, WEAK, INCOMPLETE, ONLY_SECONDARY = range(4)
+SIMULTANEOUS_S = 5.0  # errors this close in time count as one moment for the depth preference
+_GENERIC_TYPES = {"RuntimeError", "Exception", "SystemExit", "BaseException", "SystemError"}
+
+
+@dataclass(eq=False)
+class Judged:
+    """An event with its classification."""
+
+    ev: Event
+    role: str  # primary | secondary | repeat | benign
+    tier: int = STRONG
+    kind: str = ""  # the cascade count's name for secondary/repeat
+    sig: Signature | None = None
+    fp: str = ""
+    rule: SecondaryRule | None = None
+    cause: str | None = None  # message quoted by a wrapper
+
+
+def latest_run(lines: list[LogLine], rules: Rules) -> int:
+    """Index of the last run-start banner (0 when none): earlier runs do not count."""
+    rx = rules.run_start_re
+    if rx is None:
+        return 0
+    for i in range(len(lines) - 1, -1, -1):
+        if rx.search(lines[i].raw):
+            return i
+    return 0
+
+
+def _norm(s: str) -> str:
+    return " ".join(s.split())
+
+
+def classify(events: list[Event], rules: Rules) -> list[Judged]:
+    """Primary vs secondary for every event, repeats folded, quoting wrappers promoted."""
+    out: list[Judged] = []
+    seen: dict[str, Judged] = {}
+    memo: dict[tuple[str, str | None, str], tuple[Any, ...]] = {}  # cascades repeat one message many times
+    for ev in events:
+        text = ev.text
+        key = (text, ev.header, ev.line.msg)
+        verdict = memo.get(key)
+        if verdict is None:
+            if rules.is_benign(text) or rules.is_benign(ev.line.msg):
+                verdict = ("benign",)
+            else:
+                hit = rules.secondary_for(text, ev.header)
+                verdict = ("secondary", hit) if hit is not None else ("other",)
+            memo[key] = verdict
+        if verdict[0] == "benign":
+            out.append(Judged(ev, "benign"))
+            continue
+        if verdict[0] == "secondary":
+            rule, m = verdict[1]
+            cause = m.groupdict().get("cause") if rule.carries_cause else None
+            out.append(Judged(ev, "secondary", ONLY_SECONDARY, rule.kind, rule=rule, cause=cause))
+            continue
+        if ev.kind == "incomplete":
+            out.append(Judged(ev, "primary", INCOMPLETE, "traceback without its final line"))
+            continue
+        sig = ev.signature or rules.signature_for(text, " ".join(ev.detail[:20]))
+        weak = ev.weak
+        if ev.kind == "error" and sig is not None and not sig.weak:
+            weak = False  # an error-level line naming a known error shape is a real error
+        if ev.kind == "exception" and ev.line.severity == SEVERITY["WARNING"]:
+            weak = True  # logged as a warning: the program went on
+        j = Judged(ev, "primary", WEAK if weak else STRONG, sig=sig)
+        j.fp = fingerprint(ev.exception_type or (sig.name if sig else ev.kind), ev.message)
+        first = seen.get(j.fp)
+        if first is not None:
+            j.role, j.kind = "repeat", "same error repeated"
+            if j.tier < first.tier:
+                first.tier = j.tier
+        else:
+            seen[j.fp] = j
+        out.append(j)
+    known = " \n ".join(_norm(j.ev.text + " " + " ".join(j.ev.detail)) for j in out if j.role == "primary")
+    for j in out:
+        if j.role == "secondary" and j.cause and _norm(j.cause) not in known:
+            # the wrapper is the only line that names the cause: the worker's own traceback is missing
+            j.role, j.tier = "primary", STRONG
+            j.sig = rules.signature_for(j.cause, j.ev.text)
+            j.fp = fingerprint("quoted", j.cause)
+    return out
+
+
+def _simultaneous(a: Event, b: Event) -> bool:
+    ta, tb = time_key(a.line.time), time_key(b.line.time)
+    return ta is not None and tb is not None and abs(ta - tb) <= SIMULTANEOUS_S
+
+
+def choose(judged: list[Judged], rules: Rules) -> Judged | None:
+    """Earliest primary of the best tier; a deeper process wins a tie in time."""
+    prim = [j for j in judged if j.role == "primary"]
+    if not prim:
+        sec = [j for j in judged if j.role == "secondary"]
+        if not sec:
+            return None
+        for j in sec:
+            j.tier = ONLY_SECONDARY
+        prim = sec
+    tier = min(j.tier for j in prim)
+    cands = sorted((j for j in prim if j.tier == tier), key=lambda j: j.ev.line.index)
+    best = cands[0]
+    for c in cands[1:]:
+        if rules.depth_of(c.ev.process) > rules.depth_of(best.ev.process) and _simultaneous(best.ev, c.ev):
+            best = c
+    return best
+
+
+def _category(j: Judged) -> str:
+    if j.sig is not None:
+        return j.sig.category
+    et = j.ev.exception_type
+    if j.ev.kind == "exception" and et and et.rsplit(".", 1)[-1] not in _GENERIC_TYPES:
+        return "python"
+    return "other"
+
+
+def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rules) -> Counter[str]:
+    """The secondary errors collapsed to counts by kind."""
+    counts: Counter[str] = Counter()
+    in_block: set[int] = set()
+    for j in judged:
+        for ln in j.ev.block:
+            in_block.add(ln.index)
+    mine = {ln.index for ln in best.ev.block}
+    for j in judged:
+        if j is best or j.role == "benign":
+            continue
+        if j.role in ("secondary", "repeat"):
+            counts[j.kind] += 1
+        elif j.role == "primary" and j.tier > best.tier:
+            counts[j.kind or (j.sig.name if j.sig else "error line")] += 1
+        hl = j.ev.header_line
+        if hl is not None and hl.index not in mine:
+            in_block.discard(hl.index)  # a wrapper header ("EngineCore failed to start.") counts on its own
+    start = best.ev.block[0].index if best.ev.block else best.ev.line.index
+    headers = {j.ev.header_line.index for j in judged if j.ev.header_line is not None}
+    offset = run[0].index if run else 0
+    for ln in run[max(0, start - offset):]:
+        if ln.index in in_block or ln.index in mine:
+            continue
+        hit = rules.secondary_for(ln.msg.strip())
+        if hit is not None:
+            counts[hit[0].kind] += 1
+    for idx in sorted(headers):
+        if idx < start and idx not in mine:
+            hit = rules.secondary_for(run[idx - offset].msg.strip())
+            if hit is not None:
+                counts[hit[0].kind] += 1
+    return counts
+
+
+def _confidence(best: Judged, judged: list[Judged], cascade: int) -> float:
+    ev = best.ev
+    if best.tier == ONLY_SECONDARY:
+        c = 0.2
+    elif best.tier == INCOMPLETE:
+        c = 0.3
+    elif best.tier == WEAK:
+        c = 0.45
+    elif best.cause is not None:
+        c = 0.6
+    elif ev.kind == "exception":
+        c = 0.85 if len(ev.block) > 1 and not ev.truncated else 0.75
+    else:
+        c = 0.8
+    if best.sig is not None and best.tier <= WEAK:
+        c += 0.05
+    if cascade and best.tier <= WEAK:
+        c += 0.05
+    others = sum(1 for j in judged if j.role == "primary" and j is not best and j.tier == STRONG)
+    c -= 0.07 * min(others, 3)
+    return round(max(0.05, min(0.99, c)), 2)
+
+
+def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank: int | None) -> str:
+    ev = best.ev
+    where = f"in {ev.process}" if ev.process else "in an untagged process"
+    if rank is not None and not (ev.process or "").endswith(f"rank{rank}"):
+        where += f" (rank {rank})"
+    prim = [j for j in judged if j.role == "primary" and j.tier == best.tier]
+    if best.tier == ONLY_SECONDARY:
+        what = "no primary error in the lines read, only consequences; the earliest is shown"
+    elif best.cause is not None:
+        what = "the failing process's own traceback is missing; this wrapper is the only line quoting its error"
+    elif best.tier == INCOMPLETE:
+        what = "a traceback without its final line (cut or still being written)"
+    elif best.tier == WEAK:
+        what = "no exception found; earliest error line" if len(prim) > 1 else "the only error line"
+    elif prim and prim[0] is not best:
+        what = f"primary error of the deepest process ({rules.depth_of(ev.process)} > {rules.depth_of(prim[0].ev.process)}), at the same moment as an earlier one"
+    else:
+        what = "earliest primary error" if len(prim) > 1 or cascade else "the only primary error"
+    parts = [f"{what}, {where}"]
+    if cascade:
+        parts.append(f"{cascade} later line{'s' if cascade != 1 else ''} {'are' if cascade != 1 else 'is'} its cascade")
+    others = sum(1 for j in judged if j.role == "primary" and j is not best and j.tier == STRONG)
+    if others and best.tier == STRONG:
+        parts.append(f"{others} other distinct error{'s' if others != 1 else ''} after it")
+    return "; ".join(parts)
+
+
+def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
+    last_wait = last_ready = None
+    for ln in reversed(run):
+        if last_ready is None and rules.ready_re is not None and rules.ready_re.search(ln.raw):
+            last_ready = ln
+        if last_wait is None and rules.waiting_re is not None and rules.waiting_re.search(ln.raw):
+            last_wait = ln
+        if last_ready is not None and last_wait is not None:
+            break
+    if last_wait is not None and (last_ready is None or last_wait.index > last_ready.index):
+        return STARTING, f"starting, not ready yet: {last_wait.msg.strip()[:160]}"
+    if last_ready is not None:
+        return HEALTHY, f"no error in the latest run; ready: {last_ready.msg.strip()[:160]}"
+    if not run:
+        return HEALTHY, "no log lines to analyse"
+    return HEALTHY, f"no error in the latest run ({len(run)} lines read)"
+
+
+def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
+    """The whole analysis of one log's lines (sparse, ordered by position)."""
+    parsed = parse_all(lines)
+    run = parsed[latest_run(parsed, rules):]
+    events = build_events(run, rules)
+    judged = classify(events, rules)
+    best = choose(judged, rules)
+    if best is None:
+        verdict, summary = _summary(run, rules)
+        return Diagnosis(verdict=verdict, summary=summary)
+    counts = _cascade(judged, best, run, rules)
+    cascade = sum(counts.values())
+    ev = best.ev
+    rank = rank_of(ev.process, run)
+    sig = best.sig
+    if sig is None and best.tier == ONLY_SECONDARY:
+        sig = best.sig = rules.signature_for(best.ev.text)
+    decisive = Decisive(
+        line=ev.line.raw,
+        message=ev.line.msg.strip(),
+        process=ev.process,
+        time=ev.line.time or next((ln.time for ln in ev.block if ln.time), None),
+        lineno=ev.line.lineno,
+        pos=ev.line.pos,
+        exception_type=ev.exception_type,
+        category=_category(best),
+        traceback=[ln.raw for ln in ev.block],
+        hint=hints.render(sig, facts),
+        fingerprint=best.fp or fingerprint(ev.exception_type or best.kind or ev.kind, ev.message),
+        confidence=_confidence(best, judged, cascade),
+        reason=_reason(best, judged, rules, cascade, rank),
+        rank=rank,
+        rule=sig.name if sig is not None else (best.rule.kind if best.rule is not None else None),
+    )
+    primaries = sum(1 for j in judged if j.role == "primary" and j.tier <= WEAK)
+    return Diagnosis(verdict=FAILED, decisive=decisive, secondary=dict(counts.most_common()),
+                     primary_count=max(primaries, 1))

@@ -1,0 +1,226 @@
+"""The line model: one raw log line → process tags, level, time, source, message.
+
+Multi-process logs stack prefixes (docker-compose service, Ray's actor tag,
+vLLM's process tag, torchrun's ``[rank3]:``, a logger header, an NCCL
+``host:pid:tid [dev]``...). Peeling them in a loop, whatever their order,
+lets every later step work on the message alone and group lines by the
+process that wrote them.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..records import Line
+
+MAX_PARSE = 16384  # characters of a line that are parsed; the raw line is kept whole
+
+SEVERITY = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
+_LEVEL_ALIASES = {
+    "WARN": "WARNING", "FATAL": "CRITICAL", "TRACE": "DEBUG", "SUCCESS": "INFO",
+    "I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL",
+}
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_LVL = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
+_SRC = r"[\w./<>-]+:\d+"
+
+
+def _p(rx: str) -> re.Pattern[str]:
+    return re.compile(rx)
+
+
+# Each peeler matches at the start of what is left of the line. Named groups:
+# tag (a process tag), level, time, source (logger file:line or name).
+_PAREN_TAG = _p(r"\((?P<tag>(?:[A-Za-z_][\w.-]*(?: [\w=.-]+)*,? )?pid=\d+(?:, ip=[\w.:]+)?)\) ?")
+_RAY_SYS = _p(r"\((?P<tag>(?:raylet|gcs_server|autoscaler|monitor|dashboard)(?:, ip=[\w.:]+)?)\) ?")
+_ASCEND_PID = _p(r"\(PID: *\d+(?:, *Device: *-?\d+)?(?:, *RankID: *-?\d+)?\) *")
+_BRACKET_TIME = _p(r"\[(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
+                   r"(?: (?P<tag>[A-Z]{1,4}\d+(?: [A-Z]{1,4}\d+)*))?\] ?")
+_RANK = _p(r"\[(?P<tag>(?:rank|default)\d+)\]: ?")
+_MPI = _p(r"\[(?P<tag>\d+,\d+)\]<std(?:out|err)>: ?")
+_GLOG_BR = _p(r"\[(?P<level>[IWEF])(?P<time>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)(?: \d+)? (?P<source>" + _SRC + r")\] ?")
+_GLOG_BR_OLD = _p(r"\[(?P<level>[IWEF]) (?P<source>" + _SRC + r")\] ?")
+_BRACKET_LEVEL = _p(r"\[(?P<level>" + _LVL + r")\] *")
+_BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
+_ISO_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?=\S)")
+_ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
+_NCCL = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*:\d+:\d+ \[\d+\]) ")
+_VLLM = _p(r"(?P<level>" + _LVL + r") +(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) +\[?(?P<source>" + _SRC + r")\] ?")
+_GLOG = _p(r"(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+) +\d+ (?P<source>" + _SRC + r")\] ")
+_PYLOG = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<source>[\w.]+):")
+_UVICORN = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL): +")
+_LEVEL_SRC = _p(r"(?P<level>" + _LVL + r") +\[(?P<source>" + _SRC + r")\] ?")
+_RAY = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +(?P<source>[\w./<>-]+\.py:\d+) -- ")
+_PYDASH = _p(r"- (?P<source>[\w.]+) - (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+_LOGURU = _p(r"\| (?P<level>TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| (?P<source>[\w.<>:-]+) - ")
+_COMPOSE = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*) +\| ")
+
+_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _NCCL)
+_DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
+    "(": (_PAREN_TAG, _RAY_SYS, _ASCEND_PID),
+    "[": (_BRACKET_TIME, _RANK, _MPI, _GLOG_BR, _GLOG_BR_OLD, _BRACKET_LEVEL, _BRACKET_SOURCE),
+    "-": (_PYDASH,),
+    "|": (_LOGURU,),
+}
+for _c in "0123456789":
+    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _NCCL)
+for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
+    _DISPATCH[_c] = _UPPER
+for _c in "abcdefghijklmnopqrstuvwxyz":
+    _DISPATCH[_c] = (_NCCL,)
+
+_GROUPS = {rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
+           for rx in (_COMPOSE, *{r for v in _DISPATCH.values() for r in v})}
+_NCCL_LEVEL = re.compile(r"(?:^|\s)NCCL (INFO|WARN|ERROR|TRACE)\b")
+
+
+@dataclass(slots=True)
+class LogLine:
+    """One parsed line. ``raw`` is the line as written (ANSI colour and ``\\r`` removed)."""
+
+    index: int
+    pos: int
+    lineno: int | None
+    raw: str
+    msg: str  # the message, prefixes peeled, leading indentation kept
+    tags: tuple[str, ...] = ()
+    level: str | None = None
+    time: str | None = None
+    source: str | None = None
+
+    @property
+    def process(self) -> str | None:
+        """The deepest (last peeled) process tag, e.g. ``Worker pid=7506``."""
+        return self.tags[-1] if self.tags else None
+
+    @property
+    def headered(self) -> bool:
+        """True when a logger header (level or source) was peeled."""
+        return self.level is not None or self.source is not None
+
+    @property
+    def severity(self) -> int:
+        return SEVERITY.get(self.level or "", 0)
+
+
+def clean(text: str) -> str:
+    """Remove ANSI colour and carriage returns; a progress bar keeps its last state."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.rstrip("\r")
+        if "\r" in text:
+            parts = [p for p in text.split("\r") if p.strip()]
+            text = parts[-1] if parts else ""
+    return text
+
+
+def parse_line(index: int, line: Line) -> LogLine:
+    """Peel every prefix off one line. Never raises on odd input."""
+    raw = clean(line.text if isinstance(line.text, str) else str(line.text))
+    s = raw[:MAX_PARSE]
+    if "&" in s and ";" in s:
+        s = html.unescape(s)
+    if "\xa0" in s:
+        s = s.replace("\xa0", " ")
+    tags: list[str] = []
+    level: str | None = None
+    time: str | None = None
+    source: str | None = None
+    rest = s
+    for step in range(12):
+        if not rest:
+            break
+        m = None
+        if step == 0:
+            m = _COMPOSE.match(rest)
+        if m is None:
+            c = rest[0]
+            if source is not None and c != "[" and c != "(":
+                break  # after a logger header only a bracketed prefix can follow
+            for rx in _DISPATCH.get(c, ()):
+                m = rx.match(rest)
+                if m is not None:
+                    break
+        if m is None:
+            break
+        for name in _GROUPS[m.re]:
+            v = m.group(name)
+            if not v:
+                continue
+            if name == "tag":
+                tags.append(v)
+            elif name == "level":
+                lv = _LEVEL_ALIASES.get(v, v)
+                if level is None or SEVERITY.get(lv, 0) > SEVERITY.get(level, 0):
+                    level = lv
+            elif name == "time":
+                if time is None:
+                    time = v
+            elif source is None:
+                source = v
+        rest = rest[m.end():]
+    msg = rest.rstrip()
+    if level is None and "NCCL " in msg[:200]:
+        nm = _NCCL_LEVEL.search(msg[:200])
+        if nm:
+            level = {"WARN": "WARNING", "TRACE": "DEBUG"}.get(nm.group(1), nm.group(1))
+    return LogLine(index=index, pos=line.pos, lineno=line.lineno, raw=raw, msg=msg,
+                   tags=tuple(tags), level=level, time=time, source=source)
+
+
+def split_text(text: str | bytes) -> list[Line]:
+    """Split a whole log into Lines with byte offsets, as the funnel would report them."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    parts = text.split("\n")
+    if parts and parts[-1] == "":
+        parts.pop()
+    out: list[Line] = []
+    pos = 0
+    for i, part in enumerate(parts):
+        out.append(Line(pos=pos, text=part, lineno=i + 1))
+        pos += (len(part) if part.isascii() else len(part.encode("utf-8", "surrogatepass"))) + 1
+    return out
+
+
+def adjacent(prev: LogLine | None, cur: LogLine) -> bool:
+    """Whether ``cur`` is (loosely) the next line of the file after ``prev``.
+
+    The funnel's lines are sparse, so list neighbours need not be file
+    neighbours: compare line numbers, else byte offsets.
+    """
+    if prev is None:
+        return False
+    if prev.lineno is not None and cur.lineno is not None:
+        return cur.lineno == prev.lineno + 1
+    span = len(prev.raw.encode("utf-8", "surrogatepass")) if not prev.raw.isascii() else len(prev.raw)
+    return prev.pos < cur.pos <= prev.pos + span + 2
+
+
+_VLLM_T = re.compile(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)$")
+_ISO_T = re.compile(r"^\d{4}-(\d\d)-(\d\d)[T -](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
+_GLOG_T = re.compile(r"^(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)$")
+
+
+def time_key(t: str | None) -> float | None:
+    """Seconds since the start of a (notional) year, to compare times of one log."""
+    if not t:
+        return None
+    m = _VLLM_T.match(t) or _ISO_T.match(t) or _GLOG_T.match(t)
+    if not m:
+        return None
+    try:
+        mo, d, h, mi = (int(x) for x in m.groups()[:4])
+        s = float(m.group(5).replace(",", "."))
+    except ValueError:
+        return None
+    return (((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + s
+
+
+def parse_all(lines: Sequence[Line]) -> list[LogLine]:
+    return [parse_line(i, ln) for i, ln in enumerate(lines)]

@@ -1,0 +1,423 @@
+"""The analyzer's rules: shipped YAML plus the user's files, validated and compiled.
+
+Rules are data so that a new wrapper message or error signature is a YAML
+edit, not a code change. Five sections also feed the remote funnel (POSIX
+ERE for grep/awk); the rest are Python regexes used only here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+CATEGORIES = ("config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other")
+ERE_SECTIONS = ("keywords", "run_start", "tags", "waiting", "ready")
+LIST_SECTIONS = ERE_SECTIONS + ("benign",)
+
+
+class RulesError(ValueError):
+    """A rules file is unreadable or invalid; the message names file and key."""
+
+
+@dataclass
+class Signature:
+    """An error shape: pattern → category and hint."""
+
+    name: str
+    pattern: str
+    category: str = "other"
+    hint: str | None = None
+    hint_facts: list[dict[str, str]] = field(default_factory=list)
+    standalone: bool = False  # a matching line is an error whatever its level
+    weak: bool = False  # loses to any other error (e.g. a launcher's exit code)
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.regex = re.compile(self.pattern)
+
+
+@dataclass
+class SecondaryRule:
+    """A wrapper or consequence of an error reported elsewhere."""
+
+    kind: str
+    pattern: str
+    header: bool = False  # match the line introducing a traceback, not the error line
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.regex = re.compile(self.pattern)
+
+    @property
+    def carries_cause(self) -> bool:
+        return "cause" in self.regex.groupindex
+
+
+@dataclass
+class ProcessRule:
+    """How deep a process tag sits: worker 3, engine core 2, API server 1."""
+
+    pattern: str
+    depth: int
+    role: str = ""
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.regex = re.compile(self.pattern)
+
+
+@dataclass
+class Rules:
+    """Compiled rules. The ERE lists are also what the remote funnel greps with."""
+
+    keywords: list[str] = field(default_factory=list)
+    run_start: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    ready: list[str] = field(default_factory=list)
+    benign: list[str] = field(default_factory=list)
+    processes: list[ProcessRule] = field(default_factory=list)
+    secondary: list[SecondaryRule] = field(default_factory=list)
+    signatures: list[Signature] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # files read, in order
+
+    def __post_init__(self) -> None:
+        self.compile()
+
+    def compile(self) -> None:
+        """(Re)build the combined regexes; call after editing the lists."""
+        self.keyword_re = _combine(self.keywords)
+        self.run_start_re = _combine(self.run_start)
+        self.tag_res = [re.compile(p[1:] if p.startswith("^") else p) for p in self.tags]
+        self.waiting_re = _combine(self.waiting)
+        self.ready_re = _combine(self.ready)
+        self.benign_re = _combine(self.benign)
+        self.secondary_any = _combine([_drop_names(r.pattern) for r in self.secondary if not r.header])
+        self.standalone_any = _combine([_drop_names(s.pattern) for s in self.signatures if s.standalone])
+        self.signature_any = _combine([_drop_names(s.pattern) for s in self.signatures])
+
+    # -- what the funnel asks for: one ERE per list --
+    def keyword_ere(self) -> str:
+        return ere_union(self.keywords)
+
+    def run_start_ere(self) -> str:
+        return ere_union(self.run_start)
+
+    def tag_ere(self) -> str:
+        return ere_union(self.tags)
+
+    def waiting_ere(self) -> str:
+        return ere_union(self.waiting)
+
+    def ready_ere(self) -> str:
+        return ere_union(self.ready)
+
+    # -- lookups the analyzer uses --
+    def signature_for(self, *texts: str) -> Signature | None:
+        """First signature matching any of the texts (tried in order)."""
+        for text in texts:
+            if not text or self.signature_any is None or not self.signature_any.search(text):
+                continue
+            for sig in self.signatures:
+                if sig.regex.search(text):
+                    return sig
+        return None
+
+    def standalone_for(self, text: str) -> Signature | None:
+        if self.standalone_any is None or not self.standalone_any.search(text):
+            return None
+        for sig in self.signatures:
+            if sig.standalone and sig.regex.search(text):
+                return sig
+        return None
+
+    def secondary_for(self, text: str, header: str | None = None) -> tuple[SecondaryRule, re.Match[str]] | None:
+        if text and self.secondary_any is not None and self.secondary_any.search(text):
+            for rule in self.secondary:
+                if not rule.header:
+                    m = rule.regex.search(text)
+                    if m:
+                        return rule, m
+        if header:
+            for rule in self.secondary:
+                if rule.header:
+                    m = rule.regex.search(header)
+                    if m:
+                        return rule, m
+        return None
+
+    def is_benign(self, text: str) -> bool:
+        return self.benign_re is not None and self.benign_re.search(text) is not None
+
+    def depth_of(self, process: str | None) -> int:
+        """Worker 3 > engine core 2 > API server 1; untagged lines count as 1."""
+        if not process:
+            return 1
+        for rule in self.processes:
+            if rule.regex.search(process):
+                return rule.depth
+        return 2
+
+
+def ere_union(patterns: Sequence[str]) -> str:
+    """One ERE matching any of the patterns (each kept in its own group)."""
+    return "|".join(f"({p})" for p in patterns)
+
+
+def _combine(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in patterns))
+
+
+def _drop_names(pattern: str) -> str:
+    """Named groups cannot repeat in one alternation; the fast pre-check needs none."""
+    return re.sub(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>", "(?:", pattern)
+
+
+_ERE_ESCAPABLE = set(".[]()*+?{}|^$\\/")
+
+
+def check_ere(pattern: str) -> str | None:
+    """Why a pattern is not portable ERE (grep -E, mawk, busybox awk, Python re), or None.
+
+    The funnel greps with these on hosts we do not control, so anything a
+    POSIX tool would read differently from Python is refused here.
+    """
+    if not pattern:
+        return "empty pattern"
+    i, n, in_bracket = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if in_bracket:
+            if c == "\\":
+                return "backslash inside [...] (POSIX reads it literally, Python does not)"
+            if pattern.startswith("[:", i) or pattern.startswith("[=", i) or pattern.startswith("[.", i):
+                return "POSIX character class [:...:] (Python re lacks it)"
+            if c == "]":
+                in_bracket = False
+            i += 1
+            continue
+        if c == "\\":
+            if i + 1 >= n:
+                return "trailing backslash"
+            nxt = pattern[i + 1]
+            if nxt not in _ERE_ESCAPABLE:
+                return f"\\{nxt} is not POSIX ERE (use a bracket expression such as [0-9] or [A-Za-z])"
+            i += 2
+            continue
+        if c == "[":
+            in_bracket = True
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                return "']' first in [...] (Python and POSIX differ)"
+            i = j
+            continue
+        if c == "(" and i + 1 < n and pattern[i + 1] == "?":
+            return "(?...) groups are Python-only"
+        if c == "{":
+            return "{n,m} intervals are missing from older mawk; repeat the atom instead"
+        if c in "*+?" and i + 1 < n and pattern[i + 1] in "?+":
+            return "lazy/possessive quantifiers are Python-only"
+        i += 1
+    if in_bracket:
+        return "unterminated [...]"
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"invalid regex: {exc}"
+    return None
+
+
+# ---------------------------------------------------------------- loading
+
+def shipped_rules_path() -> Path:
+    return Path(str(resources.files("fleetdiag") / "data" / "rules.yaml"))
+
+
+def user_rules_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_config_path("fleetdiag")) / "rules.yaml"
+
+
+def load_rules(extra: Iterable[Path | str] = (), *, user_default: bool = True) -> Rules:
+    """Shipped rules, then the user's default file (if any), then ``extra`` files.
+
+    Later files extend the lists; a signature or secondary rule with the name
+    of an existing one replaces it (``disable: true`` removes it). New
+    signatures from a later file are tried before earlier ones, so a user's
+    specific rule wins over a shipped generic one. Raises RulesError.
+    """
+    files: list[Path] = [shipped_rules_path()]
+    if user_default:
+        up = user_rules_path()
+        if up.is_file():
+            files.append(up)
+    files.extend(Path(p) for p in extra)
+    merged: dict[str, Any] = {k: [] for k in LIST_SECTIONS}
+    merged.update(processes=[], secondary=[], signatures=[])
+    for i, path in enumerate(files):
+        _merge(merged, _read(path), str(path), first=(i == 0))
+    return _build(merged, [str(p) for p in files])
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RulesError(f"{path}: cannot read rules file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise RulesError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RulesError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+_KNOWN = set(LIST_SECTIONS) | {"version", "processes", "secondary", "signatures"}
+
+
+def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) -> None:
+    unknown = set(data) - _KNOWN
+    if unknown:
+        raise RulesError(f"{src}: unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KNOWN))}")
+    for key in LIST_SECTIONS:
+        items = data.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+            raise RulesError(f"{src}: {key}: must be a list of pattern strings")
+        for idx, pat in enumerate(items):
+            if key in ERE_SECTIONS:
+                why = check_ere(pat)
+                if why:
+                    raise RulesError(f"{src}: {key}[{idx}] {pat!r}: {why}")
+            else:
+                _check_py(pat, f"{src}: {key}[{idx}]")
+            if pat not in merged[key]:
+                merged[key].append(pat)
+    procs = data.get("processes") or []
+    if not isinstance(procs, list):
+        raise RulesError(f"{src}: processes: must be a list")
+    for idx, item in enumerate(procs):
+        where = f"{src}: processes[{idx}]"
+        _need(item, where, ("pattern", "depth"), ("pattern", "depth", "role"))
+        _check_py(item["pattern"], where)
+        if not isinstance(item["depth"], int):
+            raise RulesError(f"{where}: depth must be an integer")
+    # a later file's process rules are tried first, like its signatures
+    if first:
+        merged["processes"].extend(dict(p) for p in procs)
+    else:
+        merged["processes"][:0] = [dict(p) for p in procs]
+    _merge_named(merged["secondary"], data.get("secondary") or [], src, "secondary", "kind",
+                 ("kind", "pattern"), ("kind", "pattern", "header", "disable"), first)
+    _merge_named(merged["signatures"], data.get("signatures") or [], src, "signatures", "name",
+                 ("name", "pattern"),
+                 ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "disable"), first)
+
+
+def _merge_named(target: list[dict[str, Any]], items: Any, src: str, section: str, key: str,
+                 required: tuple[str, ...], allowed: tuple[str, ...], first: bool) -> None:
+    if not isinstance(items, list):
+        raise RulesError(f"{src}: {section}: must be a list")
+    new: list[dict[str, Any]] = []
+    for idx, item in enumerate(items):
+        where = f"{src}: {section}[{idx}]"
+        if isinstance(item, dict) and item.get("disable") and key in item:
+            target[:] = [t for t in target if t[key] != item[key]]
+            continue
+        _need(item, where, required, allowed)
+        _check_py(item["pattern"], where)
+        if section == "signatures":
+            cat = item.get("category", "other")
+            if cat not in CATEGORIES:
+                raise RulesError(f"{where}: category {cat!r} is not one of {', '.join(CATEGORIES)}")
+            hf = item.get("hint_facts") or []
+            if not isinstance(hf, list) or not all(isinstance(h, (str, dict)) for h in hf):
+                raise RulesError(f"{where}: hint_facts must be a list of strings or {{text, if}} mappings")
+        if section == "secondary" and not isinstance(item.get("header", False), bool):
+            raise RulesError(f"{where}: header must be true or false")
+        for i, old in enumerate(target):
+            if old[key] == item[key]:
+                target[i] = dict(item)
+                break
+        else:
+            new.append(dict(item))
+    if first:
+        target.extend(new)
+    else:
+        target[:0] = new
+
+
+def _need(item: Any, where: str, required: tuple[str, ...], allowed: tuple[str, ...]) -> None:
+    if not isinstance(item, dict):
+        raise RulesError(f"{where}: must be a mapping")
+    missing = [k for k in required if k not in item]
+    if missing:
+        raise RulesError(f"{where}: missing {', '.join(missing)}")
+    extra = {str(k) for k in item} - set(allowed)
+    if extra:
+        raise RulesError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+    if not isinstance(item["pattern"], str):
+        raise RulesError(f"{where}: pattern must be a string")
+
+
+def _check_py(pattern: str, where: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise RulesError(f"{where}: invalid regex {pattern!r}: {exc}") from None
+
+
+def _build(merged: dict[str, Any], sources: list[str]) -> Rules:
+    sigs = []
+    for s in merged["signatures"]:
+        hf = [h if isinstance(h, dict) else {"text": h} for h in (s.get("hint_facts") or [])]
+        sigs.append(Signature(name=str(s["name"]), pattern=s["pattern"], category=s.get("category", "other"),
+                              hint=s.get("hint"), hint_facts=hf, standalone=bool(s.get("standalone")),
+                              weak=bool(s.get("weak"))))
+    return Rules(
+        keywords=merged["keywords"], run_start=merged["run_start"], tags=merged["tags"],
+        waiting=merged["waiting"], ready=merged["ready"], benign=merged["benign"],
+        processes=[ProcessRule(p["pattern"], int(p["depth"]), str(p.get("role", ""))) for p in merged["processes"]],
+        secondary=[SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False))) for s in merged["secondary"]],
+        signatures=sigs, sources=sources,
+    )
+
+
+@lru_cache(maxsize=4)
+def _cached(user_key: tuple[str, int] | None) -> Rules:
+    return load_rules(user_default=user_key is not None)
+
+
+def default_rules() -> Rules:
+    """Rules for ``analyze(rules=None)``: shipped + the user's file, cached by its mtime.
+
+    A broken user file must not make analysis fail, so it falls back to the
+    shipped rules alone (the CLI's load_rules() reports the error).
+    """
+    key: tuple[str, int] | None = None
+    try:
+        up = user_rules_path()
+        if up.is_file():
+            key = (str(up), os.stat(up).st_mtime_ns)
+    except OSError:
+        key = None
+    try:
+        return _cached(key)
+    except RulesError:
+        return _cached(None)

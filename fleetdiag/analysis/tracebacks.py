@@ -1,0 +1,309 @@
+"""Rebuild tracebacks per process and turn lines into error events.
+
+Processes write concurrently into one log, so a traceback is rebuilt from
+the lines of one *stream*: one process tag plus one logger call site. A
+line without any prefix continues the stream of the line before it when it
+looks like traceback content, because that is how an unprefixed stderr
+traceback follows its tagged opener. Events are the candidates the
+classifier later ranks; nothing here decides what matters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .lines import SEVERITY, LogLine, adjacent
+from .rules import Rules, Signature
+
+TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
+FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
+CODE = re.compile(r"^\s+\S")
+CARET = re.compile(r"^\s*[\^~]+\s*$")
+REPEATED = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]")
+CHAIN = re.compile(
+    r"^(The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:)\s*$"
+)
+EXC_IN_TB = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:: ?(?P<msg>.*))?$")
+_EXC_NAME = (
+    r"(?:[A-Za-z_]\w*\.)*"
+    r"(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout)|Exception|KeyboardInterrupt|StopIteration)"
+)
+EXC_STANDALONE = re.compile(r"^(?P<type>" + _EXC_NAME + r")(?:: (?P<msg>.*)|:?$)")
+TERMINATE = re.compile(
+    r"terminate called (?:after throwing an instance of '(?P<type>[^']+)'|without an active exception|recursively)"
+)
+WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
+NATIVE_STACK = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+:|\s*\d+# |\s+\S)")
+UNRAISABLE = re.compile(r"^Exception ignored (?:in|on)\b")
+ERROR_WORD = re.compile(r"^(?:ERROR|FATAL|CRITICAL|Error|Fatal error)\b")
+
+MAX_CONTINUATION = 100
+MAX_FOREIGN = 3
+
+
+@dataclass(eq=False)
+class Event:
+    """One error candidate: an exception, a native abort, a signature line or an error-level line."""
+
+    kind: str  # exception | native | signature | error | incomplete
+    line: LogLine  # the line that states the error
+    process: str | None = None  # the stream's process (an unprefixed line inherits its opener's)
+    block: list[LogLine] = field(default_factory=list)  # its whole traceback, header to last line
+    exception_type: str | None = None
+    message: str = ""  # the error line's message, prefixes peeled
+    detail: list[str] = field(default_factory=list)  # continuation lines of the message
+    header: str | None = None  # what introduced the traceback ("EngineCore failed to start.")
+    header_line: LogLine | None = None  # the line that said it, when it is a line of its own
+    signature: Signature | None = None  # the standalone signature that made this line an event
+    chain: int = 0  # position in a chain of exceptions (0 = first printed)
+    weak: bool = False
+    truncated: bool = False  # the traceback's head was not in the lines read
+
+    @property
+    def text(self) -> str:
+        """What rules match against: ``Type: message`` for exceptions."""
+        if self.exception_type and self.kind == "exception":
+            return f"{self.exception_type}: {self.message}" if self.message else self.exception_type
+        if self.exception_type and self.kind == "native" and self.message:
+            return f"{self.exception_type}: {self.message}"
+        return self.message
+
+
+def _is_exception_type(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    if not last:
+        return False
+    if last[0].isupper() or last[0] == "_" and last[1:2].isupper():
+        return True
+    low = last.lower()
+    return any(w in low for w in ("error", "exception", "timeout", "exit", "interrupt"))
+
+
+_IDLE, _TB, _EXC, _CHAIN, _NATIVE = range(5)
+
+
+class _Stream:
+    """The lines of one process + call site, fed in file order."""
+
+    __slots__ = ("key", "rules", "out", "state", "block", "chain_events", "header", "header_line", "exc", "cont",
+                 "blank", "foreign", "last", "last_idle", "pending", "native", "truncated")
+
+    def __init__(self, key: tuple[str | None, str | None], rules: Rules, out: list[Event]) -> None:
+        self.key = key
+        self.rules = rules
+        self.out = out
+        self.state = _IDLE
+        self.block: list[LogLine] = []
+        self.chain_events: list[Event] = []
+        self.header: str | None = None
+        self.header_line: LogLine | None = None
+        self.exc: Event | None = None
+        self.cont = 0
+        self.blank = False
+        self.foreign = 0
+        self.last: LogLine | None = None
+        self.last_idle: LogLine | None = None
+        self.pending: LogLine | None = None
+        self.native: Event | None = None
+        self.truncated = False
+
+    # -- does an unprefixed line belong to this stream's open structure? --
+    def wants(self, ln: LogLine, prev: LogLine | None) -> bool:
+        if ln.process is not None and ln.process != self.key[0]:
+            return False
+        m = ln.msg
+        if self.state == _TB:
+            if not m.strip() or FRAME.match(m) or CODE.match(m) or CARET.match(m) or REPEATED.match(m):
+                return True
+            em = EXC_IN_TB.match(m)
+            return bool(em and _is_exception_type(em.group("type")))
+        if self.state in (_EXC, _CHAIN):
+            return not m.strip() or bool(CHAIN.match(m.strip())) or (self.state == _CHAIN and bool(TB_START.search(m)))
+        if self.state == _NATIVE:
+            return bool(WHAT.match(m) or NATIVE_STACK.match(m))
+        if self.state == _IDLE and TB_START.match(m.strip()) and self.last is not None:
+            return self.last is prev and self.last.severity >= SEVERITY["ERROR"] and adjacent(prev, ln)
+        return False
+
+    def feed(self, ln: LogLine) -> None:
+        self._feed(ln)
+        self.last = ln
+
+    def _feed(self, ln: LogLine) -> None:
+        m = ln.msg
+        s = m.strip()
+        if self.state == _EXC:
+            if not s:
+                self.blank = True
+                return
+            if CHAIN.match(s):
+                self.block.append(ln)
+                self.state = _CHAIN
+                return
+            if self.blank or not self._continues(ln, s):
+                self._close()
+            else:
+                assert self.exc is not None
+                self.exc.detail.append(s)
+                self.block.append(ln)
+                self.cont += 1
+                if self.cont >= MAX_CONTINUATION:
+                    self._close()
+                return
+        elif self.state == _CHAIN:
+            if not s:
+                return
+            if TB_START.search(m):
+                self.block.append(ln)
+                self.state = _TB
+                self.foreign = 0
+                return
+            self._close()
+        elif self.state == _TB:
+            if TB_START.search(m):
+                self._close()  # the previous one never got its exception line
+            elif not s or FRAME.match(m) or CODE.match(m) or CARET.match(m) or REPEATED.match(m):
+                self.block.append(ln)
+                self.foreign = 0
+                return
+            else:
+                em = EXC_IN_TB.match(s)
+                if em and _is_exception_type(em.group("type")):
+                    self._exception(ln, em.group("type"), (em.group("msg") or "").strip())
+                    return
+                self.foreign += 1
+                if self.foreign <= MAX_FOREIGN:
+                    return  # an interleaved line from elsewhere: skip it
+                self._close()
+        elif self.state == _NATIVE:
+            assert self.native is not None
+            wm = WHAT.match(m)
+            if wm:
+                self.native.line = ln
+                self.native.message = wm.group("msg").strip()
+                self.block.append(ln)
+                return
+            if NATIVE_STACK.match(m) and s:
+                self.block.append(ln)
+                return
+            self._close()
+        self._idle(ln, m, s)
+
+    def _continues(self, ln: LogLine, s: str) -> bool:
+        """Is this line more of the exception's message rather than something new?"""
+        if TB_START.search(s) or FRAME.match(ln.msg) or TERMINATE.search(s) or EXC_STANDALONE.match(s):
+            return False
+        if UNRAISABLE.match(s) or not adjacent(self.last, ln):
+            return False
+        assert self.exc is not None
+        first = self.exc.line
+        if first.time is not None and ln.time is not None and ln.time != first.time:
+            return False
+        if ln.level is not None and first.level is not None and ln.level != first.level:
+            return False
+        return self.rules.standalone_for(s) is None
+
+    def _idle(self, ln: LogLine, m: str, s: str) -> None:
+        if TB_START.search(m):
+            head = m[: TB_START.search(m).start()].strip()  # type: ignore[union-attr]
+            prev = self.last if self.last is not None and self.last is self.last_idle and adjacent(self.last, ln) else None
+            if prev is not None and prev is self.pending:
+                self.pending = None  # the error line announcing this traceback is its header
+            self._flush_pending()
+            self.header = head or (prev.msg.strip() if prev is not None else None)
+            self.header_line = prev if not head else None
+            self.block = ([prev] if prev is not None else []) + [ln]
+            self.state, self.foreign, self.truncated = _TB, 0, False
+            return
+        self._flush_pending()
+        if FRAME.match(m):
+            self.header = self.header_line = None
+            self.block = [ln]
+            self.state, self.foreign, self.truncated = _TB, 0, True
+            return
+        tm = TERMINATE.search(s)
+        if tm:
+            self.native = Event("native", ln, self.key[0], exception_type=tm.group("type"), message=s)
+            self.block = [ln]
+            self.state = _NATIVE
+            return
+        quiet = 0 < ln.severity <= SEVERITY["INFO"]
+        em = EXC_STANDALONE.match(s)
+        if em and not quiet and ln.severity != SEVERITY["WARNING"]:
+            self.header = self.header_line = None
+            self.block = [ln]
+            self.truncated = True
+            self._exception(ln, em.group("type"), (em.group("msg") or "").strip())
+            return
+        if not quiet:
+            sig = self.rules.standalone_for(s)
+            if sig is not None:
+                self.out.append(Event("signature", ln, self.key[0], block=[ln], message=s, signature=sig, weak=sig.weak))
+                self.last_idle = ln
+                return
+            if s and not m[0].isspace() and (ln.severity >= SEVERITY["ERROR"] or (ln.level is None and ERROR_WORD.match(s))):
+                self.pending = ln
+        self.last_idle = ln
+
+    def _exception(self, ln: LogLine, etype: str, msg: str) -> None:
+        ev = Event("exception", ln, self.key[0], exception_type=etype, message=msg, header=self.header if not self.chain_events else None,
+                   header_line=self.header_line if not self.chain_events else None,
+                   chain=len(self.chain_events), truncated=self.truncated and not self.chain_events)
+        self.block.append(ln)
+        self.chain_events.append(ev)
+        self.exc = ev
+        self.state, self.cont, self.blank = _EXC, 0, False
+
+    def _flush_pending(self) -> None:
+        if self.pending is not None:
+            p = self.pending
+            self.out.append(Event("error", p, self.key[0], block=[p], message=p.msg.strip(), weak=True))
+            self.pending = None
+
+    def _close(self) -> None:
+        """End the current structure and emit its events."""
+        block = self.block
+        if self.state == _NATIVE and self.native is not None:
+            self.native.block = block
+            self.out.append(self.native)
+        elif self.state == _TB and not self.chain_events and block:
+            last = block[-1]
+            self.out.append(Event("incomplete", last, self.key[0], block=block, message=last.msg.strip(), header=self.header, header_line=self.header_line,
+                                  weak=True, truncated=self.truncated))
+        for ev in self.chain_events:
+            ev.block = block
+            self.out.append(ev)
+        self.state = _IDLE
+        self.block, self.chain_events = [], []
+        self.exc = self.native = None
+        self.header = self.header_line = None
+        self.cont, self.blank, self.foreign, self.truncated = 0, False, 0, False
+        self.last_idle = None
+
+    def finish(self) -> None:
+        if self.state != _IDLE:
+            self._close()
+        self._flush_pending()
+
+
+def build_events(lines: list[LogLine], rules: Rules) -> list[Event]:
+    """All error events of the given lines, in file order."""
+    out: list[Event] = []
+    streams: dict[tuple[str | None, str | None], _Stream] = {}
+    prev_stream: _Stream | None = None
+    prev: LogLine | None = None
+    for ln in lines:
+        key = (ln.process, ln.source)
+        if not ln.headered and prev_stream is not None and prev_stream.key != key and prev_stream.wants(ln, prev):
+            key = prev_stream.key
+        st = streams.get(key)
+        if st is None:
+            st = streams[key] = _Stream(key, rules, out)
+        st.feed(ln)
+        prev_stream, prev = st, ln
+    for st in streams.values():
+        st.finish()
+    out.sort(key=lambda e: (e.line.index, e.chain))
+    return out

@@ -1,0 +1,122 @@
+"""The command line: parses, calls the core, renders. Errors become exit codes here."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import click
+
+from .. import __version__
+from ..exitcodes import Exit
+from ..inventory import InventoryError
+from ..render import Env
+
+
+class Context:
+    """What every command gets: the output environment and global options."""
+
+    def __init__(self, env: Env, inventory: str | None, rules: tuple[str, ...]):
+        self.env = env
+        self.inventory_arg = inventory
+        self.rules_files = rules
+        self._rules = None
+
+    def rules(self):
+        from ..analysis import load_rules
+
+        if self._rules is None:
+            self._rules = load_rules(extra=list(self.rules_files))
+        return self._rules
+
+    def inventory(self):
+        from ..inventory import find_inventory, load_inventory
+
+        return load_inventory(find_inventory(self.inventory_arg))
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json`` / ``--jsonl``, the same on every command that reports hosts."""
+    fn = click.option("--jsonl", "fmt", flag_value="jsonl", help="One JSON record per host per line, as they finish.")(fn)
+    fn = click.option("--json", "fmt", flag_value="json", help="One JSON document (schema: README).")(fn)
+    return fn
+
+
+def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """How to reach hosts; the defaults are safe (checked host keys, timeouts on)."""
+    options = [
+        click.option("--accept-new", is_flag=True, help="Trust an unknown host key on first use (never a changed one)."),
+        click.option("--known-hosts", type=click.Path(dir_okay=False), help="known_hosts file (default: ssh config / ~/.ssh/known_hosts)."),
+        click.option("--ssh-config", type=click.Path(dir_okay=False), help="ssh config file (default: ~/.ssh/config)."),
+        click.option("--identity", "-k", multiple=True, type=click.Path(dir_okay=False), help="Client key file; repeatable (default: agent and ~/.ssh keys)."),
+        click.option("--connect-timeout", type=float, default=10.0, show_default=True, help="Seconds to connect and log in."),
+        click.option("--timeout", "command_timeout", type=float, default=60.0, show_default=True, help="Seconds for the remote funnel."),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def transport_from(kw: dict[str, Any]):
+    from ..transport import TransportOptions
+
+    return TransportOptions(
+        known_hosts=kw.pop("known_hosts", None),
+        accept_new=kw.pop("accept_new", False),
+        ssh_config=[kw.pop("ssh_config")] if kw.get("ssh_config") else kw.pop("ssh_config", None),
+        client_keys=list(kw.pop("identity", ())) or None,
+        connect_timeout=kw.pop("connect_timeout", 10.0),
+        command_timeout=kw.pop("command_timeout", 60.0),
+    )
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map fleetdiag's errors to the exit-code contract at one edge."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        env: Env = ctx.find_object(Context).env
+        try:
+            return fn(*args, **kwargs)
+        except InventoryError as exc:
+            env.err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+            ctx.exit(Exit.USAGE)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            env.err.print("interrupted")
+            ctx.exit(130)
+        except Exception as exc:  # a bug: say so, with enough to report it
+            env.err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}", markup=True)
+            if "--debug" in sys.argv:
+                raise
+            ctx.exit(Exit.INTERNAL)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="fleetdiag")
+@click.option("-i", "--inventory", envvar="FLEETDIAG_INVENTORY", help="inventory.yaml (default: $FLEETDIAG_INVENTORY, ./inventory.yaml, ~/.config/fleetdiag/inventory.yaml).")
+@click.option("--rules", "rules", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Extra rules file(s), on top of the shipped rules and ~/.config/fleetdiag/rules.yaml.")
+@click.option("--color/--no-color", default=None, help="Force colour on or off (NO_COLOR is honoured).")
+@click.pass_context
+def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], color: bool | None) -> None:
+    """Find the decisive error on every GPU node of a fleet, over SSH.
+
+    \b
+    Exit codes: 0 all healthy · 1 a host failed or stalled · 2 usage or inventory error
+                3 a host unreachable or without a readable log · 4 internal error · 5 sweep already running
+    """
+    ctx.obj = Context(Env(color=color), inventory, rules)
+
+
+from . import analyze as _analyze  # noqa: E402,F401  (registers commands)
+from . import demo as _demo  # noqa: E402,F401
+from . import hosts as _hosts  # noqa: E402,F401
+from . import probe as _probe  # noqa: E402,F401

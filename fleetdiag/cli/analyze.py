@@ -1,0 +1,49 @@
+"""``fleetdiag analyze``: the same funnel and analysis on a local log, no SSH."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import click
+
+from ..exitcodes import exit_for
+from ..funnel import run_local
+from ..probe import finish, spec_for
+from ..render import host_card
+from . import Context, handle_errors, main, output_options, pass_ctx
+
+
+@main.command()
+@click.argument("path", type=click.Path(allow_dash=True))
+@click.option("--stall-after", type=float, default=600.0, show_default=True, help="Seconds without growth before a starting log counts as stalled.")
+@output_options
+@pass_ctx
+@handle_errors
+def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> None:
+    """Analyse a local log file (or - for stdin) exactly as probe does remotely."""
+    rules = ctx.rules()
+    tmp = None
+    try:
+        if path == "-":
+            fd, tmp = tempfile.mkstemp(prefix="fleetdiag-stdin-", suffix=".log")
+            with os.fdopen(fd, "wb") as fh:
+                shutil.copyfileobj(sys.stdin.buffer, fh)
+            target = tmp
+        else:
+            target = os.path.abspath(path)
+        fr = run_local(spec_for(target, rules))
+        res = finish("-" if path == "-" else path, fr, rules, stall_after)
+        if path == "-":
+            res.log = "<stdin>"
+    finally:
+        if tmp:
+            os.unlink(tmp)
+    if fmt in ("json", "jsonl"):
+        click.echo(json.dumps(res.to_json(), indent=2 if fmt == "json" else None))
+    else:
+        ctx.env.out.print(host_card(res))
+    raise SystemExit(int(exit_for([res])))

@@ -1,0 +1,50 @@
+"""``fleetdiag hosts`` and ``fleetdiag check``: what the inventory resolves to."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+from rich.table import Table
+
+from . import Context, handle_errors, main, output_options, pass_ctx
+
+
+@main.command()
+@click.argument("selectors", nargs=-1)
+@output_options
+@pass_ctx
+@handle_errors
+def hosts(ctx: Context, selectors: tuple[str, ...], fmt: str | None) -> None:
+    """List the resolved hosts and their settings (default: all)."""
+    from ..inventory import select
+
+    inv = ctx.inventory()
+    chosen = select(inv, selectors or ("all",))
+    if fmt:
+        rows = [asdict(h) for h in chosen]
+        if fmt == "json":
+            click.echo(json.dumps({"version": 1, "inventory": str(inv.path), "hosts": rows}, indent=2))
+        else:
+            for row in rows:
+                click.echo(json.dumps(row))
+        return
+    table = Table(title=f"{len(chosen)} hosts from {inv.path}", title_justify="left")
+    for col in ("host", "target", "port", "user", "jump", "logs", "gpus", "groups"):
+        table.add_column(col, overflow="fold")
+    for h in chosen:
+        logs = "\n".join(f"{k}: {v}" for k, v in h.logs.items())
+        table.add_row(h.name, h.target + ("" if h.address else " (ssh config)"), str(h.port or ""),
+                      h.user or "", h.jump or "", logs, str(h.gpus if h.gpus is not None else ""),
+                      ", ".join(h.groups))
+    ctx.env.out.print(table)
+
+
+@main.command()
+@pass_ctx
+@handle_errors
+def check(ctx: Context) -> None:
+    """Validate the inventory; errors name file, line and key (exit 2)."""
+    inv = ctx.inventory()
+    ctx.env.out.print(f"[green]ok[/]: {inv.path}: {len(inv.hosts)} hosts, {len(inv.groups)} groups")

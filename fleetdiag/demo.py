@@ -1,0 +1,165 @@
+"""The embedded default: a local SSH server playing a small failing fleet.
+
+One in-process asyncssh server on 127.0.0.1 runs every exec request through
+the local ``/bin/sh``, exactly as sshd would, and a delay proxy per node gives
+each one a realistic round trip. Logs, keys, known_hosts and the inventory
+live in a temp dir; nothing leaves loopback and nothing needs root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import asyncssh
+
+from .delayproxy import DelayProxy
+from .transport import TransportOptions
+
+
+@dataclass
+class DemoNode:
+    name: str
+    log: str  # file in fleetdiag/data/demo
+    rtt_ms: float
+    region: str
+    story: str
+    idle_seconds: float = 0.0  # how long ago the log was last written
+    port: int = 0
+    path: Path | None = None
+
+
+def default_nodes() -> list[DemoNode]:
+    return [
+        DemoNode("uk-node", "dp_rank.log", 240, "uk",
+                 "vLLM with TP=2, DP=2 on CUDA_VISIBLE_DEVICES=0,1: a worker dies at startup"),
+        DemoNode("cn-node", "broken_pipe.log", 500, "cn",
+                 "one worker crashes, its sibling fails with BrokenPipeError"),
+        DemoNode("us-node", "healthy.log", 20, "us", "serving requests"),
+        DemoNode("de-node", "stalled.log", 80, "de",
+                 "the launch script waits for a server that never came up", idle_seconds=1500),
+    ]
+
+
+class _Server(asyncssh.SSHServer):
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+
+async def _run_command(process: asyncssh.SSHServerProcess) -> None:
+    """Run the exec request with the local sh, streaming its output back."""
+    command = process.command or "true"
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", command,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+
+    async def pump(src: asyncio.StreamReader, dst) -> None:
+        while True:
+            data = await src.read(65536)
+            if not data:
+                break
+            dst.write(data)
+
+    try:
+        await asyncio.gather(pump(proc.stdout, process.stdout), pump(proc.stderr, process.stderr))
+        code = await proc.wait()
+    except (asyncssh.Error, OSError, asyncio.CancelledError):
+        if proc.returncode is None:
+            proc.kill()
+        code = 255
+    process.exit(code if code >= 0 else 128 - code)
+
+
+@dataclass
+class DemoFleet:
+    """Start with ``async with DemoFleet(dir) as fleet``; the inventory is at ``fleet.inventory``."""
+
+    workdir: Path
+    nodes: list[DemoNode] = field(default_factory=default_nodes)
+    inventory: Path = field(init=False)
+    known_hosts: Path = field(init=False)
+    client_key: Path = field(init=False)
+    _server: asyncio.base_events.Server | None = field(default=None, init=False)
+    _proxies: list[DelayProxy] = field(default_factory=list, init=False)
+
+    @property
+    def options(self) -> TransportOptions:
+        return TransportOptions(known_hosts=str(self.known_hosts), client_keys=[str(self.client_key)],
+                                ssh_config=[], connect_timeout=10, command_timeout=30)
+
+    async def __aenter__(self) -> "DemoFleet":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        host_key = asyncssh.generate_private_key("ssh-ed25519")
+        client_key = asyncssh.generate_private_key("ssh-ed25519")
+        self.client_key = self.workdir / "client_ed25519"
+        client_key.write_private_key(str(self.client_key))
+        os.chmod(self.client_key, 0o600)
+        authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
+        self._server = await asyncssh.create_server(
+            _Server, "127.0.0.1", 0,
+            server_host_keys=[host_key], authorized_client_keys=authorized,
+            process_factory=_run_command, encoding=None,
+        )
+        port = self._server.sockets[0].getsockname()[1]
+        pub = host_key.export_public_key().decode().strip()
+        lines = []
+        for node in self.nodes:
+            proxy = await DelayProxy("127.0.0.1", port, node.rtt_ms).start()
+            self._proxies.append(proxy)
+            node.port = proxy.port
+            lines.append(f"[127.0.0.1]:{proxy.port} {pub}\n")
+            node.path = self._write_log(node)
+        self.known_hosts = self.workdir / "known_hosts"
+        self.known_hosts.write_text("".join(lines))
+        self.inventory = self.workdir / "inventory.yaml"
+        self.inventory.write_text(self._inventory_yaml())
+
+    def _write_log(self, node: DemoNode) -> Path:
+        d = self.workdir / "nodes" / node.name / "logs"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / "vllm.log"
+        text = resources.files("fleetdiag").joinpath("data", "demo", node.log).read_text(encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
+        if node.idle_seconds:
+            t = time.time() - node.idle_seconds
+            os.utime(path, (t, t))
+        return path
+
+    def _inventory_yaml(self) -> str:
+        user = os.environ.get("USER") or "demo"
+        out = ["# Generated by `fleetdiag demo`: simulated nodes on a local SSH server.", "hosts:"]
+        for n in self.nodes:
+            out += [
+                f"  {n.name}:",
+                "    address: 127.0.0.1",
+                f"    port: {n.port}",
+                f"    user: {user}",
+                f"    region: {n.region}",
+                "    gpus: 8",
+                "    logs:",
+                f"      vllm: {n.path}",
+            ]
+        out += ["groups:", "  serving: [" + ", ".join(n.name for n in self.nodes) + "]"]
+        return "\n".join(out) + "\n"
+
+    async def stop(self) -> None:
+        for p in self._proxies:
+            await p.stop()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()

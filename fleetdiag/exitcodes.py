@@ -1,0 +1,26 @@
+"""The exit-code contract (README, "Exit codes"), decided in one place."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Iterable
+
+from .records import FAILED, NO_LOG, STALLED, UNREACHABLE, HostResult
+
+
+class Exit(IntEnum):
+    OK = 0  # every selected host is healthy or starting
+    FAILED = 1  # at least one host failed or stalled
+    USAGE = 2  # bad arguments, inventory or selector
+    UNREACHABLE = 3  # no failure found, but some host was unreachable or had no readable log
+    INTERNAL = 4  # a bug in fleetdiag
+    BUSY = 5  # another sweep holds the lock
+
+
+def exit_for(results: Iterable[HostResult]) -> Exit:
+    verdicts = {r.verdict for r in results}
+    if verdicts & {FAILED, STALLED}:
+        return Exit.FAILED
+    if verdicts & {UNREACHABLE, NO_LOG}:
+        return Exit.UNREACHABLE
+    return Exit.OK

@@ -1,0 +1,224 @@
+"""One host end to end: connect, run the funnel in one exec, analyse, report.
+
+``finish`` is shared with ``fleetdiag analyze`` (local files) and ``watch``, so
+a log gets the same verdict whichever way it was read.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, AsyncContextManager, Callable, Protocol
+
+from . import funnel as funnel_mod
+from .analysis import Rules, analyze, load_rules
+from .records import (
+    FAILED,
+    HEALTHY,
+    NO_LOG,
+    STALLED,
+    STARTING,
+    UNREACHABLE,
+    FunnelResult,
+    HostResult,
+    Timing,
+)
+from .transport import Connection, HostError, PartialOutput, TransportOptions, connect
+
+DEFAULT_STALL_AFTER = 600.0
+
+
+class HostLike(Protocol):
+    name: str
+    port: int | None
+    user: str | None
+    jump: str | None
+    funnel: dict[str, Any]
+
+    @property
+    def target(self) -> str: ...
+
+    def log_path(self, name_or_path: str | None = None) -> tuple[str, str]: ...
+
+
+@dataclass
+class ProbeSettings:
+    """Everything a probe needs besides the host itself."""
+
+    log: str | None = None  # --log NAME|PATH
+    rules: Rules | None = None
+    transport: TransportOptions = field(default_factory=TransportOptions)
+    stall_after: float = DEFAULT_STALL_AFTER
+    facts: bool = True
+    jump_resolver: Callable[[str], tuple[str, int | None, str | None]] | None = None
+    save_dir: Path | None = None  # keep each host's raw funnel output (the evidence)
+    # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
+    connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
+
+    def get_rules(self) -> Rules:
+        if self.rules is None:
+            self.rules = load_rules()
+        return self.rules
+
+
+def spec_for(log: str, rules: Rules, overrides: dict[str, Any] | None = None) -> funnel_mod.FunnelSpec:
+    """The funnel spec for one log: rule patterns plus the host's overrides."""
+    overrides = overrides or {}
+    run_start = rules.run_start_ere()
+    if overrides.get("run_start"):
+        run_start = f"{overrides['run_start']}|{run_start}" if run_start else str(overrides["run_start"])
+    spec = funnel_mod.FunnelSpec(
+        log=log,
+        keywords=rules.keyword_ere(),
+        run_start=run_start,
+        tags=rules.tag_ere(),
+    )
+    for key in ("tail_lines", "scan_bytes", "timeout"):
+        if overrides.get(key):
+            setattr(spec, key, max(1, math.ceil(float(overrides[key]))))
+    return spec
+
+
+def finish(
+    host: str,
+    fr: FunnelResult,
+    rules: Rules,
+    stall_after: float = DEFAULT_STALL_AFTER,
+    timing: Timing | None = None,
+    facts: dict[str, Any] | None = None,
+) -> HostResult:
+    """Turn one funnel result into a verdict: the step probe, analyze and watch share."""
+    res = HostResult(host=host, verdict=NO_LOG, log=fr.path, timing=timing or Timing(), markers=list(fr.markers))
+    res.timing.bytes = fr.payload_bytes
+    res.idle_seconds = fr.idle_seconds
+    res.facts = dict(facts or {})
+    if fr.status != "ok":
+        res.error = _log_problem(fr)
+        return res
+    diag = analyze(fr.lines(), rules=rules, facts=res.facts)
+    res.decisive = diag.decisive
+    res.secondary = diag.secondary
+    res.summary = diag.summary
+    res.verdict = diag.verdict
+    idle = fr.idle_seconds
+    if res.verdict == STARTING and idle is not None and idle > stall_after:
+        res.verdict = STALLED
+        res.summary = f"{diag.summary} — the log has not grown for {_ago(idle)}".strip(" —")
+    elif res.verdict not in (FAILED, STARTING, HEALTHY):
+        res.verdict = HEALTHY
+    return res
+
+
+def _log_problem(fr: FunnelResult) -> str:
+    reason = fr.facts.get("reason")
+    text = {
+        "missing": f"log not found: {fr.path or ''}",
+        "no-match": "no file matches the log pattern",
+        "unreadable": f"log unreadable: {fr.path}" + (f" ({reason})" if reason else ""),
+        "empty": f"log is empty: {fr.path}",
+        "binary": f"log looks binary: {fr.path}" + (f" ({reason})" if reason else ""),
+    }.get(fr.status)
+    if text:
+        return text
+    return f"funnel failed: {'; '.join(fr.markers) or fr.status}" + (f" ({reason})" if reason else "")
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
+    jump = None
+    if host.jump:
+        resolve = settings.jump_resolver or parse_jump
+        jump = resolve(host.jump)
+    if settings.connect_gate is None:
+        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+    async with settings.connect_gate(host):
+        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+
+
+def parse_jump(text: str) -> tuple[str, int | None, str | None]:
+    """``user@host:port`` (user and port optional), as ProxyJump writes it."""
+    user = None
+    if "@" in text:
+        user, text = text.rsplit("@", 1)
+    port = None
+    if text.startswith("[") and "]" in text:
+        addr, _, rest = text[1:].partition("]")
+        if rest.startswith(":") and rest[1:].isdigit():
+            port = int(rest[1:])
+        return addr, port, user
+    if text.count(":") == 1:
+        addr, _, p = text.partition(":")
+        if p.isdigit():
+            return addr, int(p), user
+    return text, port, user
+
+
+async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:
+    """Probe one host; never raises for a host-side problem: it becomes the verdict."""
+    t0 = time.perf_counter()
+    rules = settings.get_rules()
+    timing = Timing()
+    try:
+        log_name, log_path = host.log_path(settings.log)
+    except Exception as exc:  # an inventory problem for this host only
+        return HostResult(host=host.name, verdict=NO_LOG, error=str(exc), timing=timing)
+    own = conn is None
+    try:
+        if conn is None:
+            conn = await open_host(host, settings)
+        timing.connect_ms = round(conn.connect_ms, 1)
+        spec = spec_for(log_path, rules, host.funnel)
+        mark = funnel_mod.new_mark()
+        command = funnel_mod.remote_command(funnel_mod.build_script(spec, mark))
+        partial = None
+        try:
+            out, _status, open_ms, exec_ms = await conn.run(command, settings.transport.command_timeout)
+        except PartialOutput as exc:
+            out, open_ms, exec_ms, partial = exc.data, None, None, str(exc)
+        timing.round_trips = 1
+        if settings.save_dir is not None:
+            save_evidence(settings.save_dir, host.name, out)
+        if open_ms is not None:
+            timing.rtt_ms = round(open_ms / 2, 1)
+            timing.exec_ms = round(exec_ms or 0, 1)
+        fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
+        if partial and fr.status in ("ok", "error"):
+            fr.markers.append(partial)
+        res = finish(host.name, fr, rules, _stall_after(host, settings), timing)
+        if partial and not (fr.tail or fr.hits) and res.verdict == NO_LOG:
+            res.verdict = UNREACHABLE
+            res.error = partial
+    except HostError as exc:
+        res = HostResult(host=host.name, verdict=UNREACHABLE, error=str(exc), timing=timing)
+        res.facts["error_kind"] = exc.kind
+    finally:
+        if own and conn is not None:
+            conn.close()
+    res.address = host.target
+    if res.log is None:
+        res.log = log_path
+    res.timing.total_ms = round((time.perf_counter() - t0) * 1000, 1)
+    return res
+
+
+def save_evidence(directory: Path, name: str, raw: bytes) -> Path:
+    """Write the raw stage output for one host (local only; the remote is never written)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "host"
+    path = directory / f"{safe}.funnel.txt"
+    path.write_bytes(raw)
+    return path
+
+
+def _stall_after(host: HostLike, settings: ProbeSettings) -> float:
+    value = host.funnel.get("stall_after") if host.funnel else None
+    return float(value) if value else settings.stall_after

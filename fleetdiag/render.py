@@ -1,0 +1,290 @@
+"""Rich rendering of host results: the host card and the fleet summary.
+
+Only this module and ``cli.py`` know about rich. Every card answers, in
+order: what is wrong, where, why we think so, what to do, how it was found.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
+
+STYLE = {
+    FAILED: "bold red",
+    STALLED: "bold yellow",
+    UNREACHABLE: "bold magenta",
+    NO_LOG: "yellow",
+    STARTING: "cyan",
+    HEALTHY: "bold green",
+}
+ICON = {FAILED: "✗", STALLED: "⏸", UNREACHABLE: "⚠", NO_LOG: "?", STARTING: "…", HEALTHY: "✓"}
+EXPLAIN = {
+    FAILED: "the log names an error that stopped the run",
+    STALLED: "the log stopped moving while waiting to start",
+    UNREACHABLE: "fleetdiag could not reach the host",
+    NO_LOG: "fleetdiag reached the host but could not read its log",
+    STARTING: "still starting up",
+    HEALTHY: "no error in the latest run",
+}
+
+
+@dataclass
+class Env:
+    """Where output goes and how it may look (injected, so tests can capture it)."""
+
+    stdout: IO[str] | None = None
+    stderr: IO[str] | None = None
+    color: bool | None = None
+    width: int | None = None
+    out: Console = field(init=False)
+    err: Console = field(init=False)
+
+    def __post_init__(self) -> None:
+        no_color = bool(os.environ.get("NO_COLOR")) or self.color is False
+        self.out = Console(file=self.stdout, no_color=no_color, highlight=False, width=self.width,
+                           force_terminal=True if self.color else None, soft_wrap=False)
+        self.err = Console(file=self.stderr, stderr=self.stderr is None, no_color=no_color, highlight=False,
+                           width=self.width)
+
+    @property
+    def is_tty(self) -> bool:
+        return self.out.is_terminal
+
+
+def _strip_common_prefix(lines: list[str]) -> list[str]:
+    """Drop the process/level/time prefix all traceback lines share, for reading."""
+    if len(lines) < 2:
+        return lines
+    prefix = os.path.commonprefix(lines)
+    cut = max(prefix.rfind("] "), prefix.rfind(") "), prefix.rfind("]: "))
+    if cut <= 0:
+        return lines
+    cut += 2 if prefix[cut:cut + 2] in ("] ", ") ") else 3
+    return [ln[cut:] for ln in lines]
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms:.0f} ms" if ms < 10000 else f"{ms / 1000:.1f} s"
+
+
+def fmt_bytes(n: int | None) -> str:
+    if not n:
+        return "0 B"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cascade_text(secondary: dict[str, int], limit: int = 5) -> str:
+    if not secondary:
+        return ""
+    total = sum(secondary.values())
+    items = sorted(secondary.items(), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{k} ×{v}" for k, v in items[:limit])
+    more = f", … {len(items) - limit} more kinds" if len(items) > limit else ""
+    return f"+ {total} secondary (consequences, not causes): {shown}{more}"
+
+
+def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
+    """The card for one host: everything needed to act, nothing to scroll."""
+    style = STYLE.get(res.verdict, "white")
+    title = Text.assemble((f" {ICON.get(res.verdict, '')} {res.host} ", "bold"), (f" {res.verdict.upper()} ", style))
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    d = res.decisive
+    if d is not None:
+        grid.add_row("cause", Text(d.message or d.line, style="bold"))
+        where = [p for p in (d.process, d.time) if p]
+        loc = f"line {d.lineno}" if d.lineno else (f"byte {d.pos}" if d.pos is not None else "")
+        if res.log:
+            loc = f"{loc} of {res.log}" if loc else res.log
+        if loc:
+            where.append(loc)
+        grid.add_row("where", " · ".join(where))
+        grid.add_row("log line", Text(d.line, style="dim"))
+        kind = " · ".join(x for x in (d.exception_type, d.category) if x)
+        grid.add_row("kind", f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}")
+        if d.reason:
+            grid.add_row("why this", d.reason)
+        if d.hint:
+            grid.add_row("hint", Text(d.hint, style="green"))
+    else:
+        grid.add_row("status", EXPLAIN.get(res.verdict, res.verdict))
+        if res.error:
+            grid.add_row("reason", Text(res.error, style=style))
+        if res.summary:
+            grid.add_row("log says", res.summary)
+    if res.idle_seconds is not None and res.verdict != UNREACHABLE:
+        grid.add_row("log age", f"last written {_age(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else ""))
+    cascade = cascade_text(res.secondary)
+    if cascade:
+        grid.add_row("cascade", cascade)
+    parts: list[Any] = [grid]
+    if d is not None and d.traceback:
+        tb = _strip_common_prefix(d.traceback)
+        if len(tb) > traceback_lines:
+            keep = traceback_lines // 2
+            tb = tb[:keep] + [f"… {len(tb) - 2 * keep} frames (see --json for all) …"] + tb[-keep:]
+        body = Text("\n".join(tb), style="white", overflow="fold")
+        parts.append(Panel(body, title=f"traceback of {d.process or 'the failing process'}", title_align="left",
+                           border_style="dim", padding=(0, 1)))
+    for m in res.markers:
+        parts.append(Text(f"note: {m}", style="dim yellow"))
+    parts.append(Text(found_text(res), style="dim"))
+    return Panel(Group(*parts), title=title, title_align="left", border_style=style, padding=(0, 1))
+
+
+def found_text(res: HostResult) -> str:
+    t = res.timing
+    bits = []
+    if t.round_trips:
+        bits.append(f"{t.round_trips} exec round trip{'s' if t.round_trips != 1 else ''}")
+    if t.connect_ms is not None:
+        bits.append(f"connect {fmt_ms(t.connect_ms)}")
+    if t.rtt_ms is not None:
+        bits.append(f"rtt ≈{fmt_ms(t.rtt_ms)}")
+    if t.bytes:
+        bits.append(f"{fmt_bytes(t.bytes)} read back")
+    if t.total_ms is not None:
+        bits.append(f"total {fmt_ms(t.total_ms)}")
+    return "found with " + " · ".join(bits) if bits else ""
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def one_line(res: HostResult) -> str:
+    if res.decisive is not None:
+        return res.decisive.message or res.decisive.line
+    return res.error or res.summary or EXPLAIN.get(res.verdict, "")
+
+
+def fleet_view(results: list[HostResult], title: str | None = None) -> Table:
+    """One row per root cause, hosts folded into a range (``gpu[01-04,07]``).
+
+    Like ``clush -b``, but hosts group by the fingerprint of their decisive
+    error (or kind of unreachability), not by identical output: the same
+    assertion with different pids and timestamps is one row.
+    """
+    from .store import group_by_cause
+
+    groups = group_by_cause(results)
+    counts = Counter(r.verdict for r in results)
+    head = " · ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
+    table = Table(title=title or f"{len(results)} hosts: {head}", title_justify="left", expand=False)
+    table.add_column("hosts", overflow="fold", style="bold")
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("decisive error / reason", overflow="fold")
+    table.add_column("rtt", justify="right", no_wrap=True)
+    for g in groups:
+        ex = g.example
+        cause = Text(one_line(ex))
+        d = ex.decisive
+        if d is not None and d.category and d.category != "other":
+            cause.append(f"  {d.category}", style="dim")
+        table.add_row(g.folded, str(len(g.results)),
+                      Text(f"{ICON.get(g.verdict, '')} {g.verdict}", style=STYLE.get(g.verdict, "")),
+                      cause, _rtt_range(g.results))
+    return table
+
+
+def _rtt_range(results: list[HostResult]) -> str:
+    rtts = sorted(r.timing.rtt_ms for r in results if r.timing.rtt_ms is not None)
+    if not rtts:
+        return "-"
+    if len(rtts) == 1 or fmt_ms(rtts[0]) == fmt_ms(rtts[-1]):
+        return fmt_ms(rtts[0])
+    return f"{fmt_ms(rtts[0]).split()[0]}–{fmt_ms(rtts[-1])}"
+
+
+class _WaitingColumn(ProgressColumn):
+    """Verdicts so far and the host kept waiting longest, recomputed at every refresh."""
+
+    def __init__(self, owner: "FleetProgress"):
+        super().__init__()
+        self.owner = owner
+
+    def render(self, task: Any) -> Text:
+        return self.owner.status()
+
+
+class FleetProgress:
+    """A transient progress line while hosts are probed; does nothing when not enabled.
+
+    Use as the scheduler's ``progress`` callback inside ``with``. It draws on
+    the console it is given (stderr, so stdout stays clean for ``--json``).
+    """
+
+    def __init__(self, console: Console, total: int, enabled: bool = True, label: str = "probing"):
+        self.enabled = enabled and total > 0
+        self.total = total
+        self.running: dict[str, float] = {}
+        self.counts: Counter[str] = Counter()
+        self._bar: Progress | None = None
+        self._task: Any = None
+        if self.enabled:
+            self._bar = Progress(
+                SpinnerColumn(), TextColumn(label), BarColumn(bar_width=24), MofNCompleteColumn(),
+                TimeElapsedColumn(), _WaitingColumn(self), console=console, transient=True,
+            )
+
+    def __enter__(self) -> "FleetProgress":
+        if self._bar is not None:
+            self._bar.start()
+            self._task = self._bar.add_task("hosts", total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def __call__(self, p: Any) -> None:
+        """Take a ``scheduler.Progress`` snapshot."""
+        self.running = p.running
+        self.counts = p.counts
+        if self._bar is not None:
+            self._bar.update(self._task, completed=p.done)
+
+    def status(self) -> Text:
+        out = Text()
+        for v in VERDICTS:
+            if self.counts.get(v) and v != HEALTHY:
+                out.append(f"{self.counts[v]} {v}  ", style=STYLE.get(v, ""))
+        if self.running:
+            now = time.monotonic()
+            host, t0 = min(self.running.items(), key=lambda kv: kv[1])
+            more = f" +{len(self.running) - 1}" if len(self.running) > 1 else ""
+            out.append(f"waiting on {host} ({now - t0:.0f}s){more}", style="dim")
+        return out

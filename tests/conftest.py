@@ -1,0 +1,20 @@
+"""Shared fixtures: a real OpenSSH sshd on loopback, and log writers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .sshd import Sshd, start_sshd
+
+ROOT = Path(__file__).resolve().parent
+CORPUS = ROOT / "corpus"
+LOGS = ROOT / "logs"
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Sshd:
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()
