@@ -66,9 +66,33 @@ if command -v timeout >/dev/null 2>&1; then TO="timeout $FD_TMO"; fi
 T=$(printf '\t')
 echo "$FD_MARK begin $FD_VERSION"
 m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
-m now "$(date +%s)"
+x() { printf 'X\t%s\n' "$1"; }
+hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
+secs() { date +%s; }
+# A pass that ran into the remote time limit says so (timeout cut it short).
+late() { [ -n "$TO" ] && [ $(( $(secs) - $1 )) -ge "$FD_TMO" ] && x "$2: stopped by the ${FD_TMO}s remote time limit, so it may be incomplete"; }
+# The pinned log from byte $1 on. busybox tail takes no offset past 2 GiB: dd seeks there.
+fd_from() {
+  if [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
+  else $TO dd if="$r" bs=65536 skip=$(( $1 / 65536 )) 2>/dev/null | tail -c "+$(( $1 % 65536 + 1 ))"; fi
+}
+m now "$(secs)"
 m pid $$
 m tools "$(command -v timeout >/dev/null 2>&1 && echo timeout) $(command -v ionice >/dev/null 2>&1 && echo ionice)"
+m nice "$(nice 2>/dev/null)"
+m ioclass "$(ionice -p $$ 2>/dev/null)"
+# Why a path cannot be seen: the first existing parent that is not searchable.
+fd_why() {
+  d=$1
+  while :; do
+    case $d in */*) d=${d%/*} ;; *) return 1 ;; esac
+    [ -n "$d" ] || return 1
+    if [ -e "$d" ]; then
+      if [ -d "$d" ] && ! [ -x "$d" ]; then m deniedhex "$(hex "$d")"; return 0; fi
+      return 1
+    fi
+  done
+}
 fd_log() {
   f=
   oifs=$IFS; IFS=''
@@ -79,40 +103,63 @@ fd_log() {
     if [ -z "$f" ] || [ "$c" -nt "$f" ]; then f=$c; fi
   done
   if [ -z "$f" ]; then
+    m pathhex "$(hex "$FD_LOG")"
+    if fd_why "$FD_LOG"; then m status unreadable; return; fi
     case $FD_LOG in
       *'*'*|*'?'*|*'['*) m status no-match ;;
       *) m status missing ;;
     esac
     return
   fi
-  m pathhex "$(printf '%s' "$f" | od -An -tx1 | tr -d ' \n')"
+  m pathhex "$(hex "$f")"
   case $f in -*) f=./$f ;; esac
   if [ -d "$f" ]; then m status unreadable; m reason "is a directory"; return; fi
-  if ! [ -r "$f" ] || ! head -c 1 "$f" >/dev/null 2>&1; then m status unreadable; m reason "permission denied"; return; fi
-  st=$(stat -L -c '%s %Y %i' "$f" 2>/dev/null)
+  if ! [ -f "$f" ]; then m status unreadable; m reason "not a regular file (FIFO, socket or device): not read, it could block"; return; fi
+  if ! [ -r "$f" ]; then m status unreadable; m reason "permission denied"; return; fi
+  if ! $TO head -c 1 "$f" >/dev/null 2>&1; then m status unreadable; m reason "read error"; return; fi
+  # Pin the file: every pass reads the inode opened here, so a rotation
+  # (rename + new file) between passes cannot mix two files.
+  r=$f
+  if { command exec 3<"$f"; } 2>/dev/null; then
+    [ -r /proc/self/fd/3 ] && [ -d /proc/self/fd ] && r=/dev/fd/3
+  fi
+  st=$(stat -L -c '%s %Y %i' "$r" 2>/dev/null)
+  ino=
   if [ -n "$st" ]; then
-    set -- $st; size=$1; m mtime "$2"; m inode "$3"
+    set -- $st; size=$1; ino=$3; m mtime "$2"; m inode "$3"
   else
-    size=$(wc -c <"$f" | tr -d ' ')
+    size=$(wc -c <"$r" | tr -d ' ')
     mt=$(date -r "$f" +%s 2>/dev/null) && m mtime "$mt"
   fi
   m size "$size"
-  if [ "$size" -eq 0 ]; then m status empty; return; fi
-  nul=$(tail -c 8192 "$f" | tr -d -c '\000' | wc -c | tr -d ' ')
+  if [ "$size" -eq 0 ]; then m status empty; fd_close; return; fi
+  nul=$($TO tail -c 8192 "$r" | tr -d -c '\000' | wc -c | tr -d ' ')
   samp=8192; [ "$size" -lt 8192 ] && samp=$size
-  if [ $((nul * 4)) -gt "$samp" ]; then m status binary; m reason "$nul NUL bytes in the last $samp"; return; fi
+  if [ $((nul * 4)) -gt "$samp" ]; then m status binary; m reason "$nul NUL bytes in the last $samp"; fd_close; return; fi
   m status ok
   start=0
   if [ "$size" -gt "$FD_SCAN" ]; then start=$((size - FD_SCAN)); fi
   m window "$start"
+  if printf 'x\n' | grep -E -e "$FD_KW" >/dev/null 2>&1; [ $? -gt 1 ]; then
+    x "the remote grep rejected the keyword pattern: error lines may be missing"
+  fi
+  if [ -n "$FD_RS" ] && { printf 'x\n' | grep -E -e "$FD_RS" >/dev/null 2>&1; [ $? -gt 1 ]; }; then
+    x "the remote grep rejected the run_start pattern: the latest run may not be found"
+  fi
   if printf 'x\n' | grep -a -b -n -E x >/dev/null 2>&1; then
-    fd_grep() { $TO grep -a -n -b -E -e "$FD_KW" -e "$FD_RS"; }
+    if [ -n "$FD_RS" ]; then
+      fd_grep() { $TO grep -a -n -b -E -e "$FD_KW" -e "$FD_RS"; }
+    else
+      fd_grep() { $TO grep -a -n -b -E -e "$FD_KW"; }
+    fi
   else
     m note "no GNU grep: awk scan"
-    fd_grep() { $TO awk 'BEGIN{kw=ENVIRON["FD_KW"]; rs=ENVIRON["FD_RS"]; o=0}
-      { if ($0 ~ kw || $0 ~ rs) print NR ":" o ":" $0; o += length($0) + 1 }'; }
+    fd_grep() { tr '\000' ' ' | $TO awk 'BEGIN{kw=ENVIRON["FD_KW"]; rs=ENVIRON["FD_RS"]; o=0}
+      { if ($0 ~ kw || (rs != "" && $0 ~ rs)) print NR ":" sprintf("%.0f", o) ":" $0; o += length($0) + 1 }'; }
   fi
-  p1=$( { if [ "$start" -gt 0 ]; then $TO tail -c "+$((start + 1))" "$f"; else cat "$f"; fi; } | fd_grep | tr -d '\000' | awk -v start="$start" '
+  t0=$(secs)
+  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else $TO cat "$r"; fi; } | fd_grep | tr '\000' ' ' | awk -v start="$start" '
+    function n(v) { return sprintf("%.0f", v) }
     function clip(s,  h) { if (length(s) <= ML) return s
       h = int(ML / 2); return substr(s, 1, h) "...[fleetdiag: " (length(s) - 2 * h) " bytes cut]..." substr(s, length(s) - h + 1) }
     function reset() { nh = 0; nr = 0; hb = 0; dropped = 0; nt = 0; split("", first); split("", firstln); split("", order); split("", ring) }
@@ -125,7 +172,7 @@ fd_log() {
       pos = start + off; sub(/\r$/, "", t)
       if (rs != "" && t ~ rs) { reset(); runpos = pos; runln = ln }
       lno = (start > 0) ? "-" : ln
-      rec = pos "\t" lno "\t" clip(t)
+      rec = n(pos) "\t" lno "\t" clip(t)
       if (nh < H1 && hb + length(rec) <= HB) { head[nh++] = rec; hb += length(rec) }
       else { if (nr >= H2) dropped++; ring[nr % H2] = rec; nr++ }
       if (tg != "" && t ~ kw && match(t, tg)) { g = substr(t, RSTART, RLENGTH)
@@ -133,50 +180,76 @@ fd_log() {
       else if (t ~ /Traceback \(most recent call last\)/ && !("" in first)) { first[""] = pos; firstln[""] = lno; order[nt++] = "" }
     }
     END {
-      if (runpos >= 0) printf "M\trun_start\t%s\n", runpos
+      if (runpos >= 0) printf "M\trun_start\t%s\n", n(runpos)
       print "S\thits"
       for (k = 0; k < nh; k++) print "L\t" head[k]
       if (dropped > 0) printf "X\tkeyword hits: %d lines between the first %d and the last %d not shown\n", dropped, nh, H2
       s = (nr > H2) ? nr - H2 : 0
       for (k = s; k < nr; k++) print "L\t" ring[k % H2]
-      for (k = 0; k < nt; k++) printf "T\t%s\t%s\t%s\n", first[order[k]], firstln[order[k]], order[k]
+      for (k = 0; k < nt; k++) printf "T\t%s\t%s\t%s\n", n(first[order[k]]), firstln[order[k]], order[k]
     }')
   printf '%s\n' "$p1"
+  late "$t0" "keyword pass"
   rp=$(printf '%s\n' "$p1" | awk -F "$T" '$1 == "M" && $2 == "run_start" { print $3 }')
   [ -n "$rp" ] || rp=0
   echo "S${T}tail"
   tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
-  $TO tail -c "$tb" "$f" | tr -d '\000' | awk -v base=$((size - tb)) -v rp="$rp" '
-    BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; n = 0 }
+  t0=$(secs)
+  $TO tail -c "$tb" "$r" | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" '
+    function n(v) { return sprintf("%.0f", v) }
+    BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
     { p = pos; pos += length($0) + 1
       if (base > 0 && NR == 1) next
       if (p < rp) next
       t = $0; sub(/\r$/, "", t)
       if (length(t) > ML) { h = int(ML / 2); t = substr(t, 1, h) "...[fleetdiag: " (length(t) - 2 * h) " bytes cut]..." substr(t, length(t) - h + 1) }
       lno = (base == 0) ? NR : "-"
-      buf[n % N] = p "\t" lno "\t" t; n++ }
-    END { s = (n > N) ? n - N : 0
+      buf[k % N] = n(p) "\t" lno "\t" t; k++ }
+    END { s = (k > N) ? k - N : 0
       if (s > 0) printf "X\ttail: last %d lines shown\n", N
-      for (k = s; k < n; k++) print "L\t" buf[k % N] }'
+      for (i = s; i < k; i++) print "L\t" buf[i % N] }'
+  late "$t0" "tail pass"
   printf '%s\n' "$p1" | awk -F "$T" '$1 == "T"' | head -n "$FD_NTAGS" | while IFS="$T" read -r kind apos aln atag; do
     echo "S${T}ctx${T}$atag"
-    $TO tail -c "+$((apos + 1))" "$f" | head -c "$FD_WIN" | tr -d '\000' | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" '
+    t0=$(secs)
+    fd_from "$apos" | head -c "$FD_WIN" | tr '\000' ' ' | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" '
+      function n(v) { return sprintf("%.0f", v) }
       BEGIN { tag = ENVIRON["FD_TAG"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
-        W = ENVIRON["FD_WIN"] + 0; C = ENVIRON["FD_CTX"] + 0; pos = apos; n = 0; prev = 0 }
+        W = ENVIRON["FD_WIN"] + 0; C = ENVIRON["FD_CTX"] + 0; pos = apos; k = 0; prev = 0 }
       { p = pos; pos += length($0) + 1
-        if (pos - apos > W) { if (n < C) printf "X\tcontext for %s: stopped at the %d-byte window\n", (tag == "" ? "untagged lines" : tag), W; exit }
+        if (pos - apos > W) { if (k < C) printf "X\tcontext for %s: stopped at the %d-byte window\n", (tag == "" ? "untagged lines" : tag), W; exit }
         t = $0; sub(/\r$/, "", t)
         tagged = (tg != "" && match(t, tg))
         if (tag == "") keep = !tagged
         else keep = (tagged && substr(t, RSTART, RLENGTH) == tag) || (!tagged && prev)
         prev = keep
         if (!keep) next
-        if (n >= C) { printf "X\tcontext for %s: first %d lines shown\n", (tag == "" ? "untagged lines" : tag), C; exit }
+        if (k >= C) { printf "X\tcontext for %s: first %d lines shown\n", (tag == "" ? "untagged lines" : tag), C; exit }
         if (length(t) > ML) { h = int(ML / 2); t = substr(t, 1, h) "...[fleetdiag: " (length(t) - 2 * h) " bytes cut]..." substr(t, length(t) - h + 1) }
         lno = (aln == "-") ? "-" : aln + NR - 1
-        print "L\t" p "\t" lno "\t" t; n++ }'
+        print "L\t" n(p) "\t" lno "\t" t; k++ }'
+    late "$t0" "context pass for ${atag:-untagged lines}"
   done
+  fd_changed
+  fd_close
 }
+# The log changed under us? Compare the name's inode and the opened file's size with the start.
+fd_changed() {
+  now=$(stat -L -c '%s %i' "$f" 2>/dev/null)
+  if [ -z "$now" ]; then
+    [ -e "$f" ] || x "the log was removed or renamed while it was read: shown as it was when opened"
+    return
+  fi
+  set -- $now
+  if [ -n "$ino" ] && [ "$2" != "$ino" ]; then
+    if [ "$r" = /dev/fd/3 ]; then x "the log was rotated while it was read: shown as it was when opened (the new file has $1 bytes)"
+    else x "the log was rotated while it was read: later passes read the new file, lines may mix both"; fi
+    return
+  fi
+  cur=$(stat -L -c '%s' "$r" 2>/dev/null)
+  if [ -n "$cur" ] && [ "$cur" -lt "$size" ]; then x "the log was truncated while it was read ($size -> $cur bytes): later passes saw less of it"; fi
+}
+fd_close() { [ "$r" = /dev/fd/3 ] && exec 3<&-; r=$f; }
 fd_log
 """
 
@@ -226,6 +299,7 @@ def remote_command(script: str) -> str:
 
 
 _LINE_SPLIT = re.compile("\t")
+CUT = "funnel output ended early (timeout or connection cut): what arrived is shown"
 
 
 def parse_output(out: str, mark: str) -> FunnelResult:
@@ -238,16 +312,24 @@ def parse_output(out: str, mark: str) -> FunnelResult:
     begin = out.find(mark + " begin")
     if begin < 0:
         res.status = "error"
-        res.markers.append("funnel output had no begin marker (remote shell not POSIX sh?)")
-        res.facts["reason"] = _first_words(out)
+        if not out.strip():
+            res.markers.append("the remote command printed nothing")
+        else:
+            res.markers.append("the remote shell did not run the funnel (is the login shell POSIX: sh, bash, zsh?)")
+            res.facts["reason"] = "it printed: " + _first_words(out)
         return res
     body = out[begin:].split("\n")
+    if not out.endswith("\n") and len(body) > 1 and not body[-1].startswith(mark):
+        body.pop()  # cut mid-line (timeout, dropped connection): never analyse half a record
+        res.markers.append("the last line arrived cut and was dropped")
     section = ""
     target: list[Line] = res.hits
     ended = False
     for raw in body[1:]:
         if raw.startswith(mark):
-            ended = raw.endswith(" end")
+            if raw == mark + " end":
+                ended = True
+                break  # anything after the end (a logout script's chatter) is not ours
             continue
         kind, _, rest = raw.partition("\t")
         if kind == "L":
@@ -279,7 +361,7 @@ def parse_output(out: str, mark: str) -> FunnelResult:
             key, _, value = rest.partition("\t")
             res.facts.setdefault("raw", {}).setdefault(key, []).append(value)
     if not ended:
-        res.markers.append("funnel output ended early (timeout or connection cut): what arrived is shown")
+        res.markers.append(CUT)
     return res
 
 
@@ -299,15 +381,29 @@ def _meta(res: FunnelResult, key: str, value: str) -> None:
         res.status = value
     elif key == "pathhex":
         try:
-            res.path = bytes.fromhex(value).decode("utf-8", "surrogateescape")
+            res.path = bytes.fromhex(value).decode("utf-8", "backslashreplace")
         except ValueError:
             res.path = None
     elif key == "reason":
         res.facts["reason"] = value
+    elif key == "deniedhex":
+        try:
+            where = bytes.fromhex(value).decode("utf-8", "backslashreplace")
+        except ValueError:
+            where = "a parent directory"
+        res.facts["reason"] = f"permission denied: cannot enter {where}"
     elif key == "note":
         res.markers.append(value)
     else:
         res.facts.setdefault("remote", {})[key] = value
+
+
+def shell_failure(stderr: bytes, status: int | None) -> str:
+    """Why the remote shell did not run the funnel, from its exit status and stderr."""
+    said = _first_words(stderr.decode("utf-8", "replace"))
+    hint = {127: "sh not found", 126: "sh not executable"}.get(status or 0, "")
+    bits = [b for b in (f"exit status {status}" if status is not None else "", hint, said) if b]
+    return ": ".join(bits) if bits else "no output and no error message"
 
 
 def _first_words(out: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, AsyncContextManager, Callable, Protocol
 
+from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, analyze, load_rules
 from .records import (
@@ -54,6 +55,7 @@ class ProbeSettings:
     facts: bool = True
     jump_resolver: Callable[[str], tuple[str, int | None, str | None]] | None = None
     save_dir: Path | None = None  # keep each host's raw funnel output (the evidence)
+    path_prepend: str | None = None  # a remote dir put before PATH for the facts (nvidia-smi in an odd place)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
 
@@ -97,8 +99,12 @@ def finish(
     if fr.status != "ok":
         res.error = _log_problem(fr)
         return res
-    diag = analyze(fr.lines(), rules=rules, facts=res.facts)
+    lines = fr.lines()
+    facts_mod.merge_log_facts(res.facts, (ln.text for ln in lines))
+    diag = analyze(lines, rules=rules, facts=res.facts)
     res.decisive = diag.decisive
+    if diag.decisive is not None:  # put the host's numbers into the hint
+        diag.decisive.hint = facts_mod.refine_hint(diag.decisive, res.facts) or diag.decisive.hint
     res.secondary = diag.secondary
     res.summary = diag.summary
     res.verdict = diag.verdict
@@ -115,7 +121,7 @@ def _log_problem(fr: FunnelResult) -> str:
     reason = fr.facts.get("reason")
     text = {
         "missing": f"log not found: {fr.path or ''}",
-        "no-match": "no file matches the log pattern",
+        "no-match": f"no file matches the log pattern {fr.path}" if fr.path else "no file matches the log pattern",
         "unreadable": f"log unreadable: {fr.path}" + (f" ({reason})" if reason else ""),
         "empty": f"log is empty: {fr.path}",
         "binary": f"log looks binary: {fr.path}" + (f" ({reason})" if reason else ""),
@@ -177,13 +183,17 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             conn = await open_host(host, settings)
         timing.connect_ms = round(conn.connect_ms, 1)
         spec = spec_for(log_path, rules, host.funnel)
+        if settings.facts:  # same exec: the facts snippet runs after the funnel
+            spec.extra += facts_mod.SNIPPET
+            spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
         mark = funnel_mod.new_mark()
         command = funnel_mod.remote_command(funnel_mod.build_script(spec, mark))
         partial = None
+        status = None
         try:
-            out, _status, open_ms, exec_ms = await conn.run(command, settings.transport.command_timeout)
+            out, status, open_ms, exec_ms = await conn.run(command, settings.transport.command_timeout)
         except PartialOutput as exc:
-            out, open_ms, exec_ms, partial = exc.data, None, None, str(exc)
+            out, open_ms, exec_ms, partial, partial_kind = exc.data, None, None, str(exc), exc.kind
         timing.round_trips = 1
         if settings.save_dir is not None:
             save_evidence(settings.save_dir, host.name, out)
@@ -191,12 +201,19 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             timing.rtt_ms = round(open_ms / 2, 1)
             timing.exec_ms = round(exec_ms or 0, 1)
         fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
-        if partial and fr.status in ("ok", "error"):
+        if fr.status == "error" and partial is None:  # the remote shell never ran it: say why
+            fr.facts["reason"] = funnel_mod.shell_failure(getattr(conn, "last_stderr", b""), status)
+        if partial and fr.status != "error" and funnel_mod.CUT not in fr.markers:
+            partial = None  # the end marker arrived: all of the funnel's output is here
+        if partial:
             fr.markers.append(partial)
-        res = finish(host.name, fr, rules, _stall_after(host, settings), timing)
-        if partial and not (fr.tail or fr.hits) and res.verdict == NO_LOG:
+        facts = facts_mod.build(fr.facts.get("raw")) if settings.facts else None
+        res = finish(host.name, fr, rules, _stall_after(host, settings), timing, facts)
+        if partial and fr.status == "error":  # cut before the funnel said anything
             res.verdict = UNREACHABLE
             res.error = partial
+            res.markers = []
+            res.facts["error_kind"] = partial_kind
     except HostError as exc:
         res = HostResult(host=host.name, verdict=UNREACHABLE, error=str(exc), timing=timing)
         res.facts["error_kind"] = exc.kind

@@ -26,6 +26,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from .facts import summary_lines
 from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
 
 STYLE = {
@@ -143,6 +144,8 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
     cascade = cascade_text(res.secondary)
     if cascade:
         grid.add_row("cascade", cascade)
+    for label, text in summary_lines(res.facts or {}):  # the host's GPUs and the launch, two rows at most
+        grid.add_row(label, Text(text, style="cyan"))
     parts: list[Any] = [grid]
     if d is not None and d.traceback:
         tb = _strip_common_prefix(d.traceback)
@@ -214,7 +217,7 @@ def fleet_view(results: list[HostResult], title: str | None = None) -> Table:
         d = ex.decisive
         if d is not None and d.category and d.category != "other":
             cause.append(f"  {d.category}", style="dim")
-        table.add_row(g.folded, str(len(g.results)),
+        table.add_row(Text(g.folded), str(len(g.results)),
                       Text(f"{ICON.get(g.verdict, '')} {g.verdict}", style=STYLE.get(g.verdict, "")),
                       cause, _rtt_range(g.results))
     return table
@@ -288,3 +291,54 @@ class FleetProgress:
             more = f" +{len(self.running) - 1}" if len(self.running) > 1 else ""
             out.append(f"waiting on {host} ({now - t0:.0f}s){more}", style="dim")
         return out
+
+
+# --------------------------------------------------------------------------- watch
+
+WATCH_STYLE = {**STYLE, "connecting": "dim", "recovered": "green"}
+WATCH_ICON = {**ICON, "connecting": "⋯", "recovered": "↺"}
+
+
+def watch_state_text(state: str, connected: bool = True) -> Text:
+    text = Text(f"{WATCH_ICON.get(state, '')} {state}", style=WATCH_STYLE.get(state, ""))
+    if not connected and state not in (UNREACHABLE, "connecting"):
+        text.append(" ⟳", style="dim")  # reconnecting, still within the grace period
+    return text
+
+
+def watch_table(views: Any, title: str | None = None) -> Table:
+    """The live dashboard: one row per host, in inventory order (rows never jump).
+
+    ``views`` are ``watch.HostView``s. The reason column is one line; the
+    whole decisive error is on the host card printed when the host failed.
+    """
+    views = list(views)
+    counts = Counter(v.state for v in views)
+    order = ("failed", "stalled", "unreachable", "no-log", "connecting", "starting", "recovered", "healthy")
+    head = " · ".join(f"{counts[s]} {s}" for s in order if counts[s])
+    table = Table(title=title or f"{len(views)} hosts: {head}", title_justify="left", expand=True)
+    table.add_column("host", no_wrap=True, style="bold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("log age", justify="right", no_wrap=True)
+    table.add_column("decisive error / reason", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("rtt", justify="right", no_wrap=True)
+    for v in views:
+        idle = v.idle()
+        reason = Text(" ".join((v.reason or "").split()))
+        if not v.connected and v.state not in (UNREACHABLE, "connecting") and v.error:
+            reason.append(f"  (reconnecting: {v.error})", style="dim")
+        table.add_row(v.host, watch_state_text(v.state, v.connected), _age(idle) if idle is not None else "-",
+                      reason, fmt_ms(v.rtt_ms) if v.rtt_ms is not None else "-")
+    return table
+
+
+def watch_event_line(ev: Any) -> Text:
+    """A state change as one line that stays in the scrollback above the live table."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(ev.time))
+    line = Text.assemble((stamp, "dim"), "  ", (ev.host, "bold"), "  ")
+    if ev.previous:
+        line.append(f"{ev.previous} → ", style="dim")
+    line.append_text(watch_state_text(ev.state))
+    if ev.reason:
+        line.append("  " + " ".join(ev.reason.split()))
+    return line

@@ -13,8 +13,8 @@ Why each piece exists (DESIGN §4, §8):
   first hides the fast ones behind it. What a host cost last time is kept in
   a :class:`CostMemory` (persisted by the history store between runs).
 - **deadline**: a hung host becomes an ``unreachable`` result on time instead
-  of holding up everyone's report. Its clock starts when the host may
-  handshake, so queueing behind same-address peers is not held against it.
+  of holding up everyone's report. Time queued behind same-address peers
+  for a handshake slot is not held against it.
 - **streaming**: results are yielded as each host finishes.
 
 This module knows nothing of click or rich; progress goes to a callback.
@@ -132,11 +132,14 @@ class Progress:
 
 @dataclass
 class _Track:
-    """Where one host is, so a missed deadline can say where it hung."""
+    """Where one host is: its deadline credits time queued for a handshake slot."""
 
-    admitted: asyncio.Event = field(default_factory=asyncio.Event)
+    waited: float = 0.0  # seconds spent queued behind same-address handshakes
+    waiting_since: float | None = None
     connected: bool = False
-    admitted_at: float | None = None
+
+    def credit(self, now: float) -> float:
+        return self.waited + (now - self.waiting_since if self.waiting_since is not None else 0.0)
 
 
 class HandshakeGate:
@@ -174,10 +177,12 @@ class HandshakeGate:
         async def gate(host: HostLike) -> AsyncIterator[None]:
             sem = self._sem(host)
             if sem is not None:
-                await sem.acquire()
-            if track.admitted_at is None:
-                track.admitted_at = time.monotonic()
-            track.admitted.set()
+                track.waiting_since = time.monotonic()
+                try:
+                    await sem.acquire()
+                finally:
+                    track.waited += time.monotonic() - track.waiting_since
+                    track.waiting_since = None
             try:
                 yield
             finally:
@@ -228,8 +233,8 @@ async def probe_many(
 
     ``memory`` orders the hosts (slowest known first) and learns from every
     result; persist ``memory.pairs()`` to keep it across runs. ``deadline``
-    (seconds, from the moment the host may handshake) turns a hung host into
-    an ``unreachable`` result. ``per_address`` caps concurrent handshakes per
+    (seconds from the host's start, not counting time queued for a
+    same-address handshake slot) turns a hung host into an ``unreachable`` result. ``per_address`` caps concurrent handshakes per
     first-hop address:port (None: no cap). ``progress`` is called on every
     host start and finish. A bug while probing one host becomes that host's
     result (verdict ``no-log``, ``facts.error_kind == "internal"``) rather
@@ -252,21 +257,19 @@ async def probe_many(
     async def one(host: HostLike) -> HostResult:
         track = _Track()
         s = dataclasses.replace(settings, connect_gate=gate.for_host(track))
+        start = time.monotonic()
         task = asyncio.ensure_future(probe(host, s))
         try:
             if deadline is None:
                 return await task
-            admitted = asyncio.ensure_future(track.admitted.wait())
-            try:
-                await asyncio.wait({task, admitted}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                admitted.cancel()
-            if not task.done():
-                left = deadline - (time.monotonic() - (track.admitted_at or time.monotonic()))
-                done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
-                if not done:
-                    return _missed(host, track)
-            return task.result()
+            while True:  # the deadline moves on by any time spent queued for a handshake slot
+                now = time.monotonic()
+                left = start + deadline + track.credit(now) - now
+                if left <= 0:
+                    return _missed(host, track, now - start - track.credit(now))
+                done, _ = await asyncio.wait({task}, timeout=left)
+                if done:
+                    return task.result()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug: keep the fleet's results, name the host
@@ -283,15 +286,14 @@ async def probe_many(
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
 
-    def _missed(host: HostLike, track: _Track) -> HostResult:
+    def _missed(host: HostLike, track: _Track, spent: float) -> HostResult:
         assert deadline is not None
         res = placeholder(host, deadline_error(deadline), DEADLINE, _log_of(host, settings))
         res.markers.append(
             "connected, but the remote funnel never finished" if track.connected
             else "the SSH handshake never finished"
         )
-        if track.admitted_at is not None:
-            res.timing.total_ms = round((time.monotonic() - track.admitted_at) * 1000, 1)
+        res.timing.total_ms = round(spent * 1000, 1)
         return res
 
     async def worker() -> None:

@@ -139,7 +139,7 @@ def test_probe_costs_one_exec_round_trip(sshd, tmp_path):
 
     log = tmp_path / "vllm.log"
     log.write_text(SEED * 20)
-    rtt = 200.0
+    rtt = 400.0
 
     async def go():
         proxy = await DelayProxy("127.0.0.1", sshd.port, rtt).start()
@@ -166,9 +166,12 @@ def test_probe_costs_one_exec_round_trip(sshd, tmp_path):
 
     res, bare_ms, bare_x, probe_ms, probe_x = run(go())
     assert res.verdict == FAILED
+    # the proxy counts the client speaking again after hearing the server: the funnel's
+    # exec needs no more of those than a bare `true` does (channel open + exec request)
     assert probe_x <= bare_x, (probe_x, bare_x)
-    # one exec = channel open + exec request: the funnel adds no round trip of its own
-    assert probe_ms < bare_ms + rtt * 0.75, (probe_ms, bare_ms)
+    # and its wall time stays within the bare exec plus less than one more round trip
+    # (the slack is the remote script's own run time, generous for a loaded CI box)
+    assert probe_ms < bare_ms + rtt, (probe_ms, bare_ms)
 
 
 def test_cli_probe_json_and_exit_code(sshd, tmp_path):

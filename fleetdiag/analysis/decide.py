@@ -23,7 +23,6 @@ from .tracebacks import Event, build_events
 
 STRONG, WEAK, INCOMPLETE, ONLY_SECONDARY = range(4)
 SIMULTANEOUS_S = 5.0  # errors this close in time count as one moment for the depth preference
-_GENERIC_TYPES = {"RuntimeError", "Exception", "SystemExit", "BaseException", "SystemError"}
 
 
 @dataclass(eq=False)
@@ -42,11 +41,8 @@ class Judged:
 
 def latest_run(lines: list[LogLine], rules: Rules) -> int:
     """Index of the last run-start banner (0 when none): earlier runs do not count."""
-    rx = rules.run_start_re
-    if rx is None:
-        return 0
     for i in range(len(lines) - 1, -1, -1):
-        if rx.search(lines[i].raw):
+        if rules.is_run_start(lines[i].raw):
             return i
     return 0
 
@@ -65,7 +61,7 @@ def classify(events: list[Event], rules: Rules) -> list[Judged]:
         key = (text, ev.header, ev.line.msg)
         verdict = memo.get(key)
         if verdict is None:
-            if rules.is_benign(text) or rules.is_benign(ev.line.msg):
+            if rules.is_benign(text) or rules.is_benign(ev.line.msg) or (ev.header and rules.is_benign(ev.header)):
                 verdict = ("benign",)
             else:
                 hit = rules.secondary_for(text, ev.header)
@@ -82,7 +78,8 @@ def classify(events: list[Event], rules: Rules) -> list[Judged]:
         if ev.kind == "incomplete":
             out.append(Judged(ev, "primary", INCOMPLETE, "traceback without its final line"))
             continue
-        sig = ev.signature or rules.signature_for(text, " ".join(ev.detail[:20]))
+        detail = [d for d in ev.detail[:20] if not rules.is_benign(d)]
+        sig = rules.signature_for(text, *detail) or ev.signature
         weak = ev.weak
         if ev.kind == "error" and sig is not None and not sig.weak:
             weak = False  # an error-level line naming a known error shape is a real error
@@ -133,29 +130,29 @@ def choose(judged: list[Judged], rules: Rules) -> Judged | None:
 
 
 def _category(j: Judged) -> str:
-    if j.sig is not None:
-        return j.sig.category
-    et = j.ev.exception_type
-    if j.ev.kind == "exception" and et and et.rsplit(".", 1)[-1] not in _GENERIC_TYPES:
-        return "python"
-    return "other"
+    """The signature's category; an error no signature knows is "other" (not guessed)."""
+    return j.sig.category if j.sig is not None else "other"
 
 
 def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rules) -> Counter[str]:
     """The secondary errors collapsed to counts by kind."""
     counts: Counter[str] = Counter()
+    if best.ev.count > 1:
+        counts["same error repeated"] += best.ev.count - 1
     in_block: set[int] = set()
     for j in judged:
         for ln in j.ev.block:
+            in_block.add(ln.index)
+        for ln in j.ev.repeats:
             in_block.add(ln.index)
     mine = {ln.index for ln in best.ev.block}
     for j in judged:
         if j is best or j.role == "benign":
             continue
         if j.role in ("secondary", "repeat"):
-            counts[j.kind] += 1
+            counts[j.kind] += j.ev.count
         elif j.role == "primary" and j.tier > best.tier:
-            counts[j.kind or (j.sig.name if j.sig else "error line")] += 1
+            counts[j.kind or (j.sig.name if j.sig else (j.ev.exception_type or "other later errors"))] += j.ev.count
         hl = j.ev.header_line
         if hl is not None and hl.index not in mine:
             in_block.discard(hl.index)  # a wrapper header ("EngineCore failed to start.") counts on its own
@@ -229,9 +226,9 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
 def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
     last_wait = last_ready = None
     for ln in reversed(run):
-        if last_ready is None and rules.ready_re is not None and rules.ready_re.search(ln.raw):
+        if last_ready is None and rules.is_ready(ln.raw):
             last_ready = ln
-        if last_wait is None and rules.waiting_re is not None and rules.waiting_re.search(ln.raw):
+        if last_wait is None and rules.is_waiting(ln.raw):
             last_wait = ln
         if last_ready is not None and last_wait is not None:
             break
@@ -246,7 +243,7 @@ def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
 
 def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
     """The whole analysis of one log's lines (sparse, ordered by position)."""
-    parsed = parse_all(lines)
+    parsed = parse_all(lines, rules.tag_peelers)
     run = parsed[latest_run(parsed, rules):]
     events = build_events(run, rules)
     judged = classify(events, rules)
@@ -257,7 +254,7 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
     counts = _cascade(judged, best, run, rules)
     cascade = sum(counts.values())
     ev = best.ev
-    rank = rank_of(ev.process, run)
+    rank = rank_of(ev.process, run, ev.line.msg)
     sig = best.sig
     if sig is None and best.tier == ONLY_SECONDARY:
         sig = best.sig = rules.signature_for(best.ev.text)

@@ -14,11 +14,6 @@ from .rules import Signature
 
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _COND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(>=|<=|==|!=|>|<)\s*([A-Za-z_]\w*|-?\d+)\s*$")
-_CMD_SIZES = {
-    "tp": re.compile(r"(?:--tensor-parallel-size|--tp-size|--tp|-tp)[= ](\d+)"),
-    "dp": re.compile(r"(?:--data-parallel-size|--dp-size|--dp|-dp)[= ](\d+)"),
-    "pp": re.compile(r"(?:--pipeline-parallel-size|--pp-size|--pp|-pp)[= ](\d+)"),
-}
 
 
 def _as_int(v: Any) -> int | None:
@@ -29,7 +24,11 @@ def _as_int(v: Any) -> int | None:
 
 
 def derive(facts: dict[str, Any] | None) -> dict[str, Any]:
-    """Fields a hint can use: tp, dp, pp, workers, visible_gpus, cuda_visible_devices, gpus."""
+    """Fields a hint can use: tp, dp, pp, workers, visible_gpus, cuda_visible_devices, gpus.
+
+    The facts are the probe's (``fleetdiag.facts``): ``parallel`` already holds
+    the sizes read from the serving command line or the log.
+    """
     out: dict[str, Any] = {}
     if not isinstance(facts, dict):
         return out
@@ -57,14 +56,6 @@ def derive(facts: dict[str, Any] | None) -> dict[str, Any]:
             n = _as_int(par.get(key))
             if n is not None and n > 0:
                 sizes[key] = n
-    cmd = facts.get("cmdline")
-    if isinstance(cmd, (list, tuple)):
-        cmd = " ".join(str(x) for x in cmd)
-    if isinstance(cmd, str):
-        for key, rx in _CMD_SIZES.items():
-            m = rx.search(cmd)
-            if m and key not in sizes:
-                sizes[key] = int(m.group(1))
     if sizes:
         sizes.setdefault("tp", 1)
         sizes.setdefault("dp", 1)

@@ -119,10 +119,18 @@ def clean(text: str) -> str:
     return text
 
 
-def parse_line(index: int, line: Line) -> LogLine:
-    """Peel every prefix off one line. Never raises on odd input."""
-    raw = clean(line.text if isinstance(line.text, str) else str(line.text))
-    s = raw[:MAX_PARSE]
+_TAG_TRIM = re.compile(r"^[\s(\[<]+|[\s)\]>:|]+$")
+
+
+def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str], bool]] = ()) -> LogLine:
+    """Peel every prefix off one line. Never raises on odd input.
+
+    ``extra_tags`` are the rules' tag patterns the built-in peelers do not
+    know (added by a user's rules file): (regex, only at line start).
+    """
+    text = line.text if isinstance(line.text, str) else str(line.text)
+    raw = clean(text) if ("\x1b" in text or "\r" in text) else text
+    s = raw if len(raw) <= MAX_PARSE else raw[:MAX_PARSE]
     if "&" in s and ";" in s:
         s = html.unescape(s)
     if "\xa0" in s:
@@ -131,23 +139,37 @@ def parse_line(index: int, line: Line) -> LogLine:
     level: str | None = None
     time: str | None = None
     source: str | None = None
-    rest = s
+    i, n = 0, len(s)
     for step in range(12):
-        if not rest:
+        if i >= n:
             break
         m = None
-        if step == 0:
-            m = _COMPOSE.match(rest)
+        if step == 0 and s.find("| ", 0, 120) >= 0:
+            m = _COMPOSE.match(s)
         if m is None:
-            c = rest[0]
+            c = s[i]
             if source is not None and c != "[" and c != "(":
                 break  # after a logger header only a bracketed prefix can follow
             for rx in _DISPATCH.get(c, ()):
-                m = rx.match(rest)
+                m = rx.match(s, i)
                 if m is not None:
                     break
-        if m is None:
-            break
+            else:
+                for rx, at_start in extra_tags:
+                    if at_start and i:
+                        continue
+                    m = rx.match(s, i)
+                    if m is not None and m.end() > i:
+                        break
+                else:
+                    break
+                tag = _TAG_TRIM.sub("", m.group(0))
+                if tag:
+                    tags.append(tag)
+                i = m.end()
+                if i < n and s[i] == " " and not m.group(0)[-1:].isspace():
+                    i += 1
+                continue
         for name in _GROUPS[m.re]:
             v = m.group(name)
             if not v:
@@ -163,14 +185,13 @@ def parse_line(index: int, line: Line) -> LogLine:
                     time = v
             elif source is None:
                 source = v
-        rest = rest[m.end():]
-    msg = rest.rstrip()
+        i = m.end()
+    msg = (s[i:] if i else s).rstrip()
     if level is None and "NCCL " in msg[:200]:
         nm = _NCCL_LEVEL.search(msg[:200])
         if nm:
             level = {"WARN": "WARNING", "TRACE": "DEBUG"}.get(nm.group(1), nm.group(1))
-    return LogLine(index=index, pos=line.pos, lineno=line.lineno, raw=raw, msg=msg,
-                   tags=tuple(tags), level=level, time=time, source=source)
+    return LogLine(index, line.pos, line.lineno, raw, msg, tuple(tags), level, time, source)
 
 
 def split_text(text: str | bytes) -> list[Line]:
@@ -182,9 +203,10 @@ def split_text(text: str | bytes) -> list[Line]:
         parts.pop()
     out: list[Line] = []
     pos = 0
-    for i, part in enumerate(parts):
-        out.append(Line(pos=pos, text=part, lineno=i + 1))
-        pos += (len(part) if part.isascii() else len(part.encode("utf-8", "surrogatepass"))) + 1
+    ascii_text = text.isascii()
+    for i, part in enumerate(parts, 1):
+        out.append(Line(pos, part, i))
+        pos += (len(part) if ascii_text or part.isascii() else len(part.encode("utf-8", "surrogatepass"))) + 1
     return out
 
 
@@ -222,5 +244,5 @@ def time_key(t: str | None) -> float | None:
     return (((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + s
 
 
-def parse_all(lines: Sequence[Line]) -> list[LogLine]:
-    return [parse_line(i, ln) for i, ln in enumerate(lines)]
+def parse_all(lines: Sequence[Line], extra_tags: Sequence[tuple[re.Pattern[str], bool]] = ()) -> list[LogLine]:
+    return [parse_line(i, ln, extra_tags) for i, ln in enumerate(lines)]

@@ -15,6 +15,7 @@ from .lines import LogLine
 _TAG_RANK = re.compile(r"(?:^|[ _])rank[= ]?(\d+)\b|^(?:rank|default)(\d+)$")
 _LINE_RANK = re.compile(r"\brank (\d+) in world size \d+|\bglobal_rank[=: ]+(\d+)|\bRANK=(\d+)\b")
 _TAG_PID = re.compile(r"\bpid=(\d+)")
+_LAUNCHER_RANK = re.compile(r"\blocal_rank: ?(\d+) \(pid: ?\d+\)|\brank ?: ?(\d+) \(local_rank")
 
 
 def _first_int(m: re.Match[str]) -> int | None:
@@ -24,10 +25,15 @@ def _first_int(m: re.Match[str]) -> int | None:
     return None
 
 
-def rank_of(process: str | None, lines: Iterable[LogLine]) -> int | None:
-    """The global rank of a process, from its tag or from what the log says about it."""
+def rank_of(process: str | None, lines: Iterable[LogLine], message: str = "") -> int | None:
+    """The rank of a process, from its tag or from what the log says about it.
+
+    A launcher's own line ("failed (exitcode: -9) local_rank: 1 (pid: 1236)")
+    names the rank that died, so that rank is reported for it.
+    """
     if not process:
-        return None
+        lm = _LAUNCHER_RANK.search(message)
+        return _first_int(lm) if lm else None
     m = _TAG_RANK.search(process)
     if m:
         return _first_int(m)

@@ -17,6 +17,12 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+try:  # the regex parser, to find the literal text a pattern cannot match without
+    from re import _constants as _sre_c, _parser as _sre_parse  # type: ignore[attr-defined]
+except ImportError:  # Python 3.10
+    import sre_constants as _sre_c  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
 CATEGORIES = ("config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other")
 ERE_SECTIONS = ("keywords", "run_start", "tags", "waiting", "ready")
 LIST_SECTIONS = ERE_SECTIONS + ("benign",)
@@ -24,6 +30,113 @@ LIST_SECTIONS = ERE_SECTIONS + ("benign",)
 
 class RulesError(ValueError):
     """A rules file is unreadable or invalid; the message names file and key."""
+
+
+def _runs(seq: Any) -> list[tuple[str, ...]]:
+    """Needle sets for a parsed sequence: each set's members cover every way it can match."""
+    cands: list[tuple[str, ...]] = []
+    cur = ""
+    for op, av in seq:
+        if op is _sre_c.LITERAL:
+            cur += chr(av)
+            continue
+        if cur:
+            cands.append((cur,))
+            cur = ""
+        if op is _sre_c.BRANCH:  # the parser factors a common prefix out of an alternation
+            alt = _branch(av[1])
+            if alt:
+                cands.append(alt)
+        elif op is _sre_c.SUBPATTERN:
+            if av[1] & re.IGNORECASE:  # (?i:...) : its letters may match in any case
+                continue
+            inner = list(av[-1])
+            if len(inner) == 1 and inner[0][0] is _sre_c.BRANCH:
+                alt = _branch(inner[0][1][1])
+                if alt:
+                    cands.append(alt)
+            elif inner:
+                sub = _best(_runs(inner))
+                if sub:
+                    cands.append(sub)
+    if cur:
+        cands.append((cur,))
+    return cands
+
+
+def _best(cands: list[tuple[str, ...]]) -> tuple[str, ...] | None:
+    good = [c for c in cands if min(len(n) for n in c) >= 3]
+    return max(good, key=lambda c: min(len(n) for n in c)) if good else None
+
+
+def _branch(branches: Any) -> tuple[str, ...] | None:
+    out: list[str] = []
+    for b in branches:
+        best = _best(_runs(list(b)))
+        if best is None:
+            return None
+        out.extend(best)
+    return tuple(dict.fromkeys(out))
+
+
+def needles(pattern: str) -> tuple[str, ...] | None:
+    """Literal strings of which any match must contain one, or None when unknown.
+
+    A substring test is far cheaper than a regex search, and most lines match
+    no rule, so every rule is pre-checked this way.
+    """
+    try:
+        parsed = _sre_parse.parse(pattern)
+        if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+            return None
+        items = list(parsed)
+        if len(items) == 1 and items[0][0] is _sre_c.BRANCH:
+            return _branch(items[0][1][1])
+        return _best(_runs(items))
+    except Exception:  # a private-API change must only cost speed
+        return None
+
+
+class Pat:
+    """A compiled regex with a cheap literal pre-check."""
+
+    __slots__ = ("regex", "needles")
+
+    def __init__(self, pattern: str) -> None:
+        self.regex = re.compile(pattern)
+        self.needles = needles(pattern)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        nd = self.needles
+        if nd is not None:
+            for n in nd:
+                if n in text:
+                    break
+            else:
+                return None
+        return self.regex.search(text)
+
+
+def gate(pats: Sequence[Pat]) -> re.Pattern[str] | None:
+    """One literal-only regex that must match before any of the patterns can.
+
+    Literal alternations are searched far faster than a Python loop over the
+    patterns; None when some pattern has no known literal.
+    """
+    lits: set[str] = set()
+    for p in pats:
+        if p.needles is None:
+            return None
+        lits.update(p.needles)
+    if not lits:
+        return None
+    return re.compile("|".join(re.escape(n) for n in sorted(lits, key=len, reverse=True)))
+
+
+def _any(pats: Sequence[Pat], g: re.Pattern[str] | None, text: str) -> bool:
+    if g is not None and g.search(text) is None:
+        return False
+    return any(p.search(text) is not None for p in pats)
 
 
 @dataclass
@@ -37,10 +150,14 @@ class Signature:
     hint_facts: list[dict[str, str]] = field(default_factory=list)
     standalone: bool = False  # a matching line is an error whatever its level
     weak: bool = False  # loses to any other error (e.g. a launcher's exit code)
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    pat: Pat = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.regex = re.compile(self.pattern)
+        self.pat = Pat(self.pattern)
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return self.pat.regex
 
 
 @dataclass
@@ -50,10 +167,14 @@ class SecondaryRule:
     kind: str
     pattern: str
     header: bool = False  # match the line introducing a traceback, not the error line
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    pat: Pat = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.regex = re.compile(self.pattern)
+        self.pat = Pat(self.pattern)
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return self.pat.regex
 
     @property
     def carries_cause(self) -> bool:
@@ -87,21 +208,35 @@ class Rules:
     secondary: list[SecondaryRule] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)  # files read, in order
+    extra_tags: list[str] = field(default_factory=list)  # tags the line parser does not know built in
 
     def __post_init__(self) -> None:
         self.compile()
 
     def compile(self) -> None:
-        """(Re)build the combined regexes; call after editing the lists."""
-        self.keyword_re = _combine(self.keywords)
-        self.run_start_re = _combine(self.run_start)
-        self.tag_res = [re.compile(p[1:] if p.startswith("^") else p) for p in self.tags]
-        self.waiting_re = _combine(self.waiting)
-        self.ready_re = _combine(self.ready)
-        self.benign_re = _combine(self.benign)
-        self.secondary_any = _combine([_drop_names(r.pattern) for r in self.secondary if not r.header])
-        self.standalone_any = _combine([_drop_names(s.pattern) for s in self.signatures if s.standalone])
-        self.signature_any = _combine([_drop_names(s.pattern) for s in self.signatures])
+        """(Re)build the matchers; call after editing the lists."""
+        self.keyword_pats = [Pat(p) for p in self.keywords]
+        self.run_start_pats = [Pat(p) for p in self.run_start]
+        self.waiting_pats = [Pat(p) for p in self.waiting]
+        self.ready_pats = [Pat(p) for p in self.ready]
+        self.benign_pats = [Pat(p) for p in self.benign]
+        self._line_rules = [r for r in self.secondary if not r.header]
+        self._header_rules = [r for r in self.secondary if r.header]
+        self._standalone = [s for s in self.signatures if s.standalone]
+        self.tag_peelers = [(re.compile(t[1:] if t.startswith("^") else t), t.startswith("^")) for t in self.extra_tags]
+        self._gates = {
+            name: gate(pats) for name, pats in (
+                ("keywords", self.keyword_pats), ("run_start", self.run_start_pats),
+                ("waiting", self.waiting_pats), ("ready", self.ready_pats), ("benign", self.benign_pats),
+                ("secondary", [r.pat for r in self._line_rules]),
+                ("signatures", [x.pat for x in self.signatures]),
+                ("standalone", [x.pat for x in self._standalone]),
+            )
+        }
+
+    def _open(self, name: str, text: str) -> bool:
+        g = self._gates.get(name)
+        return g is None or g.search(text) is not None
 
     # -- what the funnel asks for: one ERE per list --
     def keyword_ere(self) -> str:
@@ -121,40 +256,57 @@ class Rules:
 
     # -- lookups the analyzer uses --
     def signature_for(self, *texts: str) -> Signature | None:
-        """First signature matching any of the texts (tried in order)."""
-        for text in texts:
-            if not text or self.signature_any is None or not self.signature_any.search(text):
-                continue
-            for sig in self.signatures:
-                if sig.regex.search(text):
+        """The first signature, in rules order, that matches any of the texts.
+
+        Rules order is specificity order, so an error line saying "NCCL error"
+        whose detail line says "out of memory" is an out-of-memory error.
+        """
+        live = [t for t in texts if t and self._open("signatures", t)]
+        if not live:
+            return None
+        for sig in self.signatures:
+            for text in live:
+                if sig.pat.search(text) is not None:
                     return sig
         return None
 
     def standalone_for(self, text: str) -> Signature | None:
-        if self.standalone_any is None or not self.standalone_any.search(text):
+        """The signature that makes this line an error whatever its level, if any."""
+        if not self._open("standalone", text):
             return None
-        for sig in self.signatures:
-            if sig.standalone and sig.regex.search(text):
+        for sig in self._standalone:
+            if sig.pat.search(text) is not None:
                 return sig
         return None
 
     def secondary_for(self, text: str, header: str | None = None) -> tuple[SecondaryRule, re.Match[str]] | None:
-        if text and self.secondary_any is not None and self.secondary_any.search(text):
-            for rule in self.secondary:
-                if not rule.header:
-                    m = rule.regex.search(text)
-                    if m:
-                        return rule, m
+        """The wrapper/consequence rule matching an error line (or its traceback's header)."""
+        if text and self._open("secondary", text):
+            for rule in self._line_rules:
+                m = rule.pat.search(text)
+                if m is not None:
+                    return rule, m
         if header:
-            for rule in self.secondary:
-                if rule.header:
-                    m = rule.regex.search(header)
-                    if m:
-                        return rule, m
+            for rule in self._header_rules:
+                m = rule.pat.search(header)
+                if m is not None:
+                    return rule, m
         return None
 
     def is_benign(self, text: str) -> bool:
-        return self.benign_re is not None and self.benign_re.search(text) is not None
+        return _any(self.benign_pats, self._gates["benign"], text)
+
+    def is_run_start(self, text: str) -> bool:
+        return _any(self.run_start_pats, self._gates["run_start"], text)
+
+    def is_waiting(self, text: str) -> bool:
+        return _any(self.waiting_pats, self._gates["waiting"], text)
+
+    def is_ready(self, text: str) -> bool:
+        return _any(self.ready_pats, self._gates["ready"], text)
+
+    def is_keyword(self, text: str) -> bool:
+        return _any(self.keyword_pats, self._gates["keywords"], text)
 
     def depth_of(self, process: str | None) -> int:
         """Worker 3 > engine core 2 > API server 1; untagged lines count as 1."""
@@ -169,17 +321,6 @@ class Rules:
 def ere_union(patterns: Sequence[str]) -> str:
     """One ERE matching any of the patterns (each kept in its own group)."""
     return "|".join(f"({p})" for p in patterns)
-
-
-def _combine(patterns: Sequence[str]) -> re.Pattern[str] | None:
-    if not patterns:
-        return None
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
-
-
-def _drop_names(pattern: str) -> str:
-    """Named groups cannot repeat in one alternation; the fast pre-check needs none."""
-    return re.sub(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>", "(?:", pattern)
 
 
 _ERE_ESCAPABLE = set(".[]()*+?{}|^$\\/")
@@ -266,9 +407,13 @@ def load_rules(extra: Iterable[Path | str] = (), *, user_default: bool = True) -
     files.extend(Path(p) for p in extra)
     merged: dict[str, Any] = {k: [] for k in LIST_SECTIONS}
     merged.update(processes=[], secondary=[], signatures=[])
+    shipped_tags: list[str] = []
     for i, path in enumerate(files):
         _merge(merged, _read(path), str(path), first=(i == 0))
-    return _build(merged, [str(p) for p in files])
+        if i == 0:
+            shipped_tags = list(merged["tags"])
+    extra_tags = [t for t in merged["tags"] if t not in shipped_tags]
+    return _build(merged, [str(p) for p in files], extra_tags)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -383,7 +528,7 @@ def _check_py(pattern: str, where: str) -> None:
         raise RulesError(f"{where}: invalid regex {pattern!r}: {exc}") from None
 
 
-def _build(merged: dict[str, Any], sources: list[str]) -> Rules:
+def _build(merged: dict[str, Any], sources: list[str], extra_tags: list[str]) -> Rules:
     sigs = []
     for s in merged["signatures"]:
         hf = [h if isinstance(h, dict) else {"text": h} for h in (s.get("hint_facts") or [])]
@@ -395,7 +540,7 @@ def _build(merged: dict[str, Any], sources: list[str]) -> Rules:
         waiting=merged["waiting"], ready=merged["ready"], benign=merged["benign"],
         processes=[ProcessRule(p["pattern"], int(p["depth"]), str(p.get("role", ""))) for p in merged["processes"]],
         secondary=[SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False))) for s in merged["secondary"]],
-        signatures=sigs, sources=sources,
+        signatures=sigs, sources=sources, extra_tags=extra_tags,
     )
 
 

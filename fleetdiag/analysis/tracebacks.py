@@ -25,12 +25,12 @@ CHAIN = re.compile(
     r"^(The above exception was the direct cause of the following exception:"
     r"|During handling of the above exception, another exception occurred:)\s*$"
 )
-EXC_IN_TB = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:: ?(?P<msg>.*))?$")
+EXC_IN_TB = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\([\w.]+\))?)(?:: ?(?P<msg>.*))?$")
 _EXC_NAME = (
     r"(?:[A-Za-z_]\w*\.)*"
     r"(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout)|Exception|KeyboardInterrupt|StopIteration)"
 )
-EXC_STANDALONE = re.compile(r"^(?P<type>" + _EXC_NAME + r")(?:: (?P<msg>.*)|:?$)")
+EXC_STANDALONE = re.compile(r"^(?P<type>" + _EXC_NAME + r"(?:\([\w.]+\))?)(?:: (?P<msg>.*)|:?$)")
 TERMINATE = re.compile(
     r"terminate called (?:after throwing an instance of '(?P<type>[^']+)'|without an active exception|recursively)"
 )
@@ -60,6 +60,8 @@ class Event:
     chain: int = 0  # position in a chain of exceptions (0 = first printed)
     weak: bool = False
     truncated: bool = False  # the traceback's head was not in the lines read
+    count: int = 1  # the same line printed again and again by one process counts here
+    repeats: list[LogLine] = field(default_factory=list)  # those later copies
 
     @property
     def text(self) -> str:
@@ -71,8 +73,27 @@ class Event:
         return self.message
 
 
+_OTHER, _S_TB, _S_FRAME, _S_TERM, _S_EXC = range(5)
+
+
+def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
+    """What a message opens, tested once per line (cheap substring checks first)."""
+    if "Traceback" in m and TB_START.search(m):
+        return _S_TB, None
+    if 'File "' in m and FRAME.match(m):
+        return _S_FRAME, None
+    if "terminate called" in s:
+        tm = TERMINATE.search(s)
+        if tm:
+            return _S_TERM, tm
+    em = EXC_STANDALONE.match(s)
+    if em:
+        return _S_EXC, em
+    return _OTHER, None
+
+
 def _is_exception_type(name: str) -> bool:
-    last = name.rsplit(".", 1)[-1]
+    last = name.split("(", 1)[0].rsplit(".", 1)[-1]
     if not last:
         return False
     if last[0].isupper() or last[0] == "_" and last[1:2].isupper():
@@ -134,7 +155,14 @@ class _Stream:
     def _feed(self, ln: LogLine) -> None:
         m = ln.msg
         s = m.strip()
+        shape = _shape(m, s)
         if self.state == _EXC:
+            exc = self.exc
+            if (shape[0] == _S_EXC and exc is not None and self.cont == 0 and not self.blank
+                    and len(self.block) == 1 and len(self.chain_events) == 1 and exc.line.msg == m):
+                exc.count += 1  # a cascade repeating one line: count it, do not rebuild it
+                exc.repeats.append(ln)
+                return
             if not s:
                 self.blank = True
                 return
@@ -142,7 +170,7 @@ class _Stream:
                 self.block.append(ln)
                 self.state = _CHAIN
                 return
-            if self.blank or not self._continues(ln, s):
+            if self.blank or not self._continues(ln, s, shape[0]):
                 self._close()
             else:
                 assert self.exc is not None
@@ -155,16 +183,16 @@ class _Stream:
         elif self.state == _CHAIN:
             if not s:
                 return
-            if TB_START.search(m):
+            if shape[0] == _S_TB:
                 self.block.append(ln)
                 self.state = _TB
                 self.foreign = 0
                 return
             self._close()
         elif self.state == _TB:
-            if TB_START.search(m):
+            if shape[0] == _S_TB:
                 self._close()  # the previous one never got its exception line
-            elif not s or FRAME.match(m) or CODE.match(m) or CARET.match(m) or REPEATED.match(m):
+            elif not s or shape[0] == _S_FRAME or CODE.match(m) or CARET.match(m) or REPEATED.match(m):
                 self.block.append(ln)
                 self.foreign = 0
                 return
@@ -189,24 +217,28 @@ class _Stream:
                 self.block.append(ln)
                 return
             self._close()
-        self._idle(ln, m, s)
+        self._idle(ln, m, s, shape)
 
-    def _continues(self, ln: LogLine, s: str) -> bool:
+    def _continues(self, ln: LogLine, s: str, shape: int) -> bool:
         """Is this line more of the exception's message rather than something new?"""
-        if TB_START.search(s) or FRAME.match(ln.msg) or TERMINATE.search(s) or EXC_STANDALONE.match(s):
+        if shape != _OTHER:
             return False
         if UNRAISABLE.match(s) or not adjacent(self.last, ln):
             return False
         assert self.exc is not None
         first = self.exc.line
+        if ln.headered != first.headered:
+            return False  # a new log record, not more of this message
         if first.time is not None and ln.time is not None and ln.time != first.time:
             return False
         if ln.level is not None and first.level is not None and ln.level != first.level:
             return False
-        return self.rules.standalone_for(s) is None
+        sig = self.rules.standalone_for(s)
+        return sig is None or sig.weak  # a launcher summary's "exitcode: -9" is part of it
 
-    def _idle(self, ln: LogLine, m: str, s: str) -> None:
-        if TB_START.search(m):
+    def _idle(self, ln: LogLine, m: str, s: str, shape: tuple[int, re.Match[str] | None]) -> None:
+        kind, match = shape
+        if kind == _S_TB:
             head = m[: TB_START.search(m).start()].strip()  # type: ignore[union-attr]
             prev = self.last if self.last is not None and self.last is self.last_idle and adjacent(self.last, ln) else None
             if prev is not None and prev is self.pending:
@@ -218,22 +250,23 @@ class _Stream:
             self.state, self.foreign, self.truncated = _TB, 0, False
             return
         self._flush_pending()
-        if FRAME.match(m):
+        if kind == _S_FRAME:
             self.header = self.header_line = None
             self.block = [ln]
             self.state, self.foreign, self.truncated = _TB, 0, True
             return
-        tm = TERMINATE.search(s)
-        if tm:
+        if kind == _S_TERM:
+            tm = match
+            assert tm is not None
             self.native = Event("native", ln, self.key[0], exception_type=tm.group("type"), message=s)
             self.block = [ln]
             self.state = _NATIVE
             return
         quiet = 0 < ln.severity <= SEVERITY["INFO"]
-        em = EXC_STANDALONE.match(s)
+        em = match if kind == _S_EXC else None
         if em and not quiet and ln.severity != SEVERITY["WARNING"]:
             self.header = self.header_line = None
-            self.block = [ln]
+            self.block = []
             self.truncated = True
             self._exception(ln, em.group("type"), (em.group("msg") or "").strip())
             return
@@ -305,5 +338,6 @@ def build_events(lines: list[LogLine], rules: Rules) -> list[Event]:
         prev_stream, prev = st, ln
     for st in streams.values():
         st.finish()
-    out.sort(key=lambda e: (e.line.index, e.chain))
+    if any(out[k].line.index > out[k + 1].line.index for k in range(len(out) - 1)):
+        out.sort(key=lambda e: (e.line.index, e.chain))
     return out

@@ -17,11 +17,17 @@ from ..render import Env
 class Context:
     """What every command gets: the output environment and global options."""
 
+    redactor = None  # a fleetdiag.redact.Redactor when --redact is on
+
     def __init__(self, env: Env, inventory: str | None, rules: tuple[str, ...]):
         self.env = env
         self.inventory_arg = inventory
         self.rules_files = rules
         self._rules = None
+
+    def redact(self, res):
+        """The result as it may be shown: redacted under --redact (results themselves stay real)."""
+        return self.redactor.result(res) if self.redactor is not None else res
 
     def rules(self):
         from ..analysis import load_rules
@@ -33,7 +39,10 @@ class Context:
     def inventory(self):
         from ..inventory import find_inventory, load_inventory
 
-        return load_inventory(find_inventory(self.inventory_arg))
+        inv = load_inventory(find_inventory(self.inventory_arg))
+        if self.redactor is not None:
+            self.redactor.seed_inventory(inv)
+        return inv
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -105,8 +114,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-i", "--inventory", envvar="FLEETDIAG_INVENTORY", help="inventory.yaml (default: $FLEETDIAG_INVENTORY, ./inventory.yaml, ~/.config/fleetdiag/inventory.yaml).")
 @click.option("--rules", "rules", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Extra rules file(s), on top of the shipped rules and ~/.config/fleetdiag/rules.yaml.")
 @click.option("--color/--no-color", default=None, help="Force colour on or off (NO_COLOR is honoured).")
+@click.option("--redact", is_flag=True, envvar="FLEETDIAG_REDACT",
+              help="Replace IPs, host and user names and secret-looking tokens in all output (to share a report).")
 @click.pass_context
-def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], color: bool | None) -> None:
+def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], color: bool | None, redact: bool) -> None:
     """Find the decisive error on every GPU node of a fleet, over SSH.
 
     \b
@@ -114,9 +125,16 @@ def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], colo
                 3 a host unreachable or without a readable log · 4 internal error · 5 sweep already running
     """
     ctx.obj = Context(Env(color=color), inventory, rules)
+    if redact:
+        from ..redact import Redactor
+
+        ctx.obj.redactor = Redactor()
 
 
 from . import analyze as _analyze  # noqa: E402,F401  (registers commands)
 from . import demo as _demo  # noqa: E402,F401
 from . import hosts as _hosts  # noqa: E402,F401
 from . import probe as _probe  # noqa: E402,F401
+from . import sweep as _sweep  # noqa: E402,F401
+from . import preflight as _preflight  # noqa: E402,F401
+from . import watch as _watch  # noqa: E402,F401

@@ -42,8 +42,9 @@ def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> Non
     finally:
         if tmp:
             os.unlink(tmp)
+    shown = ctx.redact(res)
     if fmt in ("json", "jsonl"):
-        click.echo(json.dumps(res.to_json(), indent=2 if fmt == "json" else None))
+        click.echo(json.dumps(shown.to_json(), indent=2 if fmt == "json" else None))
     else:
-        ctx.env.out.print(host_card(res))
+        ctx.env.out.print(host_card(shown))
     raise SystemExit(int(exit_for([res])))

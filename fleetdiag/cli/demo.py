@@ -51,8 +51,12 @@ def demo(ctx: Context, serve: bool) -> None:
                 out.print(
                     "\nHow to read a card: [bold]cause[/] is the root-cause line fleetdiag chose; "
                     "[bold]cascade[/] counts the later errors it caused (the ones a tail or grep would show you first); "
-                    "[bold]hint[/] says what to check.\n"
-                    "Next: put your own nodes in inventory.yaml (see the README) and run [bold]fleetdiag probe all[/]."
+                    "[bold]hint[/] says what to check."
+                )
+                await _sweeps(ctx, fleet, hosts, settings, Path(tmp))
+                out.print(
+                    "\nNext: put your own nodes in inventory.yaml (see the README), run [bold]fleetdiag probe all[/], "
+                    "and put [bold]fleetdiag sweep all[/] in your crontab (README, \"Sweep from cron\")."
                 )
                 if serve:
                     out.print(f"\nServing. Try:  fleetdiag -i {fleet.inventory} --known-hosts ... (see {fleet.workdir})")
@@ -68,3 +72,36 @@ def demo(ctx: Context, serve: bool) -> None:
         except KeyboardInterrupt:
             return
     raise SystemExit(int(exit_for(results)) if not serve else 0)
+
+
+async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSettings, tmp: Path) -> None:
+    """What cron sees: a first sweep reports every incident, the next one only the change."""
+    from importlib import resources
+
+    from ..store import Store
+    from .sweep import SweepJob, execute, history_table, print_outcome
+
+    out = ctx.env.out
+    db = tmp / "history.sqlite3"
+    job = SweepJob(hosts=hosts, settings=settings, selector="all", db=db, report=tmp / "last-sweep.json",
+                   deadline=30.0)
+    cmd = f"fleetdiag -i {fleet.inventory} sweep all --db {db}"
+    out.print(Rule("sweep: what cron runs"))
+    out.print(f"[bold]{cmd}[/]  (a JSON report, a history, and only the news since the last sweep)\n")
+    first = await execute(job, ctx.env)
+    print_outcome(ctx.env, first)
+    out.print(f"exit code {int(first.exit)} · took {first.finished - first.started:.1f} s: as long as its "
+              "slowest host; the next sweep starts that one first\n")
+    uk = next(n for n in fleet.nodes if n.name == "uk-node")
+    if uk.path is not None:  # someone fixes the launch on uk-node
+        uk.path.write_text(resources.files("fleetdiag").joinpath("data", "demo", "healthy.log").read_text("utf-8"))
+        out.print("Someone relaunches vLLM on uk-node with DP=1; it comes up. The next sweep prints only that:\n")
+    out.print(f"[bold]{cmd}[/]")
+    second = await execute(job, ctx.env)
+    print_outcome(ctx.env, second)
+    if not second.changes:
+        out.print("[dim](nothing changed: no output, so cron mails nothing)[/]")
+    out.print(f"exit code {int(second.exit)} (failures remain on other nodes)\n")
+    out.print(f"[bold]fleetdiag history --db {db}[/]")
+    with Store(db, readonly=True) as store:
+        out.print(history_table(store.incidents(), db))

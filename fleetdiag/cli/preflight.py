@@ -1,0 +1,112 @@
+"""``fleetdiag preflight``: will this launch fit the hosts' GPUs? Checked before it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..exitcodes import Exit
+from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, exit_code, plan, preflight_many, report_json
+from ..probe import ProbeSettings
+from ..scheduler import DEFAULT_FANOUT
+from . import Context, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
+from .probe import jump_resolver
+
+MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
+
+
+def parse_env(items: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise click.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--env")
+        env[key] = value
+    return env
+
+
+def result_table(res: PreflightResult) -> Table:
+    """One host: a row per check, status first, the arithmetic in full."""
+    icon, style = {"pass": ("✓", "bold green"), "fail": ("✗", "bold red")}.get(res.status, ("⚠", "bold magenta"))
+    title = Text.assemble((f"{icon} {res.host} ", "bold"), (res.status.upper(), style))
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1), expand=False)
+    table.add_column(no_wrap=True)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold")
+    if res.error:
+        table.add_row(Text("⚠", style="bold magenta"), "reach", Text(res.error, style="magenta"))
+    for c in res.checks:
+        mark, st = MARK.get(c.status, ("?", ""))
+        table.add_row(Text(mark, style=st), c.name, Text(c.detail, style="bold" if c.status == FAIL else ""))
+    return table
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("selector")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE",
+              help="Environment the launch will run under, e.g. --env CUDA_VISIBLE_DEVICES=0,1 (repeatable).")
+@click.option("--path-prepend", metavar="DIR", help="Remote directory put before PATH (nvidia-smi outside the default PATH).")
+@click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts checked at once.")
+@output_options
+@transport_options
+@pass_ctx
+@handle_errors
+def preflight(ctx: Context, selector: str, command: tuple[str, ...], env_items: tuple[str, ...],
+              path_prepend: str | None, fanout: int, fmt: str | None, **kw) -> None:
+    """Check a planned launch against each selected host's GPUs before it runs.
+
+    \b
+    fleetdiag preflight uk-node --env CUDA_VISIBLE_DEVICES=0,1 -- vllm serve MODEL -tp 2 -dp 2
+    fleetdiag preflight 'gpu[01-04]' -- torchrun --nproc_per_node 8 train.py
+
+    Put the launch command after --. Checks, per host: workers needed
+    (TP × PP × DP, nproc_per_node) against the GPUs visible under the given
+    environment (--env, else VAR=val prefixes of the command, else the host's
+    login environment), the GPUs already busy (memory used, other processes),
+    a local model path. Exit 0: every check passed (warnings allowed); 1: a
+    check failed; 2: usage; 3: a host was unreachable.
+    """
+    from ..inventory import select
+
+    try:
+        launch = plan(command, parse_env(env_items))
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+    inv = ctx.inventory()
+    hosts = select(inv, (selector,))
+    settings = ProbeSettings(transport=transport_from(kw), jump_resolver=jump_resolver(inv), path_prepend=path_prepend)
+    results: list[PreflightResult] = []
+
+    async def go() -> None:
+        async for res in preflight_many(hosts, launch, settings, fanout):
+            results.append(res)
+            if fmt == "jsonl":
+                click.echo(json.dumps(res.to_json()))
+
+    asyncio.run(go())
+    order = {h.name: i for i, h in enumerate(hosts)}
+    results.sort(key=lambda r: order.get(r.host, 0))
+    if fmt == "json":
+        click.echo(json.dumps(report_json(launch, results), indent=2))
+    elif fmt is None:
+        out = ctx.env.out
+        ld = launch.to_dict()
+        head = f"launch: {launch.launcher}" + (f" · {ld['arithmetic']}" if ld["arithmetic"] else "")
+        if launch.cuda_visible_devices is not None:
+            head += f" · CUDA_VISIBLE_DEVICES={launch.cuda_visible_devices}"
+        out.print(Text(head, style="dim"))
+        for res in results:
+            out.print()
+            out.print(result_table(res))
+        if len(results) > 1:
+            out.print()
+            bad = [r.host for r in results if r.status != PASS]
+            out.print(Text(f"{len(results) - len(bad)}/{len(results)} hosts ready" + (f"; not: {', '.join(bad)}" if bad else ""),
+                           style="bold"))
+    code = exit_code(results)
+    raise SystemExit(int(Exit(code)))

@@ -1,0 +1,142 @@
+"""``fleetdiag watch``: a live dashboard of the selected hosts, updated by the hosts themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from contextlib import aclosing
+from typing import Any
+
+import click
+
+from ..exitcodes import exit_for
+from . import Context, handle_errors, main, pass_ctx, transport_from, transport_options
+
+
+class Duration(click.ParamType):
+    """``90s``, ``10m``, ``1h30m``, ``500ms`` or plain seconds (as in the inventory)."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        from ..inventory import parse_duration
+
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
+@main.command()
+@click.argument("selectors", nargs=-1, required=True)
+@click.option("--log", help="Log to follow: a name from the inventory's logs, or a path/glob.")
+@click.option("--stall-after", type=DURATION, default="10m", show_default=True,
+              help="No log growth for this long: stalled (an inventory funnel.stall_after wins per host).")
+@click.option("--wait-limit", type=DURATION, default="15m", show_default=True,
+              help="Waiting for a server / loading for this long: stalled.")
+@click.option("--process", metavar="PATTERN",
+              help="pgrep -f pattern of the serving process: gone while the log names no error = stalled.")
+@click.option("--grace", type=DURATION, default="10s", show_default=True,
+              help="A dropped connection that stays down this long makes the host unreachable.")
+@click.option("--heartbeat", type=DURATION, default="2s", show_default=True, help="Remote heartbeat period.")
+@click.option("--duration", type=DURATION, help="Stop after this long and print the summary [default: until Ctrl-C].")
+@click.option("--jsonl", is_flag=True, help="Stream state-change events as JSON lines (for piping) instead of the table.")
+@click.option("--no-facts", is_flag=True, help="Skip the GPU/serving-process facts in the first snapshot.")
+@transport_options
+@pass_ctx
+@handle_errors
+def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after: float, wait_limit: float,
+          process: str | None, grace: float, heartbeat: float, duration: float | None, jsonl: bool,
+          no_facts: bool, **kw: Any) -> None:
+    """Watch hosts live: each keeps one SSH connection and pushes what changes.
+
+    \b
+    States: connecting, starting, healthy, failed (the decisive error, as probe),
+    stalled (log not growing, waiting too long, or --process gone),
+    unreachable (down past --grace), no-log, recovered (healthy after trouble).
+    Each change is printed above the table and stays in the scrollback; Ctrl-C
+    prints a summary. Exit code as probe, from the final states.
+    """
+    from ..inventory import select
+    from ..render import host_card, watch_event_line, watch_table
+    from ..watch import FAILED, TROUBLE, Watch, WatchSettings
+    from .probe import jump_resolver
+
+    inv = ctx.inventory()
+    hosts = select(inv, selectors)
+    settings = WatchSettings(
+        log=log, rules=ctx.rules(), transport=transport_from(kw), stall_after=stall_after, wait_limit=wait_limit,
+        process=process, grace=grace, heartbeat=heartbeat, facts=not no_facts, jump_resolver=jump_resolver(inv),
+    )
+    w = Watch(hosts, settings)
+    env = ctx.env
+    out = env.out
+    live_table = env.is_tty and not jsonl
+
+    def on_event(ev: Any) -> None:
+        if jsonl:
+            sys.stdout.write(json.dumps(ev.to_json()) + "\n")
+            sys.stdout.flush()
+            return
+        out.print(watch_event_line(ev), soft_wrap=True)
+        if ev.state == FAILED:  # the whole story, once, where the scrollback keeps it
+            out.print(host_card(w.views[ev.host].to_result()))
+
+    async def go() -> None:
+        async with aclosing(w.events()) as events:
+            if not live_table:
+                async for ev in events:
+                    on_event(ev)
+                return
+            from rich.live import Live
+
+            with Live(console=out, get_renderable=lambda: watch_table(w.views.values()),
+                      refresh_per_second=4, transient=False, redirect_stdout=False) as live:
+                async for ev in events:
+                    live.console.print(watch_event_line(ev), soft_wrap=True)
+                    if ev.state == FAILED:
+                        live.console.print(host_card(w.views[ev.host].to_result()))
+
+    async def bounded() -> None:
+        if duration is None:
+            await go()
+            return
+        try:
+            await asyncio.wait_for(go(), duration)
+        except (asyncio.TimeoutError, TimeoutError):
+            pass
+
+    interrupted = False
+    try:
+        asyncio.run(bounded())
+    except KeyboardInterrupt:
+        interrupted = True
+    results = w.results()
+    states = {v.host: v.state for v in w.views.values()}
+    if jsonl:
+        summary = {"version": 1, "event": "summary", "time": round(time.time(), 3), "interrupted": interrupted,
+                   "hosts": [{**r.to_json(), "state": states[r.host]} for r in results]}
+        sys.stdout.write(json.dumps(summary) + "\n")
+        sys.stdout.flush()
+    else:
+        if not live_table:
+            out.print(watch_table(w.views.values()))
+        for v in w.views.values():
+            if v.state in TROUBLE and v.state != FAILED:  # failed cards were printed when they happened
+                out.print(host_card(v.to_result()))
+        counts = ", ".join(f"{n} {s}" for s, n in _counts(w.views.values()).items())
+        out.print(f"[bold]watch {'interrupted' if interrupted else 'ended'}[/]: {counts}", markup=True)
+    raise SystemExit(int(exit_for(results)))
+
+
+def _counts(views: Any) -> dict[str, int]:
+    from ..watch import summary_counts
+
+    return summary_counts(views)

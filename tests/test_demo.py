@@ -1,0 +1,18 @@
+"""`fleetdiag demo`: the embedded default works end to end over real SSH."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from fleetdiag.cli import main
+
+
+def test_demo_probes_the_simulated_fleet():
+    result = CliRunner().invoke(main, ["--no-color", "demo"], env={"COLUMNS": "160"})
+    out = result.output
+    assert result.exit_code == 1, out  # failed hosts in the fleet
+    assert "AssertionError: DP adjusted local rank 3 is out of bounds" in out
+    assert "TP 2 × DP 2 = 4 workers, but the host has 2 GPUs" in out
+    assert "CUDA error: invalid device ordinal" in out
+    for host, verdict in (("uk-node", "FAILED"), ("cn-node", "FAILED"), ("us-node", "HEALTHY"), ("de-node", "STALLED")):
+        assert f"{host}  {verdict}" in out, host

@@ -1,0 +1,504 @@
+"""fleetdiag watch: the remote follower, the state machine, reconnects, the event stream.
+
+Integration tests go through the real OpenSSH sshd fixture (and a zero-delay
+DelayProxy where a connection must be cut). Timings are shortened (heartbeat
+0.5 s, stall after ~1.5 s) so each test takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from click.testing import CliRunner
+
+from fleetdiag import follow, funnel
+from fleetdiag.analysis import load_rules
+from fleetdiag.cli import main
+from fleetdiag.delayproxy import DelayProxy
+from fleetdiag.inventory import parse_inventory
+from fleetdiag.records import Line
+from fleetdiag.watch import (
+    CONNECTING,
+    FAILED,
+    HEALTHY,
+    RECOVERED,
+    STALLED,
+    STARTING,
+    UNREACHABLE,
+    LineBuffer,
+    Watch,
+    WatchEvent,
+    WatchSettings,
+)
+
+from .sshd import free_port
+
+DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"
+SEED = (DEMO / "dp_rank.log").read_text().splitlines(keepends=True)
+CUT = next(i for i, ln in enumerate(SEED) if " ERROR " in ln)  # healthy start | the failure
+SEED_HEAD, SEED_FAILURE = "".join(SEED[:CUT]), "".join(SEED[CUT:])
+DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
+RULES = load_rules(user_default=False)
+
+
+def inventory(sshd: Any, hosts: dict[str, dict]) -> Any:
+    lines = ["hosts:"]
+    for name, h in hosts.items():
+        lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {h.get('port', sshd.port)}",
+                  f"    user: {sshd.user}", "    logs:", f"      vllm: {json.dumps(str(h['log']))}"]
+    return parse_inventory("\n".join(lines) + "\n", "watch-test.yaml")
+
+
+def settings(sshd: Any, **kw: Any) -> WatchSettings:
+    base: dict[str, Any] = dict(transport=sshd.opts(), rules=RULES, heartbeat=0.5, grace=5.0, stall_after=60.0,
+                                backoff_min=0.2, backoff_max=1.0, facts=False)
+    base.update(kw)
+    return WatchSettings(**base)
+
+
+class Run:
+    """A watch running in the background of a test, with waits on its state."""
+
+    def __init__(self, watch: Watch):
+        self.watch = watch
+        self.events: list[WatchEvent] = []
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> "Run":
+        async def consume() -> None:
+            async for ev in self.watch.events():
+                self.events.append(ev)
+                self._changed.set()
+
+        self._task = asyncio.ensure_future(consume())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def until(self, cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"timed out waiting for {what or cond}; events: "
+                                     + "; ".join(f"{e.host}:{e.state} ({e.reason})" for e in self.events))
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.1))
+            except asyncio.TimeoutError:
+                pass
+
+    async def state(self, host: str, *states: str, timeout: float = 10.0) -> None:
+        await self.until(lambda: self.watch.views[host].state in states, timeout, f"{host} in {states}")
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+async def grow(path: Path, n: int, every: float = 0.1, tag: str = "APIServer pid=6412") -> None:
+    for i in range(n):
+        append(path, f"({tag}) INFO 05-09 15:14:{i % 60:02d} [loggers.py:123] step {i}\n")
+        await asyncio.sleep(every)
+
+
+# ------------------------------------------------------------------ through sshd
+
+
+def test_growing_log_then_seed_failure_is_failed_with_decisive_line(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD)
+    inv = inventory(sshd, {"uk-node": {"log": log}})
+
+    async def go() -> tuple[Run, float]:
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd, facts=True))) as run:
+            await run.state("uk-node", HEALTHY, STARTING)
+            await grow(log, 8)  # healthy growth, seen as such
+            assert run.watch.views["uk-node"].state in (HEALTHY, STARTING)
+            t0 = time.monotonic()
+            append(log, SEED_FAILURE)
+            await run.state("uk-node", FAILED, timeout=5)
+            return run, time.monotonic() - t0
+
+    run, latency = asyncio.run(go())
+    v = run.watch.views["uk-node"]
+    d = v.result.decisive
+    assert DECISIVE in d.line and d.line.startswith("(Worker pid=7506)"), d.line
+    assert d.process == "Worker pid=7506"
+    assert any("in init_device" in ln for ln in d.traceback)  # the follower brought the whole traceback
+    assert d.traceback[-1].endswith(DECISIVE)
+    assert sum(v.result.secondary.values()) >= 2  # the cascade is counted, not chosen
+    failed = [e for e in run.events if e.state == FAILED]
+    assert len(failed) == 1 and failed[0].previous in (HEALTHY, STARTING) and DECISIVE in failed[0].reason
+    assert failed[0].decisive is not None and failed[0].decisive.line == d.line
+    assert latency < 3.0, latency  # pushed, not polled (the bench measures it properly)
+
+
+def test_log_that_stops_growing_is_stalled_then_recovers(sshd, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    inv = inventory(sshd, {"trainer": {"log": log}})
+
+    async def go() -> Run:
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd, stall_after=1.5))) as run:
+            await grow(log, 5, tag="rank0")
+            await run.state("trainer", HEALTHY)
+            t0 = time.monotonic()
+            await run.state("trainer", STALLED, timeout=6)
+            assert time.monotonic() - t0 >= 1.0  # not before the log has been quiet that long
+            assert "has not grown" in run.watch.views["trainer"].reason
+            await grow(log, 2, tag="rank0")
+            await run.state("trainer", RECOVERED, timeout=5)
+            return run
+
+    run = asyncio.run(go())
+    states = [e.state for e in run.events]
+    assert states.index(HEALTHY) < states.index(STALLED) < states.index(RECOVERED)
+
+
+def test_waiting_loop_longer_than_limit_is_stalled(sshd, tmp_path):
+    """The seeds' run.log: "Waiting for vLLM server to be ready..." keeps coming, nothing else."""
+    log = tmp_path / "run.log"
+    log.write_text("=== Step 1: Launching vLLM server ===\n")
+    inv = inventory(sshd, {"de-node": {"log": log}})
+
+    async def go() -> Run:
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd, wait_limit=1.5))) as run:
+            async def loop() -> None:
+                while True:
+                    append(log, "Waiting for vLLM server to be ready...\n")
+                    await asyncio.sleep(0.2)
+
+            writer = asyncio.ensure_future(loop())
+            try:
+                await run.state("de-node", STARTING)
+                await run.state("de-node", STALLED, timeout=6)
+            finally:
+                writer.cancel()
+            return run
+
+    run = asyncio.run(go())
+    v = run.watch.views["de-node"]
+    assert "still not ready" in v.reason and "Waiting for vLLM server" in v.reason
+    assert v.idle() < 1.0  # stalled although the log is growing
+
+
+def test_serving_process_gone_with_a_quiet_log_is_stalled(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD)
+    marker = f"sleep 60.{uuid.uuid4().int % 10**8:08d}"  # a command line no other process has
+    proc = subprocess.Popen(marker.split())
+    inv = inventory(sshd, {"us-node": {"log": log}})
+
+    async def go() -> Run:
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd, process=marker))) as run:
+            await run.state("us-node", HEALTHY)
+            await run.until(lambda: run.watch.views["us-node"].process_alive is True, 5, "process seen alive")
+            proc.kill()
+            proc.wait()
+            await run.state("us-node", STALLED, timeout=5)
+            return run
+
+    try:
+        run = asyncio.run(go())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert f"no process matches '{marker}'" in run.watch.views["us-node"].reason
+
+
+def test_killed_connection_reconnects_and_keeps_following(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD)
+
+    async def go() -> Run:
+        proxy = await DelayProxy("127.0.0.1", sshd.port, 0).start()
+        sshd.trust(proxy.port)
+        try:
+            inv = inventory(sshd, {"cn-node": {"log": log, "port": proxy.port}})
+            async with Run(Watch(list(inv.hosts.values()), settings(sshd, grace=10))) as run:
+                await run.state("cn-node", HEALTHY)
+                first = proxy.connections
+                proxy.drop_all()
+                await run.until(lambda: run.watch.views["cn-node"].reconnects >= 1, 8, "a reconnect")
+                assert proxy.connections > first
+                assert run.watch.views["cn-node"].connected
+                append(log, SEED_FAILURE)  # the new follower sees what comes next
+                await run.state("cn-node", FAILED, timeout=5)
+                return run
+        finally:
+            await proxy.stop()
+
+    run = asyncio.run(go())
+    states = [e.state for e in run.events]
+    assert UNREACHABLE not in states  # a blip within the grace period is not news
+    assert DECISIVE in run.watch.views["cn-node"].reason
+
+
+def test_host_that_stays_down_is_unreachable_others_go_on_and_it_recovers(sshd, tmp_path):
+    good, flaky = tmp_path / "good.log", tmp_path / "flaky.log"
+    good.write_text(SEED_HEAD)
+    flaky.write_text(SEED_HEAD)
+    dead_port = free_port()
+
+    async def go() -> Run:
+        proxy = await DelayProxy("127.0.0.1", sshd.port, 0).start()
+        sshd.trust(proxy.port)
+        port = proxy.port
+        inv = inventory(sshd, {"good": {"log": good}, "flaky": {"log": flaky, "port": port},
+                               "dead": {"log": good, "port": dead_port}})
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd, grace=1.0))) as run:
+            await run.state("flaky", HEALTHY)
+            await run.state("dead", UNREACHABLE, timeout=5)
+            assert "refused" in run.watch.views["dead"].reason
+            await proxy.stop()  # flaky goes away and stays away
+            proxy.drop_all()
+            await run.state("flaky", UNREACHABLE, timeout=8)
+            assert run.watch.views["good"].state == HEALTHY  # the others go on
+            again = await DelayProxy("127.0.0.1", sshd.port, 0, port=port).start()
+            try:
+                await run.state("flaky", RECOVERED, timeout=10)
+            finally:
+                await again.stop()
+            return run
+
+    run = asyncio.run(go())
+    flaky_states = [e.state for e in run.events if e.host == "flaky"]
+    assert flaky_states[-2:] == [UNREACHABLE, RECOVERED], flaky_states
+
+
+def test_truncation_and_rotation_restart_from_the_top(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD + SEED_FAILURE)
+    inv = inventory(sshd, {"h": {"log": log}})
+
+    async def go() -> Run:
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd))) as run:
+            await run.state("h", FAILED)
+            with open(log, "w") as fh:  # truncated in place (a relaunch with `> vllm.log`)
+                fh.write(SEED_HEAD)
+            await run.state("h", RECOVERED, timeout=5)
+            os.rename(log, tmp_path / "vllm.log.1")  # rotated: a new file under the old name
+            log.write_text(SEED_HEAD + SEED_FAILURE.replace("pid=7506", "pid=9999"))
+            await run.state("h", FAILED, timeout=5)
+            return run
+
+    run = asyncio.run(go())
+    d = run.watch.views["h"].result.decisive
+    assert d.process == "Worker pid=9999" and DECISIVE in d.line
+    assert any("rotated" in m for m in run.watch.views["h"].markers)
+    assert [e.state for e in run.events][-3:] == [FAILED, RECOVERED, FAILED]
+
+
+def test_hostile_log_path_is_followed_literally(sshd, tmp_path):
+    canary = f"fleetdiag-pwned-{uuid.uuid4().hex}"
+    name = f"-x$(touch {canary});`touch {canary}` 'q\"\nnl.log"
+    log = tmp_path / name
+    log.write_text(SEED_HEAD)
+    inv = inventory(sshd, {"h": {"log": log}})
+
+    async def go() -> Run:
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd))) as run:
+            await run.state("h", HEALTHY)
+            append(log, SEED_FAILURE)
+            await run.state("h", FAILED, timeout=5)
+            return run
+
+    asyncio.run(go())
+    for where in (Path.home(), tmp_path, Path("/tmp"), Path("/")):
+        assert not (where / canary).exists()
+
+
+def test_missing_log_waits_for_it_then_follows(sshd, tmp_path):
+    log = tmp_path / "later.log"
+    inv = inventory(sshd, {"h": {"log": log}})
+
+    async def go() -> Run:
+        async with Run(Watch(list(inv.hosts.values()), settings(sshd))) as run:
+            await run.state("h", STARTING)
+            assert "waiting for the log to appear" in run.watch.views["h"].reason
+            log.write_text(SEED_HEAD + SEED_FAILURE)
+            await run.state("h", FAILED, timeout=5)
+            return run
+
+    asyncio.run(go())
+
+
+def test_cli_jsonl_events_are_parseable_and_ordered(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD)
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+                   f"    logs:\n      vllm: {log}\n  nowhere:\n    address: 127.0.0.1\n    port: {free_port()}\n"
+                   f"    user: {sshd.user}\n    logs:\n      vllm: {log}\n")
+    timer = threading.Timer(1.5, append, (log, SEED_FAILURE))
+    timer.start()
+    args = ["-i", str(inv), "watch", "all", "--jsonl", "--duration", "4", "--heartbeat", "0.5", "--grace", "1",
+            "--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    try:
+        result = CliRunner().invoke(main, args)
+    finally:
+        timer.cancel()
+    assert result.exit_code == 1, result.output  # a host failed
+    records = [json.loads(line) for line in result.output.splitlines() if line.strip()]
+    events, summary = records[:-1], records[-1]
+    assert events and all(e["event"] == "state" and e["version"] == 1 for e in events)
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    times = [e["time"] for e in events]
+    assert times == sorted(times)
+    uk = [e for e in events if e["host"] == "uk-node"]
+    assert [e["state"] for e in uk] == [HEALTHY, FAILED]
+    assert uk[1]["previous"] == HEALTHY and uk[1]["decisive"]["process"] == "Worker pid=7506"
+    assert DECISIVE in uk[1]["decisive"]["line"]
+    assert [e["state"] for e in events if e["host"] == "nowhere"] == [UNREACHABLE]
+    assert summary["event"] == "summary"
+    states = {h["host"]: (h["state"], h["verdict"]) for h in summary["hosts"]}
+    assert states == {"uk-node": (FAILED, FAILED), "nowhere": (UNREACHABLE, UNREACHABLE)}
+
+
+def test_cli_table_prints_changes_and_summary(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD + SEED_FAILURE)
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+                   f"    logs:\n      vllm: {log}\n")
+    args = ["-i", str(inv), "--no-color", "watch", "uk-node", "--duration", "1.5", "--known-hosts",
+            str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    out = result.output
+    assert "connecting → ✗ failed" in out and DECISIVE in out  # the change line, then the card
+    assert "Worker pid=7506" in out
+    assert "watch ended: 1 failed" in out
+
+
+# ------------------------------------------------------------------ the follower script, locally
+
+
+def _local_follower(log: Path, mode: str, **kw: Any) -> tuple[subprocess.Popen, str]:
+    fs = funnel.FunnelSpec(log=str(log), keywords=RULES.keyword_ere(), run_start=RULES.run_start_ere(),
+                           tags=RULES.tag_ere())
+    spec = follow.FollowSpec(funnel=fs, waiting=RULES.waiting_ere(), ready=RULES.ready_ere(), mode=mode,
+                             heartbeat=0.5, **kw)
+    mark = funnel.new_mark()
+    proc = subprocess.Popen(["sh", "-c", follow.build_script(spec, mark)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, start_new_session=True)
+    return proc, mark
+
+
+def _records_until(proc: subprocess.Popen, stop: Callable[[Any], bool], timeout: float = 5.0) -> list[Any]:
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        raw = proc.stdout.readline().decode("utf-8", "replace").rstrip("\n")
+        rec = follow.parse_record(raw)
+        if rec is not None:
+            out.append(rec)
+            if stop(rec):
+                return out
+    raise AssertionError(f"no stop record in {out}")
+
+
+@pytest.mark.parametrize("mode", ["auto", "poll"])
+def test_follower_positions_partial_lines_and_truncation(tmp_path, mode):
+    """Byte offsets stay exact across held-back partial lines; truncation restarts at 0."""
+    log = tmp_path / "a.log"
+    log.write_text("first\n")
+    proc, mark = _local_follower(log, mode)
+    try:
+        _records_until(proc, lambda r: isinstance(r, follow.Heartbeat))
+        append(log, "ERROR half")
+        time.sleep(0.4)
+        append(log, " done\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad\n")
+        recs = _records_until(proc, lambda r: isinstance(r, follow.Line) and r.text == "ValueError: bad")
+        lines = {r.pos: r for r in recs if isinstance(r, follow.Line)}
+        data = log.read_bytes()
+        for pos, ln in lines.items():
+            assert data[pos:].split(b"\n", 1)[0].decode().startswith(ln.text), (pos, ln.text)
+        assert lines[6].text in ("ERROR half", "ERROR half done")
+        assert lines[6].lineno == 2
+        assert any(r.text == '  File "x.py", line 1' for r in lines.values())  # context, not just keywords
+        log.write_text("ERROR again\n")  # truncated and rewritten
+        recs = _records_until(proc, lambda r: isinstance(r, follow.Line) and r.text == "ERROR again")
+        assert any(isinstance(r, follow.Reset) and r.reason == "truncated" for r in recs)
+        assert recs[-1].pos == 0 and recs[-1].lineno == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_follower_exits_when_the_controller_hangs_up(tmp_path):
+    log = tmp_path / "a.log"
+    log.write_text("x\n")
+    proc, _ = _local_follower(log, "auto")
+    try:
+        _records_until(proc, lambda r: isinstance(r, follow.Heartbeat))
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()  # what sshd does when the channel closes
+        proc.stdout.close()
+        proc.wait(timeout=5)
+        deadline = time.monotonic() + 3
+        while True:  # the doorbell tail, the loop and awk are gone too (zombies awaiting init do not count)
+            ps = subprocess.run(["ps", "-o", "stat=,args=", "-g", str(proc.pid)], capture_output=True, text=True)
+            left = [ln for ln in ps.stdout.splitlines() if ln.strip() and not ln.strip().startswith("Z")]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert left == [], left
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# ------------------------------------------------------------------ units
+
+
+def test_line_buffer_merges_by_pos_cuts_at_run_start_and_bounds():
+    buf = LineBuffer(cap=10)
+    buf.reset([Line(0, "a", 1), Line(2, "b", 2)])
+    buf.add(Line(2, "b longer"))  # a held-back partial line that got its end
+    assert [(ln.pos, ln.text, ln.lineno) for ln in buf.lines()] == [(0, "a", 1), (2, "b longer", 2)]
+    buf.add(Line(10, "new run"), run_start=True)
+    assert [ln.pos for ln in buf.lines()] == [10]
+    for p in range(11, 40):
+        buf.add(Line(p, f"l{p}"))
+    kept = [ln.pos for ln in buf.lines()]
+    assert len(kept) == 10 and kept[:5] == [10, 11, 12, 13, 14] and kept[-1] == 39
+    assert buf.dropped == 20
+
+
+def test_parse_record_shapes():
+    assert follow.parse_record("L\t12\t3\tERROR x\ty") == Line(12, "ERROR x\ty", 3)
+    assert follow.parse_record("L\t12\t-\tx") == Line(12, "x", None)
+    hb = follow.parse_record("H\t100\t5\t99\t7\t0\t5")
+    assert isinstance(hb, follow.Heartbeat) and hb.alive is False and hb.size == 5 and hb.mtime == 99
+    assert follow.parse_record("H\t100\t-\t-\t-\t-\t0").alive is None
+    assert follow.parse_record("R\trotated\t42\t/var/log/x.log") == follow.Reset("rotated", 42, "/var/log/x.log")
+    assert follow.parse_record("S\t77") == follow.Sync(77)
+    assert follow.parse_record("garbage") is None
+
+
+def test_follower_script_quotes_every_value():
+    fs = funnel.FunnelSpec(log="/tmp/$(reboot)'x", keywords="a", run_start="b", tags="c")
+    script = follow.build_script(follow.FollowSpec(funnel=fs, process="vllm'; reboot; '"), "@@FD:abc")
+    assert "FW_LOG='/tmp/$(reboot)'\"'\"'x'" in script
+    assert "FW_PROC='vllm'\"'\"'; reboot; '\"'\"''" in script
