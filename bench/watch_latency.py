@@ -62,13 +62,13 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-async def grow_for(path: Path, seconds: float, start: int) -> int:
+async def grow_for(path: Path, seconds: float, start: int, every: float = 0.1) -> int:
     i = start
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         append(path, healthy_line(i))
         i += 1
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(every)
     return i
 
 
@@ -84,9 +84,12 @@ async def watch_latency(server, rtt: float, trials: int, mode: str, workdir: Pat
     got: dict[str, float] = {}
     changed = asyncio.Event()
 
+    history: list[str] = []
+
     async def consume() -> None:
         async for ev in w.events():
             got[ev.state] = time.monotonic()
+            history.append(f"{ev.previous}→{ev.state} ({ev.reason})")
             changed.set()
 
     async def until(*states: str, timeout: float = 30) -> float:
@@ -95,7 +98,7 @@ async def watch_latency(server, rtt: float, trials: int, mode: str, workdir: Pat
             changed.clear()
             left = end - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"still {w.views['far'].state}, wanted {states}")
+                raise TimeoutError(f"still {w.views['far'].state}, wanted {states}; events: {history[-6:]}")
             try:
                 await asyncio.wait_for(changed.wait(), left)
             except asyncio.TimeoutError:
@@ -189,8 +192,8 @@ def _tree_ticks(root: int) -> int:
     return total
 
 
-async def idle_cpu(server, workdir: Path, seconds: float, **kw) -> float:
-    """Percent of one core used by the remote follower's process tree while its log is idle."""
+async def idle_cpu(server, workdir: Path, seconds: float, grow_every: float | None = None, **kw) -> float:
+    """Percent of one core used by the remote follower's process tree while its log is idle (or growing)."""
     log = workdir / f"idle-{random.randrange(10**6)}.log"
     log.write_text(HEAD)
     inv = parse_inventory(f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {server.port}\n    user: {server.user}\n"
@@ -208,10 +211,13 @@ async def idle_cpu(server, workdir: Path, seconds: float, **kw) -> float:
             if watcher.remote_pids:
                 break
             await asyncio.sleep(0.1)
-        root = watcher.remote_pids[0]
+        root = watcher.remote_pids[-1]
         await asyncio.sleep(2)  # past start-up (the snapshot, the line count)
         t0, c0 = time.monotonic(), _tree_ticks(root)
-        await asyncio.sleep(seconds)
+        if grow_every:
+            await grow_for(log, seconds, 0, grow_every)
+        else:
+            await asyncio.sleep(seconds)
         t1, c1 = time.monotonic(), _tree_ticks(root)
         return (c1 - c0) / TICK / (t1 - t0) * 100
     finally:

@@ -6,23 +6,27 @@ script on the host; it stays running and *pushes*:
 
 1. the probe funnel's snapshot, exactly as ``probe`` gets it (same script, so
    the first verdict is the probe's verdict), between the funnel's markers;
-2. then, forever: every ``poll`` seconds it stats the log (size, inode); when
-   it grew it reads only the new bytes (``tail -c +OFFSET | head -c N``) into
-   one persistent awk filter that keeps error-shaped lines, the tagged context
-   after them (so a whole traceback arrives), the run-start banner and the
-   last few lines of each burst, as the funnel's ``L\\tpos\\tlineno\\ttext``
-   records; a heartbeat every ``heartbeat`` seconds carries the remote clock,
+2. then, until the connection closes: on every wake-up it stats the log
+   (size, inode) and, when it grew, reads only the new bytes
+   (``tail -c +OFFSET | head -c N``) into one persistent awk filter that
+   keeps error-shaped lines, the tagged context after them (so a whole
+   traceback arrives), run-start banners and the last lines of each burst, as
+   the funnel's ``L\tpos\tlineno\ttext`` records (``l`` for routine tail
+   lines); a heartbeat every ``heartbeat`` seconds carries the remote clock,
    size, mtime, inode and whether the serving process is alive.
 
-Truncation (size < offset) and rotation (inode change) restart at offset 0
-with a reset record; a glob re-resolves to its newest match on every
-heartbeat. Partial last lines are held back until their newline arrives (and
-shown at heartbeats, so an unterminated dying line is not lost).
+Wake-ups come from a ``tail -F`` *doorbell* where GNU tail exists (inotify,
+so an idle log starts no processes at all; offsets never come from tail),
+else from a stat every ``poll`` seconds. Truncation (size < offset) and
+rotation (inode change) restart at offset 0 with a reset record; a glob
+re-resolves to its newest match on every heartbeat. Partial last lines are
+held back until their newline arrives (and shown at heartbeats, so an
+unterminated dying line is not lost).
 
 Same rules as the funnel: read-only, no temp files, ``renice``/``ionice -c3``
-on itself, every value a single-quoted assignment, awk regexes via ENVIRON.
-The idle loop costs one ``stat`` and one ``sleep`` per poll (see
-bench/watch_latency.py for the measured CPU).
+on itself, every value a single-quoted assignment (the fixed shell and awk
+texts too), awk regexes via ENVIRON. Measured cost and latency:
+bench/watch_latency.py.
 
 Control lines travel from the shell loop to awk *inside* the byte stream,
 prefixed with a random mark; awk splits them off even when they land after a
@@ -94,7 +98,8 @@ else
   fw_nap() { sleep "$1"; }
   fw_now() { fw_t=$(date +%s); }
 fi
-fw_pid=
+fw_pid=; fw_mypg=
+if [ -r "/proc/$FW_SELF/stat" ] && read -r st <"/proc/$FW_SELF/stat"; then set -- $st; fw_mypg=$5; fi
 fw_alive() {
   fw_a=-
   [ -n "$FW_PROC" ] || return 0
@@ -107,6 +112,9 @@ fw_alive() {
   fw_a=0
   for p in $(pgrep -f -- "$FW_PROC" 2>/dev/null); do
     [ "$p" = "$FW_SELF" ] && continue
+    if [ -n "$fw_mypg" ] && [ -r "/proc/$p/stat" ]; then  # our own doorbell tail names the log path
+      read -r st <"/proc/$p/stat" 2>/dev/null && set -- $st && [ "$5" = "$fw_mypg" ] && continue
+    fi
     if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -e 'FW_PROC=' -e 'FD_MARK='; then continue; fi
     fw_a=1; fw_pid=$p; return 0
   done
@@ -240,15 +248,16 @@ _AWK = r"""
   function clip(s,  h) { if (length(s) <= ML) return s
     h = int(ML / 2); return substr(s, 1, h) "...[fleetdiag: " (length(s) - 2 * h) " bytes cut]..." substr(s, length(s) - h + 1) }
   function emit(p, n, t) { buf = buf "L\t" p "\t" n "\t" t "\n" }
+  function emit_tail(p, n, t) { buf = buf "l\t" p "\t" n "\t" t "\n" }
   function batch_end(force,   k, s, j) {
     if (!force && nr == 0 && buf == "" && dropped == 0) return
     s = (nr > TN) ? nr - TN : 0
-    for (k = s; k < nr; k++) { j = k % TN; if (!rk[j]) emit(rp[j], rn[j], rt[j]) }
+    for (k = s; k < nr; k++) { j = k % TN; if (!rk[j]) emit_tail(rp[j], rn[j], rt[j]) }
     if (dropped > 0) buf = buf "X\tfollow: " dropped " more error-shaped lines in one burst not shown\n"
     printf "%sS\t%s\n", buf, pos; fflush()
     buf = ""; nb = 0; nr = 0; dropped = 0; seenw = 0; seenr = 0; split("", rk)
   }
-  function show_partial(   t) { if (pend != "") { t = pend; sub(/\r$/, "", t); emit(pos, (ln >= 0) ? ln + 1 : "-", clip(t)) } }
+  function show_partial(   t) { if (pend != "") { t = pend; sub(/\r$/, "", t); emit_tail(pos, (ln >= 0) ? ln + 1 : "-", clip(t)) } }
   function line(t,   p, n, tagged, g, keep, j) {
     p = pos; pos += length(t) + 1
     if (ln >= 0) { ln++; n = ln } else n = "-"
@@ -367,6 +376,17 @@ def _fmt_seconds(s: float) -> str:
 
 
 @dataclass
+class Tail:
+    """One of the last lines of a burst (or a held-back partial line): where the log is now.
+
+    Kept apart from error-shaped lines so a busy healthy log does not fill
+    the controller's buffer with routine lines.
+    """
+
+    line: Line
+
+
+@dataclass
 class Started:
     """Following began at byte ``pos`` (``lineno``: lines before it, when known)."""
 
@@ -410,7 +430,7 @@ class Note:
     text: str
 
 
-Record = Union[Line, Started, Sync, Heartbeat, Reset, Gone, Note]
+Record = Union[Line, Tail, Started, Sync, Heartbeat, Reset, Gone, Note]
 
 
 def _int(s: str) -> int | None:
@@ -430,13 +450,14 @@ def _float(s: str) -> float | None:
 def parse_record(raw: str) -> Record | None:
     """One output line of the follow loop; None for anything unrecognised."""
     kind, _, rest = raw.partition("\t")
-    if kind == "L":
+    if kind in ("L", "l"):
         pos, _, rest = rest.partition("\t")
         lno, _, text = rest.partition("\t")
         p = _int(pos)
         if p is None:
             return None
-        return Line(p, text, int(lno) if lno.isdigit() else None)
+        line = Line(p, text, int(lno) if lno.isdigit() else None)
+        return line if kind == "L" else Tail(line)
     if kind == "S":
         p = _int(rest)
         return Sync(p) if p is not None else None

@@ -133,9 +133,12 @@ fd_log() {
   fi
   m size "$size"
   if [ "$size" -eq 0 ]; then m status empty; fd_close; return; fi
-  nul=$($TO tail -c 8192 "$r" | tr -d -c '\000' | wc -c | tr -d ' ')
-  samp=8192; [ "$size" -lt 8192 ] && samp=$size
-  if [ $((nul * 4)) -gt "$samp" ]; then m status binary; m reason "$nul NUL bytes in the last $samp"; fd_close; return; fi
+  # Binary (a .gz a glob caught, a core file): control bytes beyond tab, newline, CR and ESC
+  # in the last 8 KB. NUL padding after a crash is not held against a text log.
+  samp=$($TO tail -c 8192 "$r" | tr -d '\000' | wc -c | tr -d ' ')
+  ctl=$($TO tail -c 8192 "$r" | tr -d '\000\011\012\015\033\040-\176\200-\377' | wc -c | tr -d ' ')
+  if [ "$samp" -eq 0 ]; then m status binary; m reason "its last 8 KB are all NUL bytes"; fd_close; return; fi
+  if [ $((ctl * 20)) -gt "$samp" ]; then m status binary; m reason "$ctl control bytes in the last $samp"; fd_close; return; fi
   m status ok
   start=0
   if [ "$size" -gt "$FD_SCAN" ]; then start=$((size - FD_SCAN)); fi

@@ -125,12 +125,12 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             loc = f"{loc} of {res.log}" if loc else res.log
         if loc:
             where.append(loc)
-        grid.add_row("where", " · ".join(where))
+        grid.add_row("where", Text(" · ".join(where)))
         grid.add_row("log line", Text(d.line, style="dim"))
         kind = " · ".join(x for x in (d.exception_type, d.category) if x)
-        grid.add_row("kind", f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}")
+        grid.add_row("kind", Text(f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}"))
         if d.reason:
-            grid.add_row("why this", d.reason)
+            grid.add_row("why this", Text(d.reason))
         if d.hint:
             grid.add_row("hint", Text(d.hint, style="green"))
     else:
@@ -138,12 +138,12 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         if res.error:
             grid.add_row("reason", Text(res.error, style=style))
         if res.summary:
-            grid.add_row("log says", res.summary)
+            grid.add_row("log says", Text(res.summary))
     if res.idle_seconds is not None and res.verdict != UNREACHABLE:
-        grid.add_row("log age", f"last written {_age(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else ""))
+        grid.add_row("log age", Text(f"last written {_age(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")))
     cascade = cascade_text(res.secondary)
     if cascade:
-        grid.add_row("cascade", cascade)
+        grid.add_row("cascade", Text(cascade))
     for label, text in summary_lines(res.facts or {}):  # the host's GPUs and the launch, two rows at most
         grid.add_row(label, Text(text, style="cyan"))
     parts: list[Any] = [grid]
@@ -153,7 +153,7 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             keep = traceback_lines // 2
             tb = tb[:keep] + [f"… {len(tb) - 2 * keep} frames (see --json for all) …"] + tb[-keep:]
         body = Text("\n".join(tb), style="white", overflow="fold")
-        parts.append(Panel(body, title=f"traceback of {d.process or 'the failing process'}", title_align="left",
+        parts.append(Panel(body, title=Text(f"traceback of {d.process or 'the failing process'}"), title_align="left",
                            border_style="dim", padding=(0, 1)))
     for m in res.markers:
         parts.append(Text(f"note: {m}", style="dim yellow"))

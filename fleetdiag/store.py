@@ -593,9 +593,12 @@ class SweepLock:
             pid, since = self._holder(fd)
             os.close(fd)
             raise LockBusy(self.path, pid, since) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n{_iso(time.time())}\n".encode())
         self.fd = fd
+        try:  # who holds it, for the second sweep's message; the flock alone is the lock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n{_iso(time.time())}\n".encode())
+        except OSError:  # a full disk must not stop the sweep (its results matter more than this note)
+            pass
         return self
 
     @staticmethod

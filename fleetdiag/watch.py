@@ -102,10 +102,16 @@ class WatchSettings:
             self.rules = load_rules()
         return self.rules
 
+    silence: float | None = None  # no record for this long: the connection is dead [max(8, 4 × heartbeat)]
+
     @property
     def silence_limit(self) -> float:
-        """Seconds without any record before a connection counts as dead (heartbeats missed)."""
-        return max(8.0, 4 * self.heartbeat)
+        """Seconds without any record before a connection counts as dead (heartbeats missed).
+
+        Catches what TCP does not report: a peer that vanished without a RST
+        (a NAT or firewall dropping state, a powered-off host).
+        """
+        return self.silence if self.silence else max(8.0, 4 * self.heartbeat)
 
 
 @dataclass
@@ -192,34 +198,56 @@ class HostView:
 class LineBuffer:
     """The latest run's lines the analyzer needs, merged by byte position, bounded.
 
-    A line seen twice (snapshot and follower, or a held-back partial line that
-    later got its end) is kept once, the later text winning. A run-start line
-    drops everything before it, as the funnel does. Over ``cap`` lines, the
-    middle goes: the first lines hold the earliest (decisive) error, the last
-    ones the current state.
+    Two parts: the error-shaped lines with their context (and the snapshot),
+    capped at ``cap`` lines by dropping the middle (the first lines hold the
+    earliest, decisive error; the last ones the current state); and the last
+    ``tail_cap`` routine lines, which only say where the log is now. A line
+    seen twice (snapshot and follower, or a held-back partial line that later
+    got its end) is kept once, the later text winning. A run-start line drops
+    everything before it, as the funnel does.
     """
 
-    def __init__(self, cap: int = 4000):
+    def __init__(self, cap: int = 4000, tail_cap: int = 100):
         self.cap = max(10, cap)
         self._by_pos: dict[int, Line] = {}
+        self._tail: dict[int, Line] = {}  # insertion order = arrival order
+        self.tail_cap = max(1, tail_cap)
         self.dropped = 0
         self.dirty = False
 
     def __len__(self) -> int:
-        return len(self._by_pos)
+        return len(self._by_pos) + len(self._tail)
 
     def reset(self, lines: Iterable[Line] = ()) -> None:
         self._by_pos = {}
+        self._tail = {}
         self.dropped = 0
         for ln in lines:
             self._by_pos[ln.pos] = ln
         self.dirty = True
         self._trim()
 
+    def add_tail(self, ln: Line) -> None:
+        kept = self._by_pos.get(ln.pos)
+        if kept is not None:  # already an important line: just take the newer text
+            if kept.text != ln.text:
+                self._by_pos[ln.pos] = Line(ln.pos, ln.text, ln.lineno if ln.lineno is not None else kept.lineno)
+                self.dirty = True
+            return
+        if self._tail.get(ln.pos) == ln:
+            return
+        self._tail.pop(ln.pos, None)
+        self._tail[ln.pos] = ln
+        while len(self._tail) > self.tail_cap:
+            del self._tail[next(iter(self._tail))]
+        self.dirty = True
+
     def add(self, ln: Line, run_start: bool = False) -> None:
         if run_start:
             self._by_pos = {p: x for p, x in self._by_pos.items() if p >= ln.pos}
+            self._tail = {p: x for p, x in self._tail.items() if p >= ln.pos}
             self.dropped = 0
+        self._tail.pop(ln.pos, None)
         old = self._by_pos.get(ln.pos)
         if old is not None and old.text == ln.text:
             return
@@ -240,7 +268,8 @@ class LineBuffer:
             self.dropped += 1
 
     def lines(self) -> list[Line]:
-        return [self._by_pos[p] for p in sorted(self._by_pos)]
+        merged = {**self._tail, **self._by_pos}
+        return [merged[p] for p in sorted(merged)]
 
 
 # ------------------------------------------------------------------ one host
@@ -280,11 +309,11 @@ class HostWatcher:
         self.raw_facts: dict[str, Any] = {}
         self.fatal = False
         self.ever_up = False
-        self.down_since: float | None = settings.clock()
+        self.down_since: float | None = None  # since the first failure of a still-failing connection
         self.waiting_since: float | None = None
         self.seen_log = False  # the log existed at some point (so "missing" means removed)
         self.troubled = False
-        self.remote_pids: list[int] = []
+        self.remote_pids: list[int] = []  # this session's followers on the host (their sh pids)
         self._fp: str | None = None
         self._pos = 0
         self._activity_mono: float | None = None
@@ -331,6 +360,8 @@ class HostWatcher:
             except (asyncssh.Error, OSError) as exc:
                 he = explain(exc, self.host.target, self.host.port)
                 err, kind = str(he), he.kind
+            except Exception as exc:  # a bug here must not freeze this host's row silently
+                err, kind = f"internal error in fleetdiag ({type(exc).__name__}: {exc}); retrying", "internal"
             self._down(err, kind)
             if kind in PERMANENT:
                 return
@@ -424,8 +455,8 @@ class HostWatcher:
         self.seen_log = self.seen_log or fr.status not in ("missing", "no-match")
         self.raw_facts = dict(fr.facts)
         pid = (fr.facts.get("remote") or {}).get("pid")
-        if pid and str(pid).isdigit():
-            self.remote_pids = [int(pid)]
+        if pid and str(pid).isdigit():  # the newest last; earlier ones are ended by the next follower
+            self.remote_pids = (self.remote_pids + [int(pid)])[-4:]
         if self.settings.facts:
             from . import facts as facts_mod
 
@@ -445,6 +476,8 @@ class HostWatcher:
         now = self._now()
         if isinstance(rec, Line):
             self.buffer.add(rec, self.rules.is_run_start(rec.text))
+        elif isinstance(rec, follow_mod.Tail):
+            self.buffer.add_tail(rec.line)
         elif isinstance(rec, follow_mod.Sync):
             if rec.pos != self._pos:
                 self._pos = rec.pos

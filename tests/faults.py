@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ class FaultServer:
     workdir: Path
     behaviour: Behaviour = field(default_factory=Behaviour)
     authorize_client: bool = True  # False: the client's key is refused
+    client_passphrase: str | None = None  # write the client key encrypted with this
     port: int = 0
     host_key: asyncssh.SSHKey = field(init=False)
     client_key_path: Path = field(init=False)
@@ -74,10 +77,15 @@ class FaultServer:
     async def __aenter__(self) -> "FaultServer":
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host_key = asyncssh.generate_private_key("ssh-ed25519")
-        client_key = asyncssh.generate_private_key("ssh-ed25519")
         self.client_key_path = self.workdir / "client_ed25519"
-        client_key.write_private_key(str(self.client_key_path))
-        os.chmod(self.client_key_path, 0o600)
+        if self.client_passphrase is None:
+            client_key = asyncssh.generate_private_key("ssh-ed25519")
+            client_key.write_private_key(str(self.client_key_path))
+            os.chmod(self.client_key_path, 0o600)
+        else:  # ssh-keygen: asyncssh needs bcrypt to write an encrypted OpenSSH key
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", self.client_passphrase,
+                            "-f", str(self.client_key_path)], check=True)
+            client_key = asyncssh.read_public_key(str(self.client_key_path) + ".pub")
         other = asyncssh.generate_private_key("ssh-ed25519")
         allowed = client_key if self.authorize_client else other
         self._server = await asyncssh.create_server(
@@ -94,8 +102,10 @@ class FaultServer:
     async def __aexit__(self, *exc: object) -> None:
         for conn in self.connections:
             conn.abort()
-        for t in list(self._tasks):
+        tasks = list(self._tasks)
+        for t in tasks:
             t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._server.close()
         await self._server.wait_closed()
 
@@ -176,6 +186,9 @@ class FaultServer:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:  # close the pipes now, not at garbage collection after the loop is gone
+                transport.close()
 
 
 @dataclass
@@ -254,3 +267,23 @@ class MuteServer:
 
     def close(self) -> None:
         self.listener.close()
+
+
+class ServerThread:
+    """A FaultServer on its own event loop in a thread, for CLI tests (the CLI runs its own loop)."""
+
+    def __init__(self, workdir: Path, behaviour: Behaviour | None = None, **kw: Any):
+        self.server = FaultServer(workdir, behaviour or Behaviour(), **kw)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> FaultServer:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.__aenter__(), self.loop).result(10)
+        return self.server
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.__aexit__(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()

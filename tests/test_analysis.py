@@ -533,7 +533,8 @@ def test_user_rules_extend_and_override(tmp_path: Path, rules):
         "(Worker_TP0 pid=3) ERROR 05-09 15:15:09 [x.py:1] mylib.RetryWrapper: giving up after 3 attempts",
     ])
     base = run(text, rules)
-    assert base.decisive.category == "other" and base.decisive.hint is None
+    assert base.decisive.category == "other" and base.decisive.rule is None
+    assert base.decisive.hint and "no known error signature" in base.decisive.hint.lower()  # generic, never guessed
     user = tmp_path / "rules.yaml"
     user.write_text(
         "keywords: ['QuotaError']\n"
@@ -715,3 +716,134 @@ def test_raylet_memory_monitor(rules):
     ])
     dec = run(text, rules).decisive
     assert dec.process == "raylet" and dec.category == "oom" and "memory pressure" in dec.line
+
+
+# ------------------------------------------- shapes from tests/corpus_extra (held-out real logs)
+
+@pytest.mark.parametrize("prefix,suffix", [
+    ("[1;36m(VllmWorker rank=3 pid=4867)[0;0m ", ""),            # ESC lost in a copy-paste
+    ("^[[1;36m(VllmWorker rank=3 pid=4867)^[[0;0m ", "^M"),        # caret notation, CR shown as ^M
+    ("#033[1;36m(VllmWorker rank=3 pid=4867)#033[0;0m ", ""),      # syslog's octal escape
+    ("\ufffd[1;36m(VllmWorker rank=3 pid=4867)\ufffd[0;0m ", ""),  # ESC decoded as U+FFFD
+])
+def test_colour_codes_that_lost_their_escape_are_peeled(rules, prefix, suffix):
+    W = f"{prefix}ERROR 07-26 18:47:24 [multiproc_executor.py:511]"
+    text = "\n".join([
+        f"{W} WorkerProc failed to start.{suffix}",
+        f"{W} Traceback (most recent call last):{suffix}",
+        f'{W}   File "/v/gpu_worker.py", line 1, in load_model{suffix}',
+        f"{W}     self.model_runner.load_model(){suffix}",
+        f"{W} KeyError: 'model.layers.0.mlp.gate.weight'{suffix}",
+        "(EngineCore_DP0 pid=4800) ERROR 07-26 18:47:25 [core.py:1] EngineCore failed to start.",
+    ])
+    dec = run(text, rules).decisive
+    assert dec.exception_type == "KeyError" and dec.process == "VllmWorker rank=3 pid=4867"
+    assert dec.category == "config" and len(dec.traceback) == 5
+    assert parse_line(0, Line(0, "took [5m] to run", 1)).msg == "took [5m] to run"  # brackets in text stay
+
+
+def test_terminal_ui_borders_are_peeled(rules):
+    pad = " " * 60
+    text = "\n".join([
+        f"│ ERROR 09-27 06:46:46 engine.py:157] RuntimeError: CUDA error: an illegal memory access was encountered{pad}│",
+        f"│ ERROR 09-27 06:46:46 engine.py:157] CUDA kernel errors might be asynchronously reported at some other API call{pad}│",
+    ])
+    dec = run(text, rules).decisive
+    assert dec.exception_type == "RuntimeError" and dec.category == "cuda"
+
+
+def test_ray_dedup_suffix_does_not_break_a_traceback(rules):
+    R = "(RayWorkerWrapper pid=880) ERROR 04-16 01:01:44 [worker_base.py:620]"
+    rep = " [repeated 6x across cluster]"
+    text = "\n".join([
+        f"{R} Error executing method 'init_device'. This might cause deadlock in distributed execution.{rep}",
+        f"{R} Traceback (most recent call last):{rep}",
+        f'{R}   File "/v/worker_base.py", line 612, in execute_method{rep}',
+        f"{R}     return run_method(self, method, args, kwargs){rep}",
+        f"{R} RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details){rep}",
+    ])
+    dec = run(text, rules).decisive
+    assert dec.exception_type == "RuntimeError" and dec.category == "nccl" and len(dec.traceback) == 5
+
+
+@pytest.mark.parametrize("host", ["rdma-test-gpu-worker-1", "10.0.0.2", "3"])
+def test_pdsh_and_srun_host_prefixes(rules, host):
+    text = "\n".join([
+        f"{host}: Traceback (most recent call last):",
+        f'{host}:   File "/t/train.py", line 14, in <module>',
+        f"{host}:     dist.barrier()",
+        f"{host}: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1197, unhandled cuda error",
+        f"{host}: ncclUnhandledCudaError: Call to CUDA function failed.",
+        f"{host}: Last error:",
+        f"{host}: Cuda failure 'initialization error'",
+    ])
+    dec = run(text, rules).decisive
+    assert dec.process == host and dec.exception_type == "torch.distributed.DistBackendError"
+    assert dec.category == "cuda"  # the NCCL error's detail names a CUDA runtime failure
+    assert parse_line(0, Line(0, "error: unrecognized arguments: --tp 2", 1)).tags == ()
+    assert parse_line(0, Line(0, "RuntimeError: boom", 1)).tags == ()
+
+
+def test_container_runtime_and_syslog_prefixes(rules):
+    cri = parse_line(0, Line(0, "2024-01-01T00:00:00.123456789Z stderr F torch.OutOfMemoryError: CUDA out of memory.", 1))
+    assert cri.msg.startswith("torch.OutOfMemoryError") and cri.time.startswith("2024-01-01T00:00:00")
+    sl = parse_line(0, Line(0, "Jan  2 03:04:05 gpu-7 vllm[1234]: ERROR 05-09 15:00:00 [core.py:1] EngineCore failed to start.", 1))
+    assert sl.msg == "EngineCore failed to start." and sl.tags == ("vllm[1234]",) and sl.level == "ERROR"
+    rs = parse_line(0, Line(0, "(ServeReplica:default:LLMDeployment pid=14262) ERROR 2025-05-23 x", 1))
+    assert rs.process == "ServeReplica:default:LLMDeployment pid=14262"
+    rc = parse_line(0, Line(0, "(raylet) [2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: 1 Workers", 1))
+    assert rc.level == "ERROR" and rc.source == "node_manager.cc:3069" and rc.msg == "1 Workers"
+
+
+def test_launcher_summary_inside_the_wrapper_is_the_evidence(rules):
+    text = "\n".join([
+        "    raise ChildFailedError(",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "train.py FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "  <NO_OTHER_FAILURES>",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -9 (pid: 14750)",
+        "  traceback : Signal 9 (SIGKILL) received by PID 14750",
+        "============================================================",
+    ])
+    dec = run(text, rules).decisive
+    assert "exitcode  : -9 (pid: 14750)" in dec.line and dec.category == "oom"
+
+
+def test_root_cause_entry_beats_the_other_failures_listed_first(rules):
+    entry = lambda n, pid: [f"[{n}]:", f"  rank      : {n} (local_rank: {n})", f"  exitcode  : 1 (pid: {pid})",
+                            "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"]
+    text = "\n".join(["Failures:", *entry(1, 101), *entry(2, 102), "-" * 60,
+                      "Root Cause (first observed failure):", *entry(0, 100), "=" * 60])
+    diag = run(text, rules)
+    assert "(pid: 100)" in diag.decisive.line
+    assert diag.secondary.get("other ranks in the launcher's failure summary") == 2
+
+
+@pytest.mark.parametrize("line,category", [
+    ("(pid=5135) terminate called after throwing an instance of 'std::bad_alloc'\n(pid=5135)   what():  std::bad_alloc", "oom"),
+    ("ERROR 11-08 11:01:29 [multiproc_executor.py:135] Worker proc VllmWorker-3 died unexpectedly, shutting down executor.", "other"),
+    ("ERROR 11-08 11:01:29 [multiproc_executor.py:135] Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down", "oom"),
+    ("srun: error: node-2: task 4: Exited with exit code 1", "other"),
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 3311)", "other"),
+    ("RuntimeError: level_zero backend failed with error: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)", "other"),
+    ("node155:1:2 [1] transport/nvls.cc:246 NCCL WARN Cuda failure 3 'initialization error'", "cuda"),
+    ("node155:1:2 [1] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'", "oom"),
+])
+def test_more_error_shapes(rules, line, category):
+    dec = run(line, rules).decisive
+    assert dec is not None and dec.category == category and dec.hint
+
+
+def test_every_decisive_error_has_a_hint(rules):
+    """No signature knows it: the hint says what to look at instead of being empty."""
+    for text in ("mylib.QuotaError: tenant quota reached", "ERROR 05-09 15:00:00 [x.py:1] something odd happened",
+                 "Traceback (most recent call last):\n  File \"/x.py\", line 1, in <module>"):
+        dec = run(text, rules).decisive
+        assert dec is not None and dec.hint and dec.rule is None

@@ -21,6 +21,7 @@ from fleetdiag.analysis import load_rules
 from fleetdiag.analysis.rules import ERE_SECTIONS, Pat, check_ere, needles, shipped_rules_path
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS_EXTRA = Path(__file__).resolve().parent / "corpus_extra"
 
 SAMPLES = [
     # run_start
@@ -68,6 +69,10 @@ SAMPLES = [
     "tj1-asr-train-v100-13:941227:943077 [0] NCCL INFO Call to connect returned Connection refused, retrying",
     "[2025-09-13 05:28:15 TP4] Scheduler hit an exception: Traceback (most recent call last):",
     "[2025-09-13 05:28:15 DP1 TP4] Scheduler hit an exception", "vllm-1  | (APIServer pid=1) INFO hi",
+    "rdma-test-gpu-worker-1: Traceback (most recent call last):", "10.0.0.2: [2024-01-08 16:13:56,462] [INFO] x",
+    "3: RuntimeError: boom", "error: unrecognized arguments: --tp", "RuntimeError: NCCL error: x",
+    "[2026-05-28 00:11:09.816 DP0 TP0 EP0] Scheduler hit an exception", "srun: error: node-2: task 4: Exited with exit code 1",
+    "(ServeReplica:default:LLMDeployment pid=14262) ERROR x", "[rank0]:[W socket.cpp:1] SIGBUS Bus error",
     # near misses that must not match everything
     "plain text", "", "   ", "INFO all good", "(not a tag) x", "[rankX]: x", "timestamp 10:28:33 [x.py:1] y",
 ]
@@ -87,12 +92,18 @@ EXPECTED_TAG = {
     "[2025-09-13 05:28:15 TP4] Scheduler": " TP4]",
     "[2025-09-13 05:28:15 DP1 TP4] Scheduler": " DP1 TP4]",
     "vllm-1  | (APIServer pid=1) INFO hi": "vllm-1  | ",
+    "rdma-test-gpu-worker-1: torch.distributed.DistBackendError: x": "rdma-test-gpu-worker-1: ",
+    "10.0.0.2: [2024-01-08 16:13:56,462] [INFO] x": "10.0.0.2: ",
+    "error: unrecognized arguments: --tp": "-",
+    "[2026-05-28 00:11:09.816 DP0 TP0 EP0] Scheduler hit an exception": " DP0 TP0 EP0]",
+    "(ServeReplica:default:LLMDeployment pid=14262) ERROR x": "(ServeReplica:default:LLMDeployment pid=14262)",
+    "RuntimeError: NCCL error: x": "-",
 }
 
 
 def _corpus_lines() -> list[str]:
     out: list[str] = []
-    for log in sorted(CORPUS.glob("*.log")):
+    for log in sorted(CORPUS.glob("*.log")) + sorted(CORPUS_EXTRA.glob("*.log")):
         out.extend(log.read_text(encoding="utf-8", errors="replace").split("\n"))
     return out
 

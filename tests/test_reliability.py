@@ -430,10 +430,17 @@ def test_log_empty(sshd, tmp_path):
 
 
 def test_log_binary(sshd, tmp_path):
-    log = write_log(tmp_path / "vllm.log", bytes(range(256)) * 64)
+    import gzip
+
+    for name, data in (("vllm.log", bytes(range(256)) * 64), ("vllm.log.1.gz", gzip.compress(SEED * 4))):
+        log = write_log(tmp_path / name, data)
+        res = probe(make_host(sshd.port, log, user=sshd.user), sshd.opts())
+        assert res.verdict == NO_LOG and res.error.startswith(f"log looks binary: {log} ("), res.error
+        assert "control bytes in the last" in res.error
+    # NUL padding after a crash (preallocated blocks) does not make a text log binary
+    log = write_log(tmp_path / "padded.log", SEED + b"\0" * 4096)
     res = probe(make_host(sshd.port, log, user=sshd.user), sshd.opts())
-    assert res.verdict == NO_LOG and res.error.startswith(f"log looks binary: {log} (")
-    assert "NUL bytes" in res.error
+    assert res.verdict == FAILED and DECISIVE in res.decisive.line
 
 
 def test_log_with_non_utf8_bytes(sshd, tmp_path):
@@ -484,14 +491,14 @@ def test_log_10gb_bounded_time_and_payload(sshd, tmp_path):
 
 
 def _rotating_tail(log: Path, action: str, state: Path) -> dict[str, str]:
-    """A `tail` that changes the log under the funnel just before its tail pass (the 2nd tail call)."""
+    """A `tail` that changes the log under the funnel once, just before the tail pass
+    (after the keyword pass; the binary sample is `tail -c 8192`, the context reads `tail -c +N`)."""
     change = {
         "rotate": f'mv "{log}" "{log}.1"; printf "fresh run\\n" > "{log}"',
         "truncate": f': > "{log}"',
     }[action]
     real = shutil.which("tail")
-    return {"tail": f"""n=$(cat "{state}" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "{state}"
-if [ "$n" -eq 2 ]; then {change}; fi
+    return {"tail": f"""case $2 in 8192|+*) ;; *) if ! [ -e "{state}" ]; then : > "{state}"; {change}; fi ;; esac
 exec {real} "$@"
 """}
 
@@ -536,8 +543,8 @@ def test_log_is_a_fifo_or_directory_is_not_read(sshd, tmp_path):
     fifo = tmp_path / "vllm.log"
     os.mkfifo(fifo)
     t0 = time.monotonic()
-    res = probe(make_host(sshd.port, fifo, user=sshd.user), sshd.opts(command_timeout=5))
-    assert time.monotonic() - t0 < 4  # reading a FIFO would block until the timeout
+    res = probe(make_host(sshd.port, fifo, user=sshd.user), sshd.opts(command_timeout=30))
+    assert time.monotonic() - t0 < 10  # reading a FIFO would block until the 30 s timeout
     assert res.verdict == NO_LOG and "not a regular file" in res.error
     res = probe(make_host(sshd.port, tmp_path, user=sshd.user), sshd.opts())
     assert res.verdict == NO_LOG and "is a directory" in res.error
@@ -697,8 +704,8 @@ def test_many_faults_at_once_all_reported(sshd, tmp_path):
 
     async def go():
         async with FaultServer(tmp_path / "hang", Behaviour(hang=True)) as hanger:
-            with open(sshd.known_hosts, "a") as fh:
-                fh.write(hanger.known_line())
+            known = tmp_path / "known_hosts"  # the session sshd's file stays as it was
+            known.write_text(sshd.known_hosts.read_text() + hanger.known_line())
             hosts = [
                 make_host(sshd.port, good, "good", user=sshd.user),
                 make_host(free_port(), good, "refused"),
@@ -706,8 +713,8 @@ def test_many_faults_at_once_all_reported(sshd, tmp_path):
                 Host(name="hang", address="127.0.0.1", port=hanger.port, user="root", logs={"vllm": str(good)}),
             ]
             keys = [str(sshd.client_key), str(hanger.client_key_path)]
-            settings = ProbeSettings(transport=sshd.opts(connect_timeout=1, command_timeout=1.5, client_keys=keys),
-                                     rules=RULES)
+            settings = ProbeSettings(transport=sshd.opts(connect_timeout=1, command_timeout=1.5, client_keys=keys,
+                                                         known_hosts=str(known)), rules=RULES)
             t0 = time.monotonic()
             out = [r async for r in probe_many(hosts, settings, deadline=10)]
             return out, time.monotonic() - t0
@@ -722,3 +729,115 @@ def test_many_faults_at_once_all_reported(sshd, tmp_path):
     assert {got[h].verdict for h in ("refused", "silent", "hang")} == {UNREACHABLE}
     assert all(got[h].error for h in ("refused", "silent", "hang"))
     assert took < 5, took
+
+
+# ============================================================================ the controller
+# Ctrl-C during a sweep, two sweeps at once and a corrupted history database are
+# covered through the real CLI in tests/test_fleet.py (see docs/reliability.md);
+# here: a locked history and a full disk, end to end.
+
+
+def _sweep_setup(sshd, tmp_path: Path) -> tuple[Path, list[str]]:
+    log = write_log(tmp_path / "vllm.log", SEED)
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+                   f"    logs: {{vllm: {log}}}\n  gpu02:\n    address: 127.0.0.1\n    port: {free_port()}\n"
+                   f"    logs: {{vllm: {log}}}\n")
+    ssh = ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    return inv, ssh
+
+
+def _sweep(inv: Path, db: Path, report: Path, ssh: list[str]):
+    return CliRunner().invoke(main, ["-i", str(inv), "sweep", "all", "--db", str(db), "--report", str(report), *ssh])
+
+
+def test_sweep_with_a_locked_history_keeps_the_new_results(sshd, tmp_path, monkeypatch):
+    import functools
+    import sqlite3
+
+    from fleetdiag.cli import sweep as sweep_cli
+    from fleetdiag.store import Store
+
+    inv, ssh = _sweep_setup(sshd, tmp_path)
+    db, report = tmp_path / "history.db", tmp_path / "report.json"
+    Store(db).close()
+    monkeypatch.setattr(sweep_cli, "Store", functools.partial(Store, timeout=0.3))  # production waits 10 s
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # e.g. someone's sqlite3 shell, or a backup job
+    try:
+        r = _sweep(inv, db, report, ssh)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert r.exit_code == 1, r.output  # the contract: a failure was found
+    assert "history not updated" in r.stderr and "locked by another process" in r.stderr
+    assert str(report) in r.stderr  # ... and where the results are
+    hosts = {h["host"]: h for h in json.loads(report.read_text())["hosts"]}
+    assert hosts["gpu01"]["verdict"] == FAILED and hosts["gpu02"]["verdict"] == UNREACHABLE
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KiB tmpfs, filled: a real ENOSPC (needs mount privileges: root here and in CI)."""
+    where = tmp_path / "full"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root); test_report_write_fails_with_enospc_simulated covers it")
+    try:
+        fd = os.open(where / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_disk_full_while_writing_the_report(sshd, tmp_path, full_disk):
+    inv, ssh = _sweep_setup(sshd, tmp_path)
+    db, report = tmp_path / "history.db", full_disk / "report.json"
+    r = _sweep(inv, db, report, ssh)
+    assert r.exit_code == 1, r.output
+    assert f"cannot write the report {report}: No space left on device" in r.stderr
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # no half-written report, no temp file
+    from fleetdiag.store import Store
+
+    with Store(db, readonly=True) as st:  # the results were not lost: the history has them
+        assert set(st.open_incidents()) == {"gpu01", "gpu02"}
+    assert "gpu01" in r.stdout  # and the news was printed
+
+
+def test_disk_full_for_the_history_database(sshd, tmp_path, full_disk):
+    inv, ssh = _sweep_setup(sshd, tmp_path)
+    db, report = full_disk / "history.db", tmp_path / "report.json"
+    r = _sweep(inv, db, report, ssh)
+    assert r.exit_code == 1, r.output
+    assert "history not updated" in r.stderr and str(report) in r.stderr
+    assert {h["host"] for h in json.loads(report.read_text())["hosts"]} == {"gpu01", "gpu02"}
+
+
+def test_report_write_fails_with_enospc_simulated(sshd, tmp_path, monkeypatch):
+    """The same fault without mount privileges: the report's write raises ENOSPC."""
+    import errno
+
+    from fleetdiag import store as store_mod
+
+    real_open = open
+    report = tmp_path / "out" / "report.json"
+
+    def full_open(path, *a, **kw):
+        if str(path).startswith(str(report.parent)) and ("w" in (a[0] if a else kw.get("mode", "r"))):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(store_mod, "open", full_open, raising=False)
+    inv, ssh = _sweep_setup(sshd, tmp_path)
+    r = _sweep(inv, tmp_path / "history.db", report, ssh)
+    assert r.exit_code == 1, r.output
+    assert "cannot write the report" in r.stderr and "No space left on device" in r.stderr
+    assert not report.exists()

@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -222,7 +221,7 @@ def test_sweep_lock_names_the_holder_and_frees_on_death(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    with SweepLock(lock_path) as lock:  # the kernel released it: no stale lock
+    with SweepLock(lock_path):  # the kernel released it: no stale lock
         assert lock_path.read_text().split()[0] == str(os.getpid())
 
 

@@ -9,6 +9,7 @@ child died.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -51,12 +52,68 @@ def _norm(s: str) -> str:
     return " ".join(s.split())
 
 
-def classify(events: list[Event], rules: Rules) -> list[Judged]:
-    """Primary vs secondary for every event, repeats folded, quoting wrappers promoted."""
+# torchelastic's failure summary lists every failed rank under "Failures:" and then the first one
+# under "Root Cause (first observed failure):"; the entries printed before the root cause are the
+# other ranks going down after it.
+_ROOT_CAUSE = re.compile(r"^\s*Root Cause \(first observed failure\):\s*$")
+_SUMMARY_LINE = re.compile(
+    r"^\s*(?:\[\d+\]:|(?:time|host|rank|exitcode|error_file|traceback)\s*:|Failures:|<NO_OTHER_FAILURES>|[-=]{8,}\s*$|\S.* FAILED\s*$)"
+)
+OTHER_RANKS = "other ranks in the launcher's failure summary"
+
+
+def summary_other_failures(run: list[LogLine]) -> set[int]:
+    """Indices of launcher-summary lines that describe failures other than the root cause."""
+    out: set[int] = set()
+    for k, ln in enumerate(run):
+        if "Root Cause" not in ln.msg or not _ROOT_CAUSE.match(ln.msg):
+            continue
+        j = k - 1
+        while j >= 0 and (not run[j].msg.strip() or _SUMMARY_LINE.match(run[j].msg)) and k - j <= 400:
+            out.add(run[j].index)
+            j -= 1
+    return out
+
+
+def _lifted(ev: Event, rules: Rules) -> list[Event]:
+    """Error lines a wrapper exception carries in its message (a launcher's failure summary).
+
+    ``ChildFailedError`` is only the launcher saying a child failed, but its
+    message lists the child's exit code and signal: those lines are the
+    evidence, so they stand as events of their own.
+    """
+    out: list[Event] = []
+    after = False
+    for ln in ev.block:
+        if ln is ev.line:
+            after = True
+            continue
+        if not after:
+            continue
+        text = ln.msg.strip()
+        sig = rules.standalone_for(text) if text else None
+        if sig is not None and sig.weak:  # an exit code or kill report, not the wrapper's own wording
+            out.append(Event("signature", ln, ev.process, block=[ln], message=text, signature=sig, weak=sig.weak))
+    return out
+
+
+def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[int] = frozenset()) -> list[Judged]:
+    """Primary vs secondary for every event, repeats folded, quoting wrappers promoted.
+
+    ``demoted`` are line indices that only restate other failures (see
+    ``summary_other_failures``): events there count in the cascade.
+    """
     out: list[Judged] = []
     seen: dict[str, Judged] = {}
     memo: dict[tuple[str, str | None, str], tuple[Any, ...]] = {}  # cascades repeat one message many times
-    for ev in events:
+    queue = list(events)
+    q = 0
+    while q < len(queue):
+        ev = queue[q]
+        q += 1
+        if ev.line.index in demoted and ev.kind == "signature":
+            out.append(Judged(ev, "secondary", ONLY_SECONDARY, OTHER_RANKS))
+            continue
         text = ev.text
         key = (text, ev.header, ev.line.msg)
         verdict = memo.get(key)
@@ -74,6 +131,8 @@ def classify(events: list[Event], rules: Rules) -> list[Judged]:
             rule, m = verdict[1]
             cause = m.groupdict().get("cause") if rule.carries_cause else None
             out.append(Judged(ev, "secondary", ONLY_SECONDARY, rule.kind, rule=rule, cause=cause))
+            if ev.kind == "exception" and len(ev.block) > 1:
+                queue.extend(_lifted(ev, rules))
             continue
         if ev.kind == "incomplete":
             out.append(Judged(ev, "primary", INCOMPLETE, "traceback without its final line"))
@@ -127,6 +186,25 @@ def choose(judged: list[Judged], rules: Rules) -> Judged | None:
         if rules.depth_of(c.ev.process) > rules.depth_of(best.ev.process) and _simultaneous(best.ev, c.ev):
             best = c
     return best
+
+
+_FALLBACK_HINTS = {
+    ONLY_SECONDARY: "Only consequences of a failure were found (wrappers, teardown, a launcher's summary): the root cause "
+                    "was printed elsewhere, earlier in this log or in another process's log.",
+    INCOMPLETE: "The traceback's final line was not in the lines read: read the log around it (that process's own "
+                "lines) to see the exception.",
+}
+_FALLBACK_BY_KIND = {
+    "exception": "No known error signature: the last frames of the traceback name the failing code; search the "
+                 "message in the framework's issue tracker.",
+    "native": "A C++ exception or abort ended the process: the what() line names it.",
+}
+_FALLBACK = "An error line with no known signature: the lines around it from the same process say more."
+
+
+def _fallback_hint(best: Judged) -> str:
+    """A hint for an error no signature knows, so the answer always says what to look at next."""
+    return _FALLBACK_HINTS.get(best.tier) or _FALLBACK_BY_KIND.get(best.ev.kind, _FALLBACK)
 
 
 def _category(j: Judged) -> str:
@@ -246,7 +324,7 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
     parsed = parse_all(lines, rules.tag_peelers)
     run = parsed[latest_run(parsed, rules):]
     events = build_events(run, rules)
-    judged = classify(events, rules)
+    judged = classify(events, rules, summary_other_failures(run))
     best = choose(judged, rules)
     if best is None:
         verdict, summary = _summary(run, rules)
@@ -268,7 +346,7 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
         exception_type=ev.exception_type,
         category=_category(best),
         traceback=[ln.raw for ln in ev.block],
-        hint=hints.render(sig, facts),
+        hint=hints.render(sig, facts) or _fallback_hint(best),
         fingerprint=best.fp or fingerprint(ev.exception_type or best.kind or ev.kind, ev.message),
         confidence=_confidence(best, judged, cascade),
         reason=_reason(best, judged, rules, cascade, rank),

@@ -35,8 +35,9 @@ def _p(rx: str) -> re.Pattern[str]:
 
 # Each peeler matches at the start of what is left of the line. Named groups:
 # tag (a process tag), level, time, source (logger file:line or name).
-_PAREN_TAG = _p(r"\((?P<tag>(?:[A-Za-z_][\w.-]*(?: [\w=.-]+)*,? )?pid=\d+(?:, ip=[\w.:]+)?)\) ?")
+_PAREN_TAG = _p(r"\((?P<tag>(?:[A-Za-z_][\w.:-]*(?: [\w=.-]+)*,? )?pid=\d+(?:, ip=[\w.:]+)?)\) ?")
 _RAY_SYS = _p(r"\((?P<tag>(?:raylet|gcs_server|autoscaler|monitor|dashboard)(?:, ip=[\w.:]+)?)\) ?")
+_RAY_SYS_TAGS = frozenset(("raylet", "gcs_server", "autoscaler", "monitor", "dashboard"))
 _ASCEND_PID = _p(r"\(PID: *\d+(?:, *Device: *-?\d+)?(?:, *RankID: *-?\d+)?\) *")
 _BRACKET_TIME = _p(r"\[(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
                    r"(?: (?P<tag>[A-Z]{1,4}\d+(?: [A-Z]{1,4}\d+)*))?\] ?")
@@ -58,11 +59,24 @@ _RAY = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +(?P<source>[\w./<>-]+\
 _PYDASH = _p(r"- (?P<source>[\w.]+) - (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
 _LOGURU = _p(r"\| (?P<level>TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| (?P<source>[\w.<>:-]+) - ")
 _COMPOSE = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*) +\| ")
+# pdsh / clush / DeepSpeed's multi-node runner put "host: " before every line.
+# A host name is lower-case labels with a digit or hyphen somewhere (an
+# exception type is CamelCase or dotted, "error: " has neither).
+_PDSH = _p(r"(?P<tag>(?=[a-z0-9.-]*[0-9-])[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*): (?=\S|$)")
+# Ray's C++ components: "[2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: "
+_RAY_CPP = _p(r"\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?) (?P<level>[IWEF]) \d+ \d+\] ?")
+_RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
 
-_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _NCCL)
+# containerd/CRI log files (/var/log/pods): "2024-01-01T00:00:00.000000000Z stderr F message"
+_CRI = _p(r"(?:stdout|stderr) [FP] ")
+# syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message"
+_SYSLOG = _p(r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d) \S+ "
+             r"(?P<tag>[\w.@/-]+\[\d+\]): ")
+
+_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _SYSLOG, _NCCL)
 _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "(": (_PAREN_TAG, _RAY_SYS, _ASCEND_PID),
-    "[": (_BRACKET_TIME, _RANK, _MPI, _GLOG_BR, _GLOG_BR_OLD, _BRACKET_LEVEL, _BRACKET_SOURCE),
+    "[": (_BRACKET_TIME, _RAY_CPP, _RANK, _MPI, _GLOG_BR, _GLOG_BR_OLD, _BRACKET_LEVEL, _BRACKET_SOURCE),
     "-": (_PYDASH,),
     "|": (_LOGURU,),
 }
@@ -72,9 +86,19 @@ for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _DISPATCH[_c] = _UPPER
 for _c in "abcdefghijklmnopqrstuvwxyz":
     _DISPATCH[_c] = (_NCCL,)
+_DISPATCH["s"] = (_CRI, _NCCL)
 
 _GROUPS = {rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
-           for rx in (_COMPOSE, *{r for v in _DISPATCH.values() for r in v})}
+           for rx in (_COMPOSE, _PDSH, _RAY_CPP_SRC, *{r for v in _DISPATCH.values() for r in v})}
+# Terminal UIs (k9s, less with borders, rich panels) frame each line: "│ text   │".
+_FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
+# Colour codes whose ESC byte was lost in a copy-paste ("[1;36m(VllmWorker pid=1)[0;0m",
+# "^[[0m", "#033[0m", "\ufffd[0m"), and a carriage return shown as "^M".
+_ANSI_LOST = re.compile(r"(?:\^\[|#033|\\033|\\x1[bB]|\\e|\ufffd)\[[0-9;]*m"
+                        r"|^\[(?:[0-9]{1,3};)*[0-9]{1,3}m|\[(?:[0-9]{1,3};)*[0-9]{1,3}m(?=\()|(?<=\))\[(?:[0-9]{1,3};)*[0-9]{1,3}m"
+                        r"|\^M$")
+# Ray deduplicates identical lines across workers and appends a count.
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _NCCL_LEVEL = re.compile(r"(?:^|\s)NCCL (INFO|WARN|ERROR|TRACE)\b")
 
 
@@ -135,6 +159,10 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
         s = html.unescape(s)
     if "\xa0" in s:
         s = s.replace("\xa0", " ")
+    if s and s[0] in "│┃║":
+        s = _FRAME.sub(r"\1", s)
+    if ("m" in s and "[" in s) or "^M" in s:
+        s = _ANSI_LOST.sub("", s)
     tags: list[str] = []
     level: str | None = None
     time: str | None = None
@@ -144,8 +172,13 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
         if i >= n:
             break
         m = None
-        if step == 0 and s.find("| ", 0, 120) >= 0:
-            m = _COMPOSE.match(s)
+        if step == 0:
+            if s.find("| ", 0, 120) >= 0:
+                m = _COMPOSE.match(s)
+            if m is None and s.find(": ", 0, 80) > 0:
+                m = _PDSH.match(s)
+        elif source is None and tags and tags[-1] in _RAY_SYS_TAGS and s.find(": ", i, i + 80) > 0:
+            m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
         if m is None:
             c = s[i]
             if source is not None and c != "[" and c != "(":
@@ -187,6 +220,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 source = v
         i = m.end()
     msg = (s[i:] if i else s).rstrip()
+    if msg.endswith("cluster]") and "[repeated " in msg:
+        msg = _RAY_REPEAT.sub("", msg)
     if level is None and "NCCL " in msg[:200]:
         nm = _NCCL_LEVEL.search(msg[:200])
         if nm:

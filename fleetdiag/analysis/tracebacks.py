@@ -38,6 +38,10 @@ WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
 NATIVE_STACK = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+:|\s*\d+# |\s+\S)")
 UNRAISABLE = re.compile(r"^Exception ignored (?:in|on)\b")
 ERROR_WORD = re.compile(r"^(?:ERROR|FATAL|CRITICAL|Error|Fatal error)\b")
+# torch's NCCL errors span lines: "...unhandled cuda error" / "ncclUnhandledCudaError: Call to CUDA
+# function failed." / "Last error:" / "Cuda failure 'out of memory'". An NCCL result name is never a
+# Python class, so such a line is more of the message, not a new exception.
+NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*(?:Error|Usage)\b")
 
 MAX_CONTINUATION = 100
 MAX_FOREIGN = 3
@@ -221,7 +225,7 @@ class _Stream:
 
     def _continues(self, ln: LogLine, s: str, shape: int) -> bool:
         """Is this line more of the exception's message rather than something new?"""
-        if shape != _OTHER:
+        if shape != _OTHER and not (shape == _S_EXC and NCCL_RESULT.match(s)):
             return False
         if UNRAISABLE.match(s) or not adjacent(self.last, ln):
             return False

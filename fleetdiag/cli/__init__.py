@@ -7,9 +7,11 @@ import sys
 from typing import Any, Callable
 
 import click
+from rich.text import Text
 
 from .. import __version__
 from ..exitcodes import Exit
+from ..analysis.rules import RulesError
 from ..inventory import InventoryError
 from ..render import Env
 
@@ -92,8 +94,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         env: Env = ctx.find_object(Context).env
         try:
             return fn(*args, **kwargs)
-        except InventoryError as exc:
-            env.err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+        except (InventoryError, RulesError) as exc:  # the user's input, not our bug
+            # as Text, never markup: a selector or value like "[/x]" is data, not a style tag
+            env.err.print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
             ctx.exit(Exit.USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
@@ -101,7 +104,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             env.err.print("interrupted")
             ctx.exit(130)
         except Exception as exc:  # a bug: say so, with enough to report it
-            env.err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}", markup=True)
+            env.err.print(Text.assemble(("internal error: ", "bold red"), f"{type(exc).__name__}: {exc}"))
             if "--debug" in sys.argv:
                 raise
             ctx.exit(Exit.INTERNAL)

@@ -59,8 +59,9 @@ def demo(ctx: Context, serve: bool) -> None:
                     "and put [bold]fleetdiag sweep all[/] in your crontab (README, \"Sweep from cron\")."
                 )
                 if serve:
-                    out.print(f"\nServing. Try:  fleetdiag -i {fleet.inventory} --known-hosts ... (see {fleet.workdir})")
-                    out.print(f"  options: --known-hosts {fleet.known_hosts} -k {fleet.client_key}")
+                    out.print(f"\nServing. Try:  fleetdiag -i {fleet.inventory} --known-hosts ... (see {fleet.workdir})",
+                              soft_wrap=True)
+                    out.print(f"  options: --known-hosts {fleet.known_hosts} -k {fleet.client_key}", soft_wrap=True)
                     try:
                         await asyncio.Event().wait()
                     except asyncio.CancelledError:
@@ -93,11 +94,16 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
     out.print(f"exit code {int(first.exit)} · took {first.finished - first.started:.1f} s: as long as its "
               "slowest host; the next sweep starts that one first\n")
     uk = next(n for n in fleet.nodes if n.name == "uk-node")
+    original = uk.path.read_text("utf-8") if uk.path is not None else None
     if uk.path is not None:  # someone fixes the launch on uk-node
         uk.path.write_text(resources.files("fleetdiag").joinpath("data", "demo", "healthy.log").read_text("utf-8"))
         out.print("Someone relaunches vLLM on uk-node with DP=1; it comes up. The next sweep prints only that:\n")
     out.print(f"[bold]{cmd}[/]")
-    second = await execute(job, ctx.env)
+    try:
+        second = await execute(job, ctx.env)
+    finally:
+        if uk.path is not None and original is not None:  # --serve keeps the fleet as described
+            uk.path.write_text(original, "utf-8")
     print_outcome(ctx.env, second)
     if not second.changes:
         out.print("[dim](nothing changed: no output, so cron mails nothing)[/]")

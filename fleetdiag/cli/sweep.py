@@ -30,7 +30,7 @@ from rich.text import Text
 
 from ..exitcodes import Exit, exit_for
 from ..probe import ProbeSettings
-from ..records import FAILED, SCHEMA_VERSION, STALLED, UNREACHABLE, VERDICTS, HostResult
+from ..records import SCHEMA_VERSION, VERDICTS, HostResult
 from ..render import ICON, STYLE, Env, FleetProgress
 from ..scheduler import (
     DEFAULT_FANOUT,
@@ -447,7 +447,7 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
             incidents = store.incidents(names, open_only=open_only)
     except StoreError as exc:
         ctx.env.err.print(Text(f"fleetdiag history: {exc}", style="bold red"), soft_wrap=True)
-        raise SystemExit(int(Exit.USAGE if exc.kind == "missing" else Exit.INTERNAL))
+        raise SystemExit(int(Exit.USAGE))  # like a bad inventory: input the user controls
     if fmt == "json":
         click.echo(json.dumps({"version": SCHEMA_VERSION, "db": str(path),
                                "incidents": [i.to_json() for i in incidents]}, indent=2))

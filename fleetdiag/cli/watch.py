@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from contextlib import aclosing
@@ -92,8 +93,12 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     async def go() -> None:
         async with aclosing(w.events()) as events:
             if not live_table:
-                async for ev in events:
-                    on_event(ev)
+                try:
+                    async for ev in events:
+                        on_event(ev)
+                except BrokenPipeError:  # `watch --jsonl | head -3`: the reader is done, so are we
+                    closed["stdout"] = True
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 return
             from rich.live import Live
 
@@ -113,6 +118,7 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
         except (asyncio.TimeoutError, TimeoutError):
             pass
 
+    closed = {"stdout": False}
     interrupted = False
     try:
         asyncio.run(bounded())
@@ -121,10 +127,11 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     results = w.results()
     states = {v.host: v.state for v in w.views.values()}
     if jsonl:
-        summary = {"version": 1, "event": "summary", "time": round(time.time(), 3), "interrupted": interrupted,
-                   "hosts": [{**r.to_json(), "state": states[r.host]} for r in results]}
-        sys.stdout.write(json.dumps(summary) + "\n")
-        sys.stdout.flush()
+        if not closed["stdout"]:
+            summary = {"version": 1, "event": "summary", "time": round(time.time(), 3), "interrupted": interrupted,
+                       "hosts": [{**r.to_json(), "state": states[r.host]} for r in results]}
+            sys.stdout.write(json.dumps(summary) + "\n")
+            sys.stdout.flush()
     else:
         if not live_table:
             out.print(watch_table(w.views.values()))
