@@ -240,6 +240,52 @@ class Lab:
     def exchanges(self) -> list[int]:
         return self._ask("stats")["exchanges"]
 
+    def server_cpu(self) -> float:
+        """CPU seconds spent so far by sshd's finished connections (and all they ran) plus the proxies.
+
+        sshd -D reaps every connection's processes, and each of those reaps
+        the shell and the funnel's grep/awk: the listener's cutime+cstime is
+        the remote side's CPU. The proxies' own CPU is added: on this one
+        machine it competes with the tools too.
+        """
+        tck = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        # /proc/PID/stat fields (1-based): 14 utime, 15 stime, 16 cutime, 17 cstime
+        for pid, fields in ((self.sshd.proc.pid if self.sshd.proc else None, (14, 15, 16, 17)),
+                            (self._proxyd.pid if self._proxyd else None, (14, 15))):
+            if pid is None:
+                continue
+            try:
+                raw = Path(f"/proc/{pid}/stat").read_bytes()
+            except OSError:
+                continue
+            rest = raw[raw.rfind(b")") + 2:].split()
+            total += sum(int(rest[k - 3]) for k in fields) / tck  # rest[0] is field 3
+        return total
+
+    def wait_idle(self, timeout: float = 20.0) -> bool:
+        """Wait (bounded) until sshd has no connection left, so its CPU count is complete."""
+        if not self.sshd.proc:
+            return True
+        me = str(self.sshd.proc.pid)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            busy = False
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    raw = Path(f"/proc/{entry.name}/stat").read_bytes()
+                except OSError:
+                    continue
+                if raw[raw.rfind(b")") + 2:].split()[1].decode() == me:
+                    busy = True
+                    break
+            if not busy:
+                return True
+            time.sleep(0.2)
+        return False
+
     def ssh_base(self, port: int) -> list[str]:
         """OpenSSH client argv for one proxy port (tests/sshd.py's ssh_argv: fresh connection, no ControlMaster)."""
         return ssh_argv(self.sshd, port)

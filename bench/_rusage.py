@@ -6,7 +6,6 @@ Peak RSS (KB) is that of the largest process of the command's tree; it
 includes up to this small interpreter's own size (~10 MB), inherited at fork.
 """
 
-import os
 import subprocess
 import sys
 

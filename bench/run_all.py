@@ -97,7 +97,8 @@ def summarise(chosen: list[str]) -> None:
             if vb is not None:
                 print(f"  [{mark(vb <= 0.8)}] {n} hosts: <= 0.8x the best other tool: {vb:.2f}x")
             print(f"  [{mark(tg['vs_slowest_alone'] <= 1.1)}] {n} hosts: <= 1.1x the slowest host alone: "
-                  f"{tg['vs_slowest_alone']:.2f}x")
+                  f"{tg['vs_slowest_alone']:.2f}x" + (f" ({tg['vs_floor']:.2f}x this machine's floor: slowest host "
+                                                       "or CPU / cores)" if "vs_floor" in tg else ""))
             if int(n) >= 200:
                 print(f"  [{mark(tg['maxrss_mb'] <= 200)}] {n} hosts: peak RSS <= 200 MB: {tg['maxrss_mb']:.0f} MB")
         if f.get("skipped"):

@@ -256,6 +256,8 @@ async def run(args: argparse.Namespace) -> None:
         ]:
             cpu = await idle_cpu(server, work, args.cpu_seconds, **kw)
             print(f"  {name:48} {cpu:5.2f} % of a core  {'ok' if cpu < 1 else 'over target'}")
+        cpu = await idle_cpu(server, work, args.cpu_seconds, grow_every=0.1)
+        print(f"  {'for scale: wake mode, log growing 10 lines/s':48} {cpu:5.2f} % of a core  (no target)")
     finally:
         server.stop()
 

@@ -119,9 +119,10 @@ fd_log() {
   if ! $TO head -c 1 "$f" >/dev/null 2>&1; then m status unreadable; m reason "read error"; return; fi
   # Pin the file: every pass reads the inode opened here, so a rotation
   # (rename + new file) between passes cannot mix two files.
-  r=$f
+  r=$f; pinned=
   if { command exec 3<"$f"; } 2>/dev/null; then
-    [ -r /proc/self/fd/3 ] && [ -d /proc/self/fd ] && r=/dev/fd/3
+    pinned=1
+    [ -d /proc/self/fd ] && [ -r /dev/fd/3 ] && r=/dev/fd/3
   fi
   st=$(stat -L -c '%s %Y %i' "$r" 2>/dev/null)
   ino=
@@ -252,7 +253,7 @@ fd_changed() {
   cur=$(stat -L -c '%s' "$r" 2>/dev/null)
   if [ -n "$cur" ] && [ "$cur" -lt "$size" ]; then x "the log was truncated while it was read ($size -> $cur bytes): later passes saw less of it"; fi
 }
-fd_close() { [ "$r" = /dev/fd/3 ] && exec 3<&-; r=$f; }
+fd_close() { if [ -n "$pinned" ]; then exec 3<&-; pinned=; fi; r=$f; }
 fd_log
 """
 

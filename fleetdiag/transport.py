@@ -31,6 +31,8 @@ JUMP = "jump"
 NETWORK = "network"
 KEY = "client-key"
 
+PASSPHRASE_ENV = "FLEETDIAG_PASSPHRASE"  # unlocks encrypted key files; never printed
+
 
 class HostError(Exception):
     """A host could not be reached or used; ``kind`` is stable, ``str`` is plain words."""
@@ -63,9 +65,6 @@ class TransportOptions:
 
     def secret(self) -> str | None:
         return self.passphrase or os.environ.get(PASSPHRASE_ENV) or None
-
-
-PASSPHRASE_ENV = "FLEETDIAG_PASSPHRASE"
 
 
 class _Client(asyncssh.SSHClient):

@@ -102,7 +102,7 @@ class WatchSettings:
             self.rules = load_rules()
         return self.rules
 
-    silence: float | None = None  # no record for this long: the connection is dead [max(8, 4 × heartbeat)]
+    silence: float | None = None  # no record for this long: the connection is dead [max(15, 5 × heartbeat)]
 
     @property
     def silence_limit(self) -> float:
@@ -111,7 +111,7 @@ class WatchSettings:
         Catches what TCP does not report: a peer that vanished without a RST
         (a NAT or firewall dropping state, a powered-off host).
         """
-        return self.silence if self.silence else max(8.0, 4 * self.heartbeat)
+        return self.silence if self.silence else max(15.0, 5 * self.heartbeat)
 
 
 @dataclass

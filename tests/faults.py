@@ -73,6 +73,7 @@ class FaultServer:
     connections: list[Any] = field(default_factory=list, init=False)
     _server: Any = field(default=None, init=False)
     _tasks: set[asyncio.Task] = field(default_factory=set, init=False)
+    _procs: set[Any] = field(default_factory=set, init=False)
 
     async def __aenter__(self) -> "FaultServer":
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -106,8 +107,11 @@ class FaultServer:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for proc in list(self._procs):  # whatever a cancelled session left behind
+            await _reap(proc)
         self._server.close()
         await self._server.wait_closed()
+        await asyncio.sleep(0.05)  # let the pipes' close callbacks run before the loop goes away
 
     def known_line(self, port: int | None = None) -> str:
         pub = self.host_key.export_public_key().decode().strip()
@@ -152,14 +156,16 @@ class FaultServer:
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=self.clean_env(), cwd=b.cwd or str(Path.home()),
         )
+        self._procs.add(proc)
         assert proc.stdout is not None and proc.stderr is not None
         sent = 0
-        try:
-            async def pump_err() -> None:
-                while data := await proc.stderr.read(65536):
-                    process.stderr.write(data)
 
-            err_task = asyncio.ensure_future(pump_err())
+        async def pump_err() -> None:
+            while data := await proc.stderr.read(65536):
+                process.stderr.write(data)
+
+        err_task = asyncio.ensure_future(pump_err())
+        try:
             while data := await proc.stdout.read(b.chunk):
                 for limit, action in ((b.drop_after, "drop"), (b.hang_after, "hang")):
                     if limit is not None and sent + len(data) >= limit:
@@ -183,12 +189,25 @@ class FaultServer:
         except (asyncssh.Error, OSError, asyncio.CancelledError):
             pass
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            transport = getattr(proc, "_transport", None)
-            if transport is not None:  # close the pipes now, not at garbage collection after the loop is gone
-                transport.close()
+            err_task.cancel()
+            await _reap(proc)
+            self._procs.discard(proc)
+
+
+async def _reap(proc: Any) -> None:
+    """Kill (if needed), wait for and close a subprocess, so no pipe outlives the event loop."""
+    if proc.returncode is None:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    try:
+        await asyncio.shield(proc.wait())
+    except asyncio.CancelledError:
+        pass
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 @dataclass

@@ -415,10 +415,9 @@ def test_probe_hint_for_the_seed_shows_the_arithmetic(sshd, tmp_path, serving):
     assert facts["parallel"] == {"tp": 2, "dp": 2, "pp": 1}
 
 
-def test_probe_cli_json_and_card_carry_facts(sshd, tmp_path, serving, monkeypatch):
+def test_probe_cli_json_and_card_carry_facts(sshd, tmp_path, serving):
     from click.testing import CliRunner
 
-    import fleetdiag.cli.probe as cli_probe
     from fleetdiag.cli import main
 
     log, _ = serving
@@ -426,16 +425,8 @@ def test_probe_cli_json_and_card_carry_facts(sshd, tmp_path, serving, monkeypatc
     inv = tmp_path / "inventory.yaml"
     inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
                    f"    logs:\n      vllm: {log}\n")
-    # `probe` has no --path-prepend (yet): hand the fake nvidia-smi's dir to its settings
-    real = cli_probe.settings_from
-
-    def with_fake_smi(*a, **kw):
-        settings = real(*a, **kw)
-        settings.path_prepend = str(bindir)
-        return settings
-
-    monkeypatch.setattr(cli_probe, "settings_from", with_fake_smi)
     ssh_args = ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    ssh_args += ["--path-prepend", str(bindir)]
     result = CliRunner().invoke(main, ["-i", str(inv), "probe", "uk-node", "--json", *ssh_args])
     card = CliRunner().invoke(main, ["-i", str(inv), "--no-color", "probe", "uk-node", *ssh_args],
                               env={"COLUMNS": "200"})

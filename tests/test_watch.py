@@ -50,6 +50,9 @@ CUT = next(i for i, ln in enumerate(SEED) if " ERROR " in ln)  # healthy start |
 SEED_HEAD, SEED_FAILURE = "".join(SEED[:CUT]), "".join(SEED[CUT:])
 DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 RULES = load_rules(user_default=False)
+# Waits end as soon as the state is reached; the bound is for a loaded CI machine, where one
+# sshd exec (a login shell with its rc files) can take seconds. Latency is measured in bench/.
+SLOW = 30.0
 
 
 def inventory(sshd: Any, hosts: dict[str, dict]) -> Any:
@@ -90,7 +93,8 @@ class Run:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
 
-    async def until(self, cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    async def until(self, cond: Callable[[], bool], timeout: float = 0, what: str = "") -> None:
+        timeout = timeout or SLOW
         deadline = time.monotonic() + timeout
         while not cond():
             left = deadline - time.monotonic()
@@ -103,7 +107,7 @@ class Run:
             except asyncio.TimeoutError:
                 pass
 
-    async def state(self, host: str, *states: str, timeout: float = 10.0) -> None:
+    async def state(self, host: str, *states: str, timeout: float = 0) -> None:
         await self.until(lambda: self.watch.views[host].state in states, timeout, f"{host} in {states}")
 
 
@@ -126,17 +130,16 @@ def test_growing_log_then_seed_failure_is_failed_with_decisive_line(sshd, tmp_pa
     log.write_text(SEED_HEAD)
     inv = inventory(sshd, {"uk-node": {"log": log}})
 
-    async def go() -> tuple[Run, float]:
+    async def go() -> Run:
         async with Run(Watch(list(inv.hosts.values()), settings(sshd, facts=True))) as run:
             await run.state("uk-node", HEALTHY, STARTING)
             await grow(log, 8)  # healthy growth, seen as such
             assert run.watch.views["uk-node"].state in (HEALTHY, STARTING)
-            t0 = time.monotonic()
             append(log, SEED_FAILURE)
-            await run.state("uk-node", FAILED, timeout=5)
-            return run, time.monotonic() - t0
+            await run.state("uk-node", FAILED)
+            return run
 
-    run, latency = asyncio.run(go())
+    run = asyncio.run(go())
     v = run.watch.views["uk-node"]
     d = v.result.decisive
     assert DECISIVE in d.line and d.line.startswith("(Worker pid=7506)"), d.line
@@ -147,7 +150,6 @@ def test_growing_log_then_seed_failure_is_failed_with_decisive_line(sshd, tmp_pa
     failed = [e for e in run.events if e.state == FAILED]
     assert len(failed) == 1 and failed[0].previous in (HEALTHY, STARTING) and DECISIVE in failed[0].reason
     assert failed[0].decisive is not None and failed[0].decisive.line == d.line
-    assert latency < 3.0, latency  # pushed, not polled (the bench measures it properly)
 
 
 def test_log_that_stops_growing_is_stalled_then_recovers(sshd, tmp_path):
@@ -160,11 +162,11 @@ def test_log_that_stops_growing_is_stalled_then_recovers(sshd, tmp_path):
             await grow(log, 5, tag="rank0")
             await run.state("trainer", HEALTHY)
             t0 = time.monotonic()
-            await run.state("trainer", STALLED, timeout=6)
+            await run.state("trainer", STALLED)
             assert time.monotonic() - t0 >= 1.0  # not before the log has been quiet that long
             assert "has not grown" in run.watch.views["trainer"].reason
             await grow(log, 2, tag="rank0")
-            await run.state("trainer", RECOVERED, timeout=5)
+            await run.state("trainer", RECOVERED)
             return run
 
     run = asyncio.run(go())
@@ -188,7 +190,7 @@ def test_waiting_loop_longer_than_limit_is_stalled(sshd, tmp_path):
             writer = asyncio.ensure_future(loop())
             try:
                 await run.state("de-node", STARTING)
-                await run.state("de-node", STALLED, timeout=6)
+                await run.state("de-node", STALLED)
             finally:
                 writer.cancel()
             return run
@@ -209,10 +211,10 @@ def test_serving_process_gone_with_a_quiet_log_is_stalled(sshd, tmp_path):
     async def go() -> Run:
         async with Run(Watch(list(inv.hosts.values()), settings(sshd, process=marker))) as run:
             await run.state("us-node", HEALTHY)
-            await run.until(lambda: run.watch.views["us-node"].process_alive is True, 5, "process seen alive")
+            await run.until(lambda: run.watch.views["us-node"].process_alive is True, SLOW, "process seen alive")
             proc.kill()
             proc.wait()
-            await run.state("us-node", STALLED, timeout=5)
+            await run.state("us-node", STALLED)
             return run
 
     try:
@@ -236,11 +238,11 @@ def test_killed_connection_reconnects_and_keeps_following(sshd, tmp_path):
                 await run.state("cn-node", HEALTHY)
                 first = proxy.connections
                 proxy.drop_all()
-                await run.until(lambda: run.watch.views["cn-node"].reconnects >= 1, 8, "a reconnect")
+                await run.until(lambda: run.watch.views["cn-node"].reconnects >= 1, SLOW, "a reconnect")
                 assert proxy.connections > first
                 assert run.watch.views["cn-node"].connected
                 append(log, SEED_FAILURE)  # the new follower sees what comes next
-                await run.state("cn-node", FAILED, timeout=5)
+                await run.state("cn-node", FAILED)
                 return run
         finally:
             await proxy.stop()
@@ -317,12 +319,12 @@ def test_silent_connection_is_noticed_by_missing_heartbeats_and_replaced(sshd, t
                 assert Path(f"/proc/{old}").exists()
                 proxy.freeze()
                 t0 = time.monotonic()
-                await run.until(lambda: run.watch.views["far"].reconnects >= 1, 8, "a reconnect")
+                await run.until(lambda: run.watch.views["far"].reconnects >= 1, SLOW, "a reconnect")
                 assert time.monotonic() - t0 >= 1.0  # heartbeats were missed first
                 # the stranded follower (its sshd session never noticed) was ended by its successor
-                await run.until(lambda: not Path(f"/proc/{old}").exists(), 3, "the old follower gone")
+                await run.until(lambda: not Path(f"/proc/{old}").exists(), SLOW, "the old follower gone")
                 append(log, SEED_FAILURE)
-                await run.state("far", FAILED, timeout=5)
+                await run.state("far", FAILED)
                 return run
         finally:
             await proxy.stop()
@@ -345,15 +347,15 @@ def test_host_that_stays_down_is_unreachable_others_go_on_and_it_recovers(sshd, 
                                "dead": {"log": good, "port": dead_port}})
         async with Run(Watch(list(inv.hosts.values()), settings(sshd, grace=1.0))) as run:
             await run.state("flaky", HEALTHY)
-            await run.state("dead", UNREACHABLE, timeout=5)
+            await run.state("dead", UNREACHABLE)
             assert "refused" in run.watch.views["dead"].reason
             await proxy.stop()  # flaky goes away and stays away
             proxy.drop_all()
-            await run.state("flaky", UNREACHABLE, timeout=8)
+            await run.state("flaky", UNREACHABLE)
             assert run.watch.views["good"].state == HEALTHY  # the others go on
             again = await DelayProxy("127.0.0.1", sshd.port, 0, port=port).start()
             try:
-                await run.state("flaky", RECOVERED, timeout=10)
+                await run.state("flaky", RECOVERED)
             finally:
                 await again.stop()
             return run
@@ -373,10 +375,10 @@ def test_truncation_and_rotation_restart_from_the_top(sshd, tmp_path):
             await run.state("h", FAILED)
             with open(log, "w") as fh:  # truncated in place (a relaunch with `> vllm.log`)
                 fh.write(SEED_HEAD)
-            await run.state("h", RECOVERED, timeout=5)
+            await run.state("h", RECOVERED)
             os.rename(log, tmp_path / "vllm.log.1")  # rotated: a new file under the old name
             log.write_text(SEED_HEAD + SEED_FAILURE.replace("pid=7506", "pid=9999"))
-            await run.state("h", FAILED, timeout=5)
+            await run.state("h", FAILED)
             return run
 
     run = asyncio.run(go())
@@ -397,7 +399,7 @@ def test_hostile_log_path_is_followed_literally(sshd, tmp_path):
         async with Run(Watch(list(inv.hosts.values()), settings(sshd))) as run:
             await run.state("h", HEALTHY)
             append(log, SEED_FAILURE)
-            await run.state("h", FAILED, timeout=5)
+            await run.state("h", FAILED)
             return run
 
     asyncio.run(go())
@@ -414,29 +416,73 @@ def test_missing_log_waits_for_it_then_follows(sshd, tmp_path):
             await run.state("h", STARTING)
             assert "waiting for the log to appear" in run.watch.views["h"].reason
             log.write_text(SEED_HEAD + SEED_FAILURE)
-            await run.state("h", FAILED, timeout=5)
+            await run.state("h", FAILED)
             return run
 
     asyncio.run(go())
 
 
-def test_cli_jsonl_events_are_parseable_and_ordered(sshd, tmp_path):
-    log = tmp_path / "vllm.log"
-    log.write_text(SEED_HEAD)
+def _cli_inventory(sshd: Any, tmp_path: Path, log: Path, extra: str = "") -> Path:
     inv = tmp_path / "inventory.yaml"
     inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      vllm: {log}\n  nowhere:\n    address: 127.0.0.1\n    port: {free_port()}\n"
-                   f"    user: {sshd.user}\n    logs:\n      vllm: {log}\n")
-    timer = threading.Timer(2.0, append, (log, SEED_FAILURE))
-    timer.start()
-    args = ["-i", str(inv), "watch", "all", "--jsonl", "--duration", "4.5", "--heartbeat", "0.5", "--grace", "1",
-            "--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+                   f"    logs:\n      vllm: {log}\n{extra}")
+    return inv
+
+
+def _ssh_args(sshd: Any) -> list[str]:
+    return ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+
+
+def _spawn_watch(inv: Path, *args: str) -> subprocess.Popen:
+    """The installed console script, as a user runs it (so Ctrl-C is a real SIGINT)."""
+    exe = str(Path(sys.executable).parent / "fleetdiag")
+    return subprocess.Popen([exe, "-i", str(inv), "watch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "160"})
+
+
+def _lines_until(proc: subprocess.Popen, done: Callable[[list[str]], bool]) -> list[str]:
+    """Lines of the child's stdout until ``done(lines)``; never blocks past SLOW seconds."""
+    assert proc.stdout is not None
+    got: list[str] = []
+    box: list[str] = []
+
+    def read_one() -> None:
+        box.append(proc.stdout.readline())
+
+    deadline = time.monotonic() + SLOW
+    while not done(got):
+        box.clear()
+        reader = threading.Thread(target=read_one, daemon=True)
+        reader.start()
+        reader.join(max(0.0, deadline - time.monotonic()))
+        assert box, f"no output within {SLOW:g}s; so far: {got}"
+        assert box[0], f"the watch exited: {got}"
+        got.append(box[0].rstrip("\n"))
+    return got
+
+
+def test_cli_jsonl_events_are_parseable_and_ordered_and_ctrl_c_summarises(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD)
+    inv = _cli_inventory(sshd, tmp_path, log, f"  nowhere:\n    address: 127.0.0.1\n    port: {free_port()}\n"
+                                             f"    user: {sshd.user}\n    logs:\n      vllm: {log}\n")
+    proc = _spawn_watch(inv, "all", "--jsonl", "--heartbeat", "0.5", "--grace", "1", *_ssh_args(sshd))
+
+    def seen(lines: list[str], host: str, state: str) -> bool:
+        return any(json.loads(ln).get("host") == host and json.loads(ln).get("state") == state for ln in lines)
+
     try:
-        result = CliRunner().invoke(main, args)
+        lines = _lines_until(proc, lambda got: seen(got, "uk-node", HEALTHY))
+        append(log, SEED_FAILURE)  # while it is being watched
+        lines += _lines_until(proc, lambda got: seen(lines + got, "uk-node", FAILED)
+                              and seen(lines + got, "nowhere", UNREACHABLE))
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        rest, err = proc.communicate(timeout=SLOW)
     finally:
-        timer.cancel()
-    assert result.exit_code == 1, result.output  # a host failed
-    records = [json.loads(line) for line in result.output.splitlines() if line.strip()]
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err  # a host failed (failed wins over unreachable)
+    records = [json.loads(ln) for ln in lines + rest.splitlines() if ln.strip()]
     events, summary = records[:-1], records[-1]
     assert events and all(e["event"] == "state" and e["version"] == 1 for e in events)
     seqs = [e["seq"] for e in events]
@@ -444,56 +490,45 @@ def test_cli_jsonl_events_are_parseable_and_ordered(sshd, tmp_path):
     times = [e["time"] for e in events]
     assert times == sorted(times)
     uk = [e for e in events if e["host"] == "uk-node"]
-    # healthy first, unless a loaded machine took longer than 2 s to connect
-    assert [e["state"] for e in uk] in ([HEALTHY, FAILED], [FAILED])
-    assert [e["previous"] for e in uk] == [CONNECTING, HEALTHY][: len(uk)]
-    assert uk[-1]["decisive"]["process"] == "Worker pid=7506" and DECISIVE in uk[-1]["decisive"]["line"]
+    assert [(e["previous"], e["state"]) for e in uk] == [(CONNECTING, HEALTHY), (HEALTHY, FAILED)]
+    assert uk[1]["decisive"]["process"] == "Worker pid=7506" and DECISIVE in uk[1]["decisive"]["line"]
     assert [e["state"] for e in events if e["host"] == "nowhere"] == [UNREACHABLE]
-    assert summary["event"] == "summary"
+    assert summary["event"] == "summary" and summary["interrupted"] is True
     states = {h["host"]: (h["state"], h["verdict"]) for h in summary["hosts"]}
     assert states == {"uk-node": (FAILED, FAILED), "nowhere": (UNREACHABLE, UNREACHABLE)}
 
 
-def test_ctrl_c_prints_the_summary(sshd, tmp_path):
-    """The real console script, a real SIGINT: the summary still comes, and the exit code says failed."""
+def test_cli_table_prints_changes_and_the_card_and_a_summary(sshd, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(SEED_HEAD + SEED_FAILURE)
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      vllm: {log}\n")
-    exe = str(Path(sys.executable).parent / "fleetdiag")
-    proc = subprocess.Popen([exe, "-i", str(inv), "watch", "uk-node", "--jsonl", "--no-facts", "--known-hosts",
-                             str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _spawn_watch(_cli_inventory(sshd, tmp_path, log), "uk-node", "--no-facts", *_ssh_args(sshd))
     try:
-        assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())
-        assert first["state"] == FAILED
+        _lines_until(proc, lambda got: any("✗ failed" in ln for ln in got))
         proc.send_signal(signal.SIGINT)
-        rest, err = proc.communicate(timeout=15)
+        rest, err = proc.communicate(timeout=SLOW)
     finally:
         if proc.poll() is None:
             proc.kill()
-    summary = json.loads(rest.splitlines()[-1])
-    assert summary["event"] == "summary" and summary["interrupted"] is True, (rest, err)
-    assert summary["hosts"][0]["state"] == FAILED
     assert proc.returncode == 1, err
+    assert DECISIVE in rest and "Worker pid=7506" in rest  # the card, printed once, in the scrollback
+    assert "watch interrupted: 1 failed" in rest
 
 
-def test_cli_table_prints_changes_and_summary(sshd, tmp_path):
+def test_cli_duration_and_exit_code_for_an_unreachable_host(sshd, tmp_path):
+    """In-process (CliRunner): --duration ends the watch; refused + --grace 0 is unreachable at once."""
     log = tmp_path / "vllm.log"
-    log.write_text(SEED_HEAD + SEED_FAILURE)
+    log.write_text(SEED_HEAD)
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+    inv.write_text(f"hosts:\n  gone:\n    address: 127.0.0.1\n    port: {free_port()}\n    user: {sshd.user}\n"
                    f"    logs:\n      vllm: {log}\n")
-    args = ["-i", str(inv), "--no-color", "watch", "uk-node", "--duration", "3", "--known-hosts",
-            str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
-    result = CliRunner().invoke(main, args)
-    assert result.exit_code == 1, result.output
-    out = result.output
-    assert "connecting → ✗ failed" in out and DECISIVE in out  # the change line, then the card
-    assert "Worker pid=7506" in out
-    assert "watch ended: 1 failed" in out
+    result = CliRunner().invoke(main, ["-i", str(inv), "watch", "gone", "--jsonl", "--grace", "0", "--duration", "1",
+                                       *_ssh_args(sshd)])
+    assert result.exit_code == 3, result.output  # nothing failed, a host unreachable
+    first, summary = (json.loads(ln) for ln in result.output.splitlines())
+    assert (first["host"], first["previous"], first["state"]) == ("gone", CONNECTING, UNREACHABLE)
+    assert "refused" in first["reason"]
+    assert summary["event"] == "summary" and summary["interrupted"] is False
+    assert summary["hosts"][0]["state"] == UNREACHABLE and "refused" in summary["hosts"][0]["error"]
 
 
 # ------------------------------------------------------------------ the follower script, locally

@@ -97,6 +97,7 @@ _FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
 _ANSI_LOST = re.compile(r"(?:\^\[|#033|\\033|\\x1[bB]|\\e|\ufffd)\[[0-9;]*m"
                         r"|^\[(?:[0-9]{1,3};)*[0-9]{1,3}m|\[(?:[0-9]{1,3};)*[0-9]{1,3}m(?=\()|(?<=\))\[(?:[0-9]{1,3};)*[0-9]{1,3}m"
                         r"|\^M$")
+_ANSI_GATE = re.compile(r"\[[0-9;]{1,12}m")  # cheap test first: most lines have none
 # Ray deduplicates identical lines across workers and appends a count.
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _NCCL_LEVEL = re.compile(r"(?:^|\s)NCCL (INFO|WARN|ERROR|TRACE)\b")
@@ -161,7 +162,7 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
         s = s.replace("\xa0", " ")
     if s and s[0] in "│┃║":
         s = _FRAME.sub(r"\1", s)
-    if ("m" in s and "[" in s) or "^M" in s:
+    if _ANSI_GATE.search(s) is not None or s.endswith("^M"):
         s = _ANSI_LOST.sub("", s)
     tags: list[str] = []
     level: str | None = None

@@ -37,6 +37,7 @@ def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
         rules=ctx.rules(),
         transport=transport_from(kw),
         jump_resolver=jump_resolver(inv),
+        path_prepend=kw.pop("path_prepend", None),
     )
 
 
@@ -88,6 +89,7 @@ def cost_memory() -> CostMemory:
 @main.command()
 @click.argument("selectors", nargs=-1, required=True)
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
+@click.option("--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi.")
 @click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts probed at once.")
 @click.option("--per-address", type=click.IntRange(0), default=DEFAULT_PER_ADDRESS, show_default=True,
               help="Concurrent SSH handshakes per address:port (sshd MaxStartups); 0: no limit.")
