@@ -30,7 +30,7 @@ from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .facts import Launch, fmt_mib, visibility, workers
 from .probe import HostLike, ProbeSettings, open_host
-from .transport import HostError, PartialOutput
+from .reach import HostError, PartialOutput
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 UNREACHABLE = "unreachable"

@@ -10,7 +10,7 @@ import math
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, AsyncContextManager, Callable, Protocol
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
 from . import facts as facts_mod
 from . import funnel as funnel_mod
@@ -26,7 +26,10 @@ from .records import (
     HostResult,
     Timing,
 )
-from .transport import Connection, HostError, PartialOutput, TransportOptions, connect
+from .reach import HostError, PartialOutput, TransportOptions
+
+if TYPE_CHECKING:
+    from .transport import Connection
 
 DEFAULT_STALL_AFTER = 600.0
 
@@ -140,6 +143,8 @@ def _ago(seconds: float) -> str:
 
 
 async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
+    from .transport import connect  # asyncssh loads only when a host is really reached
+
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump

@@ -288,6 +288,29 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class _Watchdog:
+    """Closes a connection when its current deadline passes (see ``HostWatcher._follow``)."""
+
+    def __init__(self, clock: Callable[[], float], close: Callable[[], None]):
+        self.clock = clock
+        self.close = close
+        self.deadline = math.inf
+        self.why = ""
+        self.fired: str | None = None
+
+    def arm(self, seconds: float, why: str) -> None:
+        self.deadline = self.clock() + seconds
+        self.why = why
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.05, min(0.5, self.deadline - self.clock())))
+            if self.clock() >= self.deadline:
+                self.fired = self.why
+                self.close()
+                return
+
+
 class HostWatcher:
     """One host: connect, follow, reconnect; analyse each burst; decide the state."""
 
@@ -395,49 +418,65 @@ class HostWatcher:
         )
 
     async def _follow(self, conn: Any, path: str) -> None:
+        """One exec: the snapshot, then records until the connection ends or goes silent.
+
+        Deadlines are kept by a watchdog that closes the connection, not by
+        ``asyncio.wait_for`` around each read: on Python 3.10/3.11 wait_for can
+        swallow a cancellation that races with a completed read, and a watch
+        must always stop on Ctrl-C.
+        """
         s = self.settings
         mark = funnel_mod.new_mark()
         command = funnel_mod.remote_command(follow_mod.build_script(self._spec(path), mark))
-        t0 = time.perf_counter()
+        dog = _Watchdog(self._now, conn.close)
+        dog.arm(s.transport.connect_timeout + s.transport.command_timeout, "no answer to the follower's exec request")
+        dog_task = asyncio.ensure_future(dog.run())
+        proc = None
         try:
-            proc = await asyncio.wait_for(
-                conn.conn.create_process(command, encoding=None, stderr=asyncssh.DEVNULL),
-                s.transport.connect_timeout + s.transport.command_timeout,
-            )
-        except (asyncio.TimeoutError, TimeoutError) as exc:
-            raise HostError(TIMEOUT, "no answer to the follower's exec request") from exc
-        self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
-        try:
-            await self._read(proc, mark)
+            t0 = time.perf_counter()
+            proc = await conn.conn.create_process(command, encoding=None, stderr=asyncssh.DEVNULL)
+            self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
+            await self._read(proc, mark, dog)
+        except (asyncssh.Error, OSError) as exc:
+            if dog.fired:
+                raise HostError(TIMEOUT, dog.fired) from None
+            raise exc
         finally:
-            proc.close()
+            dog_task.cancel()
+            if proc is not None:
+                proc.close()
+        if dog.fired:
+            raise HostError(TIMEOUT, dog.fired)
 
-    async def _readline(self, proc: Any, timeout: float, what: str) -> bytes:
-        try:
-            line = await asyncio.wait_for(proc.stdout.readline(), timeout)
-        except (asyncio.TimeoutError, TimeoutError):
-            raise HostError(TIMEOUT, f"{what} for {timeout:g}s: connection presumed dead") from None
-        if not line:
-            status = proc.exit_status
-            raise HostError(CLOSED, "the remote follower ended" + (f" (exit status {status})" if status else ""))
-        return line
-
-    async def _read(self, proc: Any, mark: str) -> None:
+    async def _read(self, proc: Any, mark: str, dog: "_Watchdog") -> None:
         s = self.settings
         end = (mark + " end").encode()
         raw: list[bytes] = []
+        dog.arm(s.transport.command_timeout, f"no snapshot within {s.transport.command_timeout:g}s")
         while True:  # the funnel's snapshot: exactly what probe would have read
-            line = await self._readline(proc, s.transport.command_timeout, "no snapshot")
+            line = await self._line(proc, dog)
             raw.append(line)
             if line.rstrip(b"\r\n") == end:
                 break
         fr = funnel_mod.parse_output(b"".join(raw).decode("utf-8", "replace"), mark)
         self._snapshot(fr)
+        silent = f"no heartbeat for {s.silence_limit:g}s: connection presumed dead"
         while True:
-            line = await self._readline(proc, s.silence_limit, "no heartbeat")
+            dog.arm(s.silence_limit, silent)
+            line = await self._line(proc, dog)
             rec = follow_mod.parse_record(line.decode("utf-8", "replace").rstrip("\n"))
             if rec is not None:
                 self._record(rec)
+
+    @staticmethod
+    async def _line(proc: Any, dog: "_Watchdog") -> bytes:
+        line = await proc.stdout.readline()
+        if not line:
+            if dog.fired:
+                raise HostError(TIMEOUT, dog.fired)
+            status = proc.exit_status
+            raise HostError(CLOSED, "the remote follower ended" + (f" (exit status {status})" if status else ""))
+        return line
 
     # -- applying what arrives --
     def _snapshot(self, fr: FunnelResult) -> None:
@@ -650,10 +689,14 @@ class Watch:
             while True:
                 yield await self._queue.get()
         finally:
-            tick_task.cancel()
-            for t in tasks:
+            everything = [tick_task, *tasks]
+            for t in everything:
                 t.cancel()
-            await asyncio.gather(tick_task, *tasks, return_exceptions=True)
+            _done, pending = await asyncio.wait(everything, timeout=2)
+            for t in pending:  # a cancellation lost inside a library's wait_for: ask once more, then leave
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=2)
 
     def results(self) -> list[HostResult]:
         """Every host as a probe-shaped result (the final summary and exit code)."""

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 from rich.rule import Rule
 
-from ..demo import DemoFleet
 from ..exitcodes import exit_for
 from ..probe import ProbeSettings
 from ..records import HostResult
@@ -24,6 +23,8 @@ from . import Context, handle_errors, main, pass_ctx
 @handle_errors
 def demo(ctx: Context, serve: bool) -> None:
     """Probe a simulated failing fleet on a local SSH server (no setup, no root)."""
+    from ..demo import DemoFleet  # the in-process SSH server needs asyncssh; load it only here
+
     from ..inventory import load_inventory, select
 
     out = ctx.env.out

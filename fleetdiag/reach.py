@@ -1,0 +1,67 @@
+"""What reaching a host means, without the SSH library: options and errors.
+
+Kept apart from ``transport.py`` so that commands which never open a
+connection (``analyze``, ``hosts``, ``check``) start without importing asyncssh.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Status kinds, stable strings used in JSON and tests.
+REFUSED = "refused"
+DNS = "dns"
+TIMEOUT = "timeout"
+AUTH = "auth"
+HOSTKEY_UNKNOWN = "hostkey-unknown"
+HOSTKEY_CHANGED = "hostkey-changed"
+CLOSED = "closed"
+JUMP = "jump"
+NETWORK = "network"
+KEY = "client-key"
+
+PASSPHRASE_ENV = "FLEETDIAG_PASSPHRASE"  # unlocks encrypted key files; never printed
+
+
+class HostError(Exception):
+    """A host could not be reached or used; ``kind`` is stable, ``str`` is plain words."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class TransportOptions:
+    """How to reach hosts. Defaults are safe: checked keys, timeouts on.
+
+    ``passphrase`` (else ``$FLEETDIAG_PASSPHRASE``) unlocks encrypted key
+    files; it is kept out of ``repr`` and scrubbed from every message.
+    """
+
+    known_hosts: str | None = None  # a file; None: ssh config / ~/.ssh/known_hosts
+    accept_new: bool = False
+    connect_timeout: float = 10.0
+    command_timeout: float = 60.0
+    ssh_config: list[str] | None = None  # None: ~/.ssh/config when it exists
+    client_keys: list[str] | None = None  # None: agent + default keys + IdentityFile
+    passphrase: str | None = field(default=None, repr=False)
+    keepalive: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def known_hosts_file(self) -> Path:
+        return Path(self.known_hosts or Path.home() / ".ssh" / "known_hosts").expanduser()
+
+    def secret(self) -> str | None:
+        return self.passphrase or os.environ.get(PASSPHRASE_ENV) or None
+
+
+class PartialOutput(HostError):
+    """The command started but its output was cut; what arrived is kept."""
+
+    def __init__(self, data: bytes, message: str):
+        super().__init__(CLOSED, message)
+        self.data = data
