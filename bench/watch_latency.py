@@ -35,8 +35,6 @@ sys.path.insert(0, str(ROOT))
 from fleetdiag.analysis import load_rules  # noqa: E402
 from fleetdiag.delayproxy import DelayProxy  # noqa: E402
 from fleetdiag.inventory import parse_inventory  # noqa: E402
-from fleetdiag.probe import spec_for  # noqa: E402
-from fleetdiag import funnel  # noqa: E402
 from fleetdiag.transport import connect  # noqa: E402
 from fleetdiag.watch import FAILED, HEALTHY, RECOVERED, STARTING, Watch, WatchSettings  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
@@ -243,7 +241,7 @@ async def run(args: argparse.Namespace) -> None:
         for name, ms in rows:
             med = statistics.median(ms)
             ok = "ok" if pct(ms, 0.9) <= target else "over target"
-            ratio = f"{med / base:4.1f}×" if name != rows[0][0] else "  1.0×"
+            ratio = f"{med / base:5.1f}×"
             print(f"  {name:40} {med:6.0f}ms {pct(ms, 0.9):6.0f}ms {max(ms):6.0f}ms  {ratio}  p90 {ok}")
         print(f"  (the seeds' user: a 30 s poll loop, ≈{15000 + 1.5 * rtt:.0f} ms on average, "
               f"{(15000 + 1.5 * rtt) / base:.0f}× the follower)")

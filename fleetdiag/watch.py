@@ -437,10 +437,10 @@ class HostWatcher:
             proc = await conn.conn.create_process(command, encoding=None, stderr=asyncssh.DEVNULL)
             self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
             await self._read(proc, mark, dog)
-        except (asyncssh.Error, OSError) as exc:
+        except (asyncssh.Error, OSError):
             if dog.fired:
                 raise HostError(TIMEOUT, dog.fired) from None
-            raise exc
+            raise
         finally:
             dog_task.cancel()
             if proc is not None:
