@@ -31,6 +31,7 @@ class DemoNode:
     story: str
     idle_seconds: float = 0.0  # how long ago the log was last written
     busy_gpu: bool = False  # its simulated nvidia-smi shows another process holding GPU 1
+    expect: str = "failed"  # the verdict its story should get: the demo checks itself
     port: int = 0
     path: Path | None = None
 
@@ -41,9 +42,10 @@ def default_nodes() -> list[DemoNode]:
                  "vLLM launched with TP=2 × DP=2 on a 2-GPU node: a worker dies at startup"),
         DemoNode("cn-node", "broken_pipe.log", 500, "cn",
                  "one worker crashes, its sibling fails with BrokenPipeError"),
-        DemoNode("us-node", "healthy.log", 20, "us", "serving requests", busy_gpu=True),
+        DemoNode("us-node", "healthy.log", 20, "us", "serving requests", busy_gpu=True, expect="healthy"),
         DemoNode("de-node", "stalled.log", 80, "de",
-                 "the launch script waits for a server that never came up", idle_seconds=1500),
+                 "the launch script waits for a server that never came up", idle_seconds=1500,
+                 expect="stalled"),
     ]
 
 

@@ -10,7 +10,7 @@ from fleetdiag.cli import main
 def test_demo_probes_the_simulated_fleet():
     result = CliRunner().invoke(main, ["--no-color", "demo"], env={"COLUMNS": "160"})
     out = result.output
-    assert result.exit_code == 1, out  # failed hosts in the fleet
+    assert result.exit_code == 0, out  # every simulated node got the verdict its story calls for
     assert "AssertionError: DP adjusted local rank 3 is out of bounds" in out
     assert "TP 2 × DP 2 = 4 workers, but the host has 2 GPUs" in out
     assert "CUDA error: invalid device ordinal" in out
