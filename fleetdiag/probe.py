@@ -12,6 +12,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
+from .units import ago
 from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, analyze, load_rules
@@ -114,7 +115,7 @@ def finish(
     idle = fr.idle_seconds
     if res.verdict == STARTING and idle is not None and idle > stall_after:
         res.verdict = STALLED
-        res.summary = f"{diag.summary} — the log has not grown for {_ago(idle)}".strip(" —")
+        res.summary = f"{diag.summary} — the log has not grown for {ago(idle)}".strip(" —")
     elif res.verdict not in (FAILED, STARTING, HEALTHY):
         res.verdict = HEALTHY
     return res
@@ -134,12 +135,6 @@ def _log_problem(fr: FunnelResult) -> str:
     return f"funnel failed: {'; '.join(fr.markers) or fr.status}" + (f" ({reason})" if reason else "")
 
 
-def _ago(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:

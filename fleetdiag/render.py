@@ -26,6 +26,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from .units import ago
 from .facts import summary_lines
 from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
 
@@ -140,7 +141,7 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         if res.summary:
             grid.add_row("log says", Text(res.summary))
     if res.idle_seconds is not None and res.verdict != UNREACHABLE:
-        grid.add_row("log age", Text(f"last written {_age(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")))
+        grid.add_row("log age", Text(f"last written {ago(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")))
     cascade = cascade_text(res.secondary)
     if cascade:
         grid.add_row("cascade", Text(cascade))
@@ -177,14 +178,6 @@ def found_text(res: HostResult) -> str:
     return "found with " + " · ".join(bits) if bits else ""
 
 
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
 
 
 def one_line(res: HostResult) -> str:
@@ -327,7 +320,7 @@ def watch_table(views: Any, title: str | None = None) -> Table:
         reason = Text(" ".join((v.reason or "").split()))
         if not v.connected and v.state not in (UNREACHABLE, "connecting") and v.error:
             reason.append(f"  (reconnecting: {v.error})", style="dim")
-        table.add_row(v.host, watch_state_text(v.state, v.connected), _age(idle) if idle is not None else "-",
+        table.add_row(v.host, watch_state_text(v.state, v.connected), ago(idle) if idle is not None else "-",
                       reason, fmt_ms(v.rtt_ms) if v.rtt_ms is not None else "-")
     return table
 

@@ -40,6 +40,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
 import asyncssh
 
+from .units import ago
 from . import follow as follow_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, load_rules
@@ -275,12 +276,6 @@ class LineBuffer:
 # ------------------------------------------------------------------ one host
 
 
-def _ago(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -603,11 +598,11 @@ class HostWatcher:
         idle = self.idle()
         if idle is not None and idle >= self.stall_after:
             if missing:
-                return STALLED, f"the log has not appeared for {_ago(idle)}: {v.log}"
+                return STALLED, f"the log has not appeared for {ago(idle)}: {v.log}"
             last = f"; last: {_one_line(res.summary, 160)}" if res.summary else ""
-            return STALLED, f"the log has not grown for {_ago(idle)}{last}"
+            return STALLED, f"the log has not grown for {ago(idle)}{last}"
         if res.verdict == STARTING and self.waiting_since is not None and now - self.waiting_since >= s.wait_limit:
-            return STALLED, f"still not ready after {_ago(now - self.waiting_since)} ({_one_line(res.summary, 160)})"
+            return STALLED, f"still not ready after {ago(now - self.waiting_since)} ({_one_line(res.summary, 160)})"
         if missing:
             if self.seen_log:
                 return STARTING, f"the log is gone (deleted or moved), waiting for it to reappear: {v.log}"

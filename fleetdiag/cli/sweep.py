@@ -28,6 +28,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ..units import ago
 from ..exitcodes import Exit, exit_for
 from ..probe import ProbeSettings
 from ..records import SCHEMA_VERSION, VERDICTS, HostResult
@@ -221,14 +222,6 @@ def run_notify(command: str, payload: dict[str, Any], report: Path | None) -> li
 _KIND_STYLE = {"NEW": "bold red", "CHANGED": "bold yellow", "RESOLVED": "bold green", "NOW": "bold"}
 
 
-def _ago(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
 
 
 def _when(t: float | None) -> str:
@@ -292,7 +285,7 @@ def change_lines(changes: Changes) -> list[Text]:
         lasted = max((c.incident.resolved_at or c.incident.last_seen) - c.incident.since for c in g)
         entries.append(("RESOLVED", [c.host for c in g], g[0].verdict or "ok",
                         f"was {inc.verdict}: {inc.summary}",
-                        [f"lasted {_ago(lasted)}, seen in {max(c.incident.count for c in g)} sweep(s)"]))
+                        [f"lasted {ago(lasted)}, seen in {max(c.incident.count for c in g)} sweep(s)"]))
     width = max((len(_fold(h)) for _, h, _, _, _ in entries), default=0)
     return [_entry(k, h, v, t, width, x) for k, h, v, t, x in entries]
 
@@ -471,7 +464,7 @@ def history_table(incidents: list[Any], path: Path) -> Table:
     for i in incidents:
         state = Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, "")) if i.open \
             else Text(f"✓ was {i.verdict}", style="dim")
-        table.add_row(Text(i.host), state, Text(i.summary), _when(i.first_seen), f"{_ago(now - i.last_seen)} ago",
+        table.add_row(Text(i.host), state, Text(i.summary), _when(i.first_seen), f"{ago(now - i.last_seen)} ago",
                       str(i.count), _when(i.resolved_at) if i.resolved_at is not None else "open")
     return table
 
