@@ -139,8 +139,22 @@ def _any(pats: Sequence[Pat], g: re.Pattern[str] | None, text: str) -> bool:
     return any(p.search(text) is not None for p in pats)
 
 
+class _Compiled:
+    """A rule whose ``pattern`` is compiled once, when the rule is made."""
+
+    pattern: str
+    pat: Pat
+
+    def __post_init__(self) -> None:
+        self.pat = Pat(self.pattern)
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return self.pat.regex
+
+
 @dataclass
-class Signature:
+class Signature(_Compiled):
     """An error shape: pattern → category and hint."""
 
     name: str
@@ -152,29 +166,15 @@ class Signature:
     weak: bool = False  # loses to any other error (e.g. a launcher's exit code)
     pat: Pat = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        self.pat = Pat(self.pattern)
-
-    @property
-    def regex(self) -> re.Pattern[str]:
-        return self.pat.regex
-
 
 @dataclass
-class SecondaryRule:
+class SecondaryRule(_Compiled):
     """A wrapper or consequence of an error reported elsewhere."""
 
     kind: str
     pattern: str
     header: bool = False  # match the line introducing a traceback, not the error line
     pat: Pat = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.pat = Pat(self.pattern)
-
-    @property
-    def regex(self) -> re.Pattern[str]:
-        return self.pat.regex
 
     @property
     def carries_cause(self) -> bool:
