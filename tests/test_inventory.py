@@ -442,7 +442,7 @@ def test_unknown_keys_everywhere(text: str, line: int, key: str, fragment: str) 
         ("logs: [a, b]", "expected a mapping"),
         ("address: root@203.0.113.5", "put it in 'user:'"),
         ("address: 203.0.113.5:2222", "put it in 'port:'"),
-        ("user: -oProxyCommand=x", "not starting with '-'"),
+        ("user: -oProxyCommand=x", "starts with '-'"),
         ("region: 5", "quote numbers"),
         ("funnel: {tail_lines: 0}", "lines >= 1"),
         ("funnel: {scan_bytes: 12Q}", "expected a size"),

@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from . import Context, handle_errors, main, output_options, pass_ctx
 
@@ -45,6 +46,14 @@ def hosts(ctx: Context, selectors: tuple[str, ...], fmt: str | None) -> None:
 @pass_ctx
 @handle_errors
 def check(ctx: Context) -> None:
-    """Validate the inventory; errors name file, line and key (exit 2)."""
-    inv = ctx.inventory()
+    """Validate the inventory; every error names file, line and key (exit 2)."""
+    from ..exitcodes import Exit
+    from ..inventory import InventoryError
+
+    try:
+        inv = ctx.inventory()
+    except InventoryError as exc:
+        for e in exc.errors:  # each bad value on its own line, not only the first
+            ctx.env.err.print(Text.assemble(("error: ", "bold red"), str(e)), highlight=False, soft_wrap=True)
+        raise SystemExit(int(Exit.USAGE)) from None
     ctx.env.out.print(f"[green]ok[/]: {inv.path}: {len(inv.hosts)} hosts, {len(inv.groups)} groups")
