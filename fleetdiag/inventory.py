@@ -53,6 +53,7 @@ __all__ = [
     "parse_duration",
     "parse_inventory",
     "parse_size",
+    "range_size",
     "select",
     "split_selector",
     "user_inventory_path",
@@ -416,14 +417,42 @@ def fold(names: Iterable[str]) -> str:
         return ",".join(dict.fromkeys(names))
 
 
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+_RANGE_ITEM_RE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*(?:/\s*(\d+)\s*)?)?")
+
+
+def range_size(pattern: str) -> int:
+    """How many names ``pattern`` stands for, by arithmetic on its ``[a-b/step,...]`` blocks.
+
+    ClusterShell builds every name when it parses a range, so ``gpu[1-100000000]``
+    would take gigabytes before its length is known: the size is computed from
+    the text first. Items it cannot read count as one (NodeSet reports them).
+    """
+    total = 1
+    for block in _BRACKET_RE.findall(pattern):
+        n = 0
+        for item in block.split(","):
+            m = _RANGE_ITEM_RE.fullmatch(item)
+            if not m or m.group(2) is None:
+                n += 1
+                continue
+            lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+            n += (hi - lo) // max(step, 1) + 1 if hi >= lo else 1
+        total *= max(n, 1)
+    return total
+
+
 def _expand_range(pattern: str) -> list[str]:
     """Names a ``gpu[01-04]`` pattern stands for (ValueError if malformed or huge)."""
+    size = range_size(pattern)
+    if size > MAX_RANGE:
+        raise ValueError(f"range '{pattern}' stands for {size} names (limit {MAX_RANGE})")
     try:
         ns = NodeSet(pattern, resolver=RESOLVER_NOGROUP)
     except NodeSetException as e:
         raise ValueError(f"bad range '{pattern}': {e}") from None
     if len(ns) > MAX_RANGE:
-        raise ValueError(f"range '{pattern}' expands to {len(ns)} names (limit {MAX_RANGE})")
+        raise ValueError(f"range '{pattern}' stands for {len(ns)} names (limit {MAX_RANGE})")
     return list(ns)
 
 

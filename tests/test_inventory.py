@@ -741,3 +741,31 @@ def test_ansible_hosts_under_all_and_alpha_ranges() -> None:
     assert inv.hosts["node3"].address == "203.0.113.9"
     e = error("all:\n  hosts:\n    node[a:c]:\n")
     assert e.line == 3 and "only numeric host ranges" in e.message
+
+
+# --------------------------------------------------------------------------- huge ranges
+
+
+@pytest.mark.parametrize("pattern", ["gpu[1-100000000]", "gpu[1-1000]-[1-1000]", "n[0-99999999/1]"])
+def test_huge_range_is_refused_before_it_is_expanded(tmp_path: Path, pattern: str) -> None:
+    import subprocess
+    import sys
+    import time
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("hosts:\n  gpu1:\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", "from fleetdiag.cli import main; main()", "-i", str(inv), "hosts", pattern],
+                       capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2
+    assert f"range '{pattern}'" in r.stderr and f"limit {inv_mod.MAX_RANGE}" in r.stderr
+    assert time.monotonic() - t0 < 20  # expanding 100M names takes minutes and gigabytes
+    e = error(f"hosts:\n  {pattern}:\n")
+    assert (e.line, f"limit {inv_mod.MAX_RANGE}" in e.message) == (2, True)
+
+
+@pytest.mark.parametrize("pattern", ["gpu[1-4]", "gpu[01-16/3]", "a[1-3,7,9-10]-[1-2]", "plain", "x[5-5]", "y[1-3]z[0-1]"])
+def test_range_size_matches_nodeset(pattern: str) -> None:
+    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+
+    assert inv_mod.range_size(pattern) == len(NodeSet(pattern, resolver=RESOLVER_NOGROUP))
