@@ -670,7 +670,7 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     monkeypatch.chdir(cwd)
     monkeypatch.delenv(inv_mod.ENV_VAR, raising=False)
     user = tmp_path / "config" / "fleetdiag" / "inventory.yaml"
-    monkeypatch.setattr(inv_mod, "user_inventory_path", lambda: user)
+    monkeypatch.setattr(inv_mod.locate, "user_inventory_path", lambda: user)
     return {"cwd": cwd / "inventory.yaml", "env": tmp_path / "env.yaml", "user": user,
             "explicit": tmp_path / "explicit.yaml"}
 
@@ -769,3 +769,32 @@ def test_range_size_matches_nodeset(pattern: str) -> None:
     from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
     assert inv_mod.range_size(pattern) == len(NodeSet(pattern, resolver=RESOLVER_NOGROUP))
+
+
+# --------------------------------------------------------------------------- selection over plain names
+
+
+def test_select_names_over_a_plain_list() -> None:
+    from fleetdiag.inventory import select_names
+
+    stored = ["gpu01", "gpu02", "gpu03", "cpu01", "old-box"]
+    assert select_names(stored, ["gpu[01-03]", "!gpu02"]) == ["gpu01", "gpu03"]
+    assert select_names(stored, ["!gpu02"]) == ["gpu01", "gpu03", "cpu01", "old-box"]
+    assert select_names(stored, ["gpu*,cpu01", "&gpu0[2-3]"]) == ["gpu02", "gpu03"]
+    assert select_names(stored, "all,&*01") == ["gpu01", "cpu01"]
+    assert select_names(stored, ["team", "&gpu*"], groups={"team": ["cpu01", "gpu02"]}) == ["gpu02"]
+    with pytest.raises(SelectorError) as e:
+        select_names(stored, ["old-bx"])
+    assert e.value.suggestions == ["old-box"]
+    with pytest.raises(SelectorError):
+        select_names(stored, ["gpu[01-99]"])  # a range names every host it stands for
+    with pytest.raises(SelectorError, match="limit"):
+        select_names(stored, ["gpu[1-100000000]"])
+
+
+def test_select_and_select_names_agree() -> None:
+    from fleetdiag.inventory import select_names
+
+    inv = parse("hosts:\n  gpu[01-04]:\n  cpu1:\ngroups:\n  even: [gpu02, gpu04]\n")
+    for sel in (["even"], ["!even"], ["gpu*", "&even"], ["all", "!gpu01", "&gpu0[1-3]"]):
+        assert names(select(inv, sel)) == select_names(list(inv.hosts), sel, inv.groups)

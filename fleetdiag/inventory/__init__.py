@@ -1,0 +1,109 @@
+"""The inventory: which hosts exist, how to reach them, where their logs are.
+
+Loaded from ``inventory.yaml`` (native shape: ``defaults``/``hosts``/``groups``)
+or from an Ansible YAML inventory, so teams need not keep two files. Both
+become the same :class:`Inventory`.
+
+A wrong inventory sends a fleet probe to the wrong place, so validation is
+strict: unknown keys are errors (with a close-match suggestion), types are
+checked, values that reach ssh must be host names, addresses and user names,
+and every error names file, line and dotted key, e.g.
+``inventory.yaml:12: hosts.gpu01.prot: unknown key 'prot' (did you mean 'port'?)``.
+All errors of a file are collected (``InventoryError.errors``) so
+``fleetdiag check`` can list them in one go.
+
+The package: ``model`` (records, errors), ``fields`` (per-key and value
+rules), ``native`` and ``ansible`` (the two file shapes), ``selection``
+(selectors), ``locate`` (finding the file), ``yamlload`` (YAML with lines).
+It knows nothing of click, rich or SSH. See docs/inventory.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .ansible import AnsibleParser
+from .fields import (
+    JumpHop,
+    hidden_char,
+    host_problem,
+    parse_duration,
+    parse_jump_hops,
+    parse_size,
+    user_problem,
+    visible,
+)
+from .locate import DEFAULT_NAME, ENV_VAR, find_inventory, user_inventory_path
+from .model import (
+    ALL,
+    FUNNEL_KEYS,
+    HOST_KEYS,
+    TOP_KEYS,
+    Host,
+    Inventory,
+    InventoryError,
+    InventoryNotFound,
+    SelectorError,
+)
+from .native import NativeParser
+from .selection import MAX_RANGE, fold, range_size, select, select_names, split_selector
+from .yamlload import YMap
+
+__all__ = [
+    "ALL",
+    "DEFAULT_NAME",
+    "ENV_VAR",
+    "FUNNEL_KEYS",
+    "HOST_KEYS",
+    "MAX_RANGE",
+    "TOP_KEYS",
+    "Host",
+    "Inventory",
+    "InventoryError",
+    "InventoryNotFound",
+    "JumpHop",
+    "SelectorError",
+    "find_inventory",
+    "fold",
+    "hidden_char",
+    "host_problem",
+    "load_inventory",
+    "parse_duration",
+    "parse_inventory",
+    "parse_jump_hops",
+    "parse_size",
+    "range_size",
+    "select",
+    "select_names",
+    "split_selector",
+    "user_inventory_path",
+    "user_problem",
+    "visible",
+]
+
+
+def load_inventory(path: Path | str) -> Inventory:
+    """Read and validate an inventory file (native or Ansible YAML)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InventoryError(f"not UTF-8 text ({e.reason} at byte {e.start})", path=str(path)) from None
+    except OSError as e:
+        raise InventoryError(f"cannot read inventory: {e.strerror or e}", path=str(path)) from None
+    inv = parse_inventory(text, str(path))
+    inv.path = Path(path)
+    return inv
+
+
+def parse_inventory(text: str, path: str = "<string>") -> Inventory:
+    """Validate inventory text; ``path`` is only used to name the file in errors."""
+    reader = NativeParser(path)
+    data = reader.load_yaml(text)
+    if data is None:
+        return reader.finish({})  # raises: the YAML error or "empty"
+    reader.check_hidden(data, "")
+    if isinstance(data, YMap) and AnsibleParser.is_ansible(data):
+        ansible = AnsibleParser(path)
+        ansible.errors.extend(reader.errors)
+        reader = ansible
+    return reader.finish(reader.parse(data))

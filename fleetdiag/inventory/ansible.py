@@ -1,0 +1,226 @@
+"""The Ansible YAML inventory shape, read so teams need not keep two files.
+
+Every top-level key is a group (``all`` the root); only the variables that
+say how to reach a host (and fleetdiag_* ones) are read.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from .fields import Entry, FieldParser, _make_host, _merge
+from .model import ALL, HOST_KEYS, Host
+from .yamlload import YMap
+
+_ANSIBLE_ALIASES = {
+    "ansible_host": "address",
+    "ansible_ssh_host": "address",
+    "ansible_port": "port",
+    "ansible_ssh_port": "port",
+    "ansible_user": "user",
+    "ansible_ssh_user": "user",
+}
+_ANSIBLE_PLAIN = ("logs", "gpus", "region", "tags", "funnel", "jump")
+_ANSIBLE_GROUP_KEYS = ("hosts", "children", "vars")
+_ANSIBLE_RANGE = re.compile(r"\[([^\]:]*):([^\]:]*)(?::([^\]:]*))?\]")
+
+
+def _ansible_jump(args: str) -> str | None:
+    """The ProxyJump in ``ansible_ssh_common_args`` (``-J x`` or ``-o ProxyJump=x``)."""
+    try:
+        toks = shlex.split(args)
+    except ValueError:
+        return None
+    for i, t in enumerate(toks):
+        nxt = toks[i + 1] if i + 1 < len(toks) else None
+        if t == "-J" and nxt:
+            return nxt
+        if t.startswith("-J") and len(t) > 2:
+            return t[2:]
+        opt = nxt if t == "-o" else t[2:] if t.startswith("-o") else None
+        if opt:
+            m = re.fullmatch(r"(?i)proxyjump\s*[=\s]\s*(\S+)", opt.strip())
+            if m:
+                return m.group(1)
+    return None
+
+
+class AnsibleParser(FieldParser):
+    """Validates an Ansible YAML inventory; ``parse`` returns the resolved groups."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.groups: dict[str, dict[str, Any]] = {}  # group -> line, key, members, parents, vars chunks
+        self.host_vars: dict[str, list[dict[str, Any]]] = {}  # host -> settings chunks in file order
+        self.visiting: set[int] = set()  # mappings on the current path (YAML anchors can loop)
+
+    @staticmethod
+    def is_ansible(data: YMap) -> bool:
+        body = data.get(ALL)
+        return isinstance(body, YMap) and any(k in body for k in _ANSIBLE_GROUP_KEYS)
+
+    def parse(self, data: YMap) -> dict[str, list[str]]:
+        """Ansible YAML inventory: every top-level key is a group (``all`` the root).
+
+        Variables layer like Ansible's: ``all.vars`` < group vars (parents before
+        children, then by name) < host vars. Only ansible_host/port/user (and
+        their ansible_ssh_* aliases), a ProxyJump in ansible_ssh_common_args,
+        fleetdiag_* vars and plain logs/gpus/region/tags/funnel/jump vars are
+        read; other vars belong to Ansible and are ignored.
+        """
+        self.groups.clear()
+        self.host_vars.clear()
+        for k, ln, first in data.dups:
+            self.err(ln, str(k), f"duplicate key (first defined at line {first})")
+        for gk in data:
+            ln = data.lines[gk]
+            g = self.str_key(gk, str(gk), ln)
+            if g is not None:
+                self.group(g, data[gk], g, ln, None)
+        if not self.hosts and not self.errors:  # after a typo like `host:` this would only be noise
+            self.err(data.line, ALL, "no hosts defined")
+
+        raw: dict[str, tuple[int, list[tuple[str, int]], str]] = {}
+        for g, gd in self.groups.items():
+            if g == ALL:
+                continue
+            if g in self.hosts:
+                self.err(gd["line"], gd["key"], f"group '{g}' has the same name as a host; rename one so selectors are unambiguous")
+                continue
+            raw[g] = (gd["line"], [(m, ln) for m, ln in gd["members"] if m != g], gd["key"])
+        resolved = self.resolve_groups(raw)
+
+        depth: dict[str, int] = {}
+
+        def depth_of(g: str, seen: frozenset[str] = frozenset()) -> int:
+            if g not in depth:
+                parents = [p for p in self.groups[g]["parents"] if p not in seen and p != g]
+                depth[g] = 1 + max((depth_of(p, seen | {g}) for p in parents), default=0)
+            return depth[g]
+
+        member_of: dict[str, list[str]] = {h: [] for h in self.hosts}
+        for g, names in resolved.items():
+            for h in names:
+                member_of[h].append(g)
+        base = self.vars_of(ALL)
+        for h in self.hosts:
+            s = dict(base)
+            for g in sorted(member_of[h], key=lambda g: (depth_of(g), g)):
+                s = _merge(s, self.vars_of(g))
+            for chunk in self.host_vars.get(h, []):
+                s = _merge(s, chunk)
+            host = _make_host(h, s)
+            self.hosts[h] = host
+        return resolved
+
+    def vars_of(self, g: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for chunk in self.groups.get(g, {}).get("vars", []):
+            out = _merge(out, chunk)
+        return out
+
+    def group(self, name: str, body: Any, key: str, line: int, parent: str | None) -> None:
+        if not self.name_ok(name, key, line, "group"):
+            return
+        gd = self.groups.setdefault(name, {"line": line, "key": key, "members": [], "parents": [], "vars": []})
+        if parent is not None and parent not in gd["parents"]:
+            gd["parents"].append(parent)
+        if parent is not None and parent != ALL:
+            self.groups[parent]["members"].append((name, line))
+        if parent is None and name != ALL:
+            gd["parents"].append(ALL)
+        m = self.mapping(body, key, line)
+        if m is None or id(m) in self.visiting:
+            return
+        self.visiting.add(id(m))
+        for k in m:
+            if k not in _ANSIBLE_GROUP_KEYS:
+                self.unknown_key(str(k), _ANSIBLE_GROUP_KEYS, f"{key}.{k}", m.lines[k])
+        if "vars" in m:
+            vm = self.mapping(m["vars"], f"{key}.vars", m.lines["vars"])
+            if vm is not None:
+                gd["vars"].append(self.vars_settings(vm, f"{key}.vars"))
+        if "hosts" in m:
+            hm = self.mapping(m["hosts"], f"{key}.hosts", m.lines["hosts"])
+            for hk in hm or {}:
+                ln = hm.lines[hk]  # type: ignore[union-attr]
+                hname = self.str_key(hk, f"{key}.hosts.{hk}", ln)
+                if hname is None:
+                    continue
+                self.host(hname, hm[hk], f"{key}.hosts.{hname}", ln, gd)  # type: ignore[index]
+        if "children" in m:
+            cm = self.mapping(m["children"], f"{key}.children", m.lines["children"])
+            for ck in cm or {}:
+                ln = cm.lines[ck]  # type: ignore[union-attr]
+                c = self.str_key(ck, f"{key}.children.{ck}", ln)
+                if c is None:
+                    continue
+                if c == ALL:
+                    self.err(ln, f"{key}.children.{c}", "'all' cannot be a child group")
+                    continue
+                self.group(c, cm[ck], f"{key}.children.{c}", ln, name)  # type: ignore[index]
+        self.visiting.discard(id(m))
+
+    def host(self, pattern: str, body: Any, key: str, line: int, gd: dict[str, Any]) -> None:
+        port = None
+        try:
+            pattern = self.host_range(pattern)
+        except ValueError as e:
+            self.err(line, key, str(e))
+            return
+        hp = re.fullmatch(r"([^:\[\]]+(?:\[[^\]]*\][^:\[\]]*)*):(\d+)", pattern)
+        if hp:  # Ansible's `host:port` shorthand
+            pattern, port = hp.group(1), int(hp.group(2))
+        names = self.expand(pattern, key, line)
+        m = self.mapping(body, key, line)
+        chunk = self.vars_settings(m, key) if m is not None else {}
+        if port is not None and "port" not in chunk:
+            chunk = {"port": port, **chunk}
+        for n in names:
+            if n not in self.hosts:
+                self.hosts[n] = Host(name=n)  # placeholder; settings are layered at the end
+                self.origin[n] = (n, line)
+            self.host_vars.setdefault(n, []).append(chunk)
+            gd["members"].append((n, line))
+
+    @staticmethod
+    def host_range(pattern: str) -> str:
+        """Ansible ``www[01:50]``/``[0:50:2]`` → ClusterShell ``www[01-50]``/``[0-50/2]``."""
+
+        def conv(m: re.Match[str]) -> str:
+            lo, hi, step = m.group(1), m.group(2), m.group(3)
+            if not (lo.isdigit() and hi.isdigit() and (step is None or step.isdigit())):
+                raise ValueError(f"only numeric host ranges are supported, got '{m.group(0)}'")
+            return f"[{lo}-{hi}{'/' + step if step else ''}]"
+
+        return _ANSIBLE_RANGE.sub(conv, pattern)
+
+    def vars_settings(self, m: YMap, key: str) -> dict[str, Any]:
+        """Our settings from Ansible vars; fleetdiag_* beats ansible_* beats plain names."""
+        best: dict[str, tuple[int, Entry]] = {}
+        allowed = [f"fleetdiag_{k}" for k in HOST_KEYS]
+        for k in m:
+            if not isinstance(k, str):
+                continue
+            ln, dotted, val = m.lines[k], f"{key}.{k}", m[k]
+            if k.startswith("fleetdiag_"):
+                fld, prio = k[len("fleetdiag_"):], 4
+                if fld not in HOST_KEYS:
+                    self.unknown_key(k, allowed, dotted, ln)
+                    continue
+            elif k in _ANSIBLE_ALIASES:
+                fld, prio = _ANSIBLE_ALIASES[k], 3 if k.count("_") == 1 else 2
+            elif k in _ANSIBLE_PLAIN:
+                fld, prio = k, 1
+            elif k in ("ansible_ssh_common_args", "ansible_ssh_extra_args") and isinstance(val, str):
+                j = _ansible_jump(val)
+                if j is None:
+                    continue
+                fld, prio, val = "jump", 0, j
+            else:
+                continue
+            if fld not in best or prio > best[fld][0]:
+                best[fld] = (prio, (fld, dotted, ln, val))
+        return self.settings(e for _, e in best.values())

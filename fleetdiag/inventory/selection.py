@@ -1,0 +1,224 @@
+"""Selectors: which hosts ``gpu[01-04],!gpu03,&prod`` names, over an inventory or a plain list of names.
+
+Terms apply left to right: a plain term adds, ``!x`` removes, ``&x``
+intersects; a term is ``all``, a group, a host, a glob or a ClusterShell range.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
+from .model import ALL, Host, Inventory, SelectorError, close_matches, quote_list
+
+# A typo like gpu[1-1000000] must not eat the machine.
+MAX_RANGE = 65536
+
+
+def fold(names: Iterable[str]) -> str:
+    """Fold host names into ClusterShell range syntax: gpu01,gpu02,gpu04 -> gpu[01-02,04]."""
+    names = list(names)
+    if not names:
+        return ""
+    try:
+        return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+    except NodeSetException:  # names from outside the inventory may not parse
+        return ",".join(dict.fromkeys(names))
+
+
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+_RANGE_ITEM_RE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*(?:/\s*(\d+)\s*)?)?")
+
+
+def range_size(pattern: str) -> int:
+    """How many names ``pattern`` stands for, by arithmetic on its ``[a-b/step,...]`` blocks.
+
+    ClusterShell builds every name when it parses a range, so ``gpu[1-100000000]``
+    would take gigabytes before its length is known: the size is computed from
+    the text first. Items it cannot read count as one (NodeSet reports them).
+    """
+    total = 1
+    for block in _BRACKET_RE.findall(pattern):
+        n = 0
+        for item in block.split(","):
+            m = _RANGE_ITEM_RE.fullmatch(item)
+            if not m or m.group(2) is None:
+                n += 1
+                continue
+            lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+            n += (hi - lo) // max(step, 1) + 1 if hi >= lo else 1
+        total *= max(n, 1)
+    return total
+
+
+def _expand_range(pattern: str) -> list[str]:
+    """Names a ``gpu[01-04]`` pattern stands for (ValueError if malformed or huge)."""
+    size = range_size(pattern)
+    if size > MAX_RANGE:
+        raise ValueError(f"range '{pattern}' stands for {size} names (limit {MAX_RANGE})")
+    try:
+        ns = NodeSet(pattern, resolver=RESOLVER_NOGROUP)
+    except NodeSetException as e:
+        raise ValueError(f"bad range '{pattern}': {e}") from None
+    if len(ns) > MAX_RANGE:
+        raise ValueError(f"range '{pattern}' stands for {len(ns)} names (limit {MAX_RANGE})")
+    return list(ns)
+
+
+def split_selector(selector: str) -> list[str]:
+    """Split ``a,b,gpu[01-02,05]`` on commas outside brackets; blanks dropped."""
+    terms: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for c in selector:
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth < 0:
+                raise SelectorError(f"unbalanced ']' in selector '{selector}'", term=selector)
+        if c == "," and depth == 0:
+            terms.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    if depth:
+        raise SelectorError(f"unbalanced '[' in selector '{selector}'", term=selector)
+    terms.append("".join(cur).strip())
+    return [t for t in terms if t]
+
+
+class _NoMatch(Exception):
+    def __init__(self, message: str, suggestions: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.suggestions = list(suggestions)
+
+
+def _match(
+    term: str,
+    hosts: dict[str, int],
+    group_of: Callable[[str], list[str] | None],
+    group_names: Callable[[], Iterable[str]],
+) -> list[str]:
+    """Host names one positive term stands for: all, group, host, glob or range."""
+    if term == ALL:
+        return list(hosts)
+    members = group_of(term)
+    if members is not None:
+        return list(members)
+    if term in hosts:
+        return [term]
+    if "*" in term or "?" in term:
+        found = [h for h in hosts if fnmatch.fnmatchcase(h, term)]
+        if not found:
+            raise _NoMatch(f"'{term}' matches no host")
+        return found
+    if "[" in term:
+        try:
+            names = _expand_range(term)
+        except ValueError as e:
+            raise _NoMatch(str(e)) from None
+        out: list[str] = []
+        missing: list[str] = []
+        for n in names:
+            g = group_of(n)
+            if g is not None:
+                out.extend(g)
+            elif n in hosts:
+                out.append(n)
+            else:
+                missing.append(n)
+        if missing:
+            raise _NoMatch(f"unknown host {fold(missing)} in range '{term}'")
+        return out
+    sugg = close_matches(term, [*hosts, *group_names(), ALL])
+    msg = f"unknown host or group '{term}'"
+    if sugg:
+        msg += f"; did you mean {quote_list(sugg)}?"
+    raise _NoMatch(msg, sugg)
+
+
+def _evaluate(
+    terms: Iterable[tuple[str, Any]],
+    hosts: dict[str, int],
+    group_of: Callable[[str], list[str] | None],
+    group_names: Callable[[], Iterable[str]],
+    on_error: Callable[[str, Any, _NoMatch], None],
+) -> list[str]:
+    """Apply terms left to right: plain adds, ``!x`` removes, ``&x`` intersects.
+
+    Like Ansible, a leading ``!``/``&`` term starts from ``all`` (so ``!gpu03``
+    means every host but gpu03). The result is in file order.
+    """
+    chosen: set[str] = set()
+    first = True
+    for term, ctx in terms:
+        op = term[0] if term[0] in "!&" else ""
+        body = term[len(op):].strip()
+        if first and op:
+            chosen = set(hosts)
+        first = False
+        if not body:
+            on_error(term, ctx, _NoMatch(f"empty term after '{op}'"))
+            continue
+        try:
+            found = set(_match(body, hosts, group_of, group_names))
+        except _NoMatch as e:
+            on_error(body, ctx, e)
+            continue
+        if op == "!":
+            chosen -= found
+        elif op == "&":
+            chosen &= found
+        else:
+            chosen |= found
+    return sorted(chosen, key=hosts.__getitem__)
+
+
+def _terms(selectors: Sequence[str] | str) -> list[tuple[str, None]]:
+    if isinstance(selectors, str):
+        selectors = [selectors]
+    terms: list[tuple[str, None]] = []
+    for sel in selectors:
+        parts = split_selector(sel)
+        if not parts:
+            raise SelectorError("empty selector", term=sel)
+        terms.extend((p, None) for p in parts)
+    return terms
+
+
+def _fail(term: str, _ctx: Any, e: _NoMatch) -> None:
+    raise SelectorError(e.message, term=term, suggestions=e.suggestions)
+
+
+def select_names(
+    names: Sequence[str],
+    selectors: Sequence[str] | str,
+    groups: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
+    """The names the selectors pick from a plain list of names, in list order.
+
+    The one selection routine: ``all``, names, globs, ranges, ``groups`` keys,
+    ``!x`` (remove), ``&x`` (intersect), a leading ``!``/``&`` starting from
+    all. Each selector may hold comma-separated terms. A term that names
+    nothing raises SelectorError with close matches: a typo must never
+    silently shrink (or, after ``!``, grow) the set.
+    """
+    order = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    grp = groups or {}
+
+    def group_of(name: str) -> list[str] | None:
+        g = grp.get(name)
+        return list(g) if g is not None else None
+
+    return _evaluate(_terms(selectors), order, group_of, lambda: grp, _fail)
+
+
+def select(inv: Inventory, selectors: Sequence[str] | str) -> list[Host]:
+    """Hosts the selectors name, deduplicated, in file order (see :func:`select_names`)."""
+    return [inv.hosts[n] for n in select_names(list(inv.hosts), selectors, inv.groups)]
