@@ -140,21 +140,21 @@ def parse_jump_hops(spec: str) -> list[JumpHop]:
     hops = spec.split(",")
     out: list[JumpHop] = []
     for i, hop in enumerate(hops):
-        where = f"hop {i + 1} '{hop}'" if len(hops) > 1 else f"'{hop}'"
+        where = f"hop {i + 1} '{hop}': " if len(hops) > 1 else ""
         user = None
         rest = hop
         if "@" in hop:
             user, rest = hop.rsplit("@", 1)
             p = user_problem(user)
             if p:
-                raise ValueError(f"{where}: user '{user}' {p}")
+                raise ValueError(f"{where}user '{user}' {p}")
         port_s = None
         if rest.startswith("["):
             host, sep, tail = rest.partition("]")
             host += sep
             if tail:
                 if not tail.startswith(":"):
-                    raise ValueError(f"{where}: expected ':port' after ']'")
+                    raise ValueError(f"{where}expected ':port' after ']'")
                 port_s = tail[1:]
         elif rest.count(":") == 1:
             host, _, port_s = rest.partition(":")
@@ -162,11 +162,11 @@ def parse_jump_hops(spec: str) -> list[JumpHop]:
             host = rest
         p = host_problem(host)
         if p:
-            raise ValueError(f"{where}: host '{host}' {p}")
+            raise ValueError(f"{where}host '{host}' {p}")
         port = None
         if port_s is not None:
             if not (port_s.isascii() and port_s.isdigit()) or not 1 <= int(port_s) <= 65535:
-                raise ValueError(f"{where}: port '{port_s}' is not a port number 1-65535")
+                raise ValueError(f"{where}port '{port_s}' is not a port number 1-65535")
             port = int(port_s)
         out.append(JumpHop(host, port, user))
     return out
@@ -529,6 +529,8 @@ class FieldParser:
         return out
 
     def v_address(self, v: Any, key: str, line: int) -> Any:
+        if isinstance(v, str) and hidden_char(v) is not None:
+            return _BAD  # check_hidden has reported it, for every key of the file
         if isinstance(v, str) and hidden_char(v) is None:
             if "@" in v:
                 self.err(line, key, f"address '{v}' contains a user: put it in 'user:'")
@@ -552,6 +554,8 @@ class FieldParser:
         return v
 
     def v_user(self, v: Any, key: str, line: int) -> Any:
+        if isinstance(v, str) and hidden_char(v) is not None:
+            return _BAD  # reported by check_hidden
         if not isinstance(v, str):
             self.err(line, key, f"expected a user name, got {_describe(v)}")
             return _BAD
@@ -565,6 +569,8 @@ class FieldParser:
         return v
 
     def v_jump(self, v: Any, key: str, line: int) -> Any:
+        if isinstance(v, str) and hidden_char(v) is not None:
+            return _BAD  # reported by check_hidden
         if not isinstance(v, str):
             self.err(line, key, "expected a jump host like user@bastion:22, an inventory host or an ssh alias, "
                                 f"got {_describe(v)}")
