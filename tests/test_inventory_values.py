@@ -162,3 +162,12 @@ def test_one_bad_character_anywhere_is_refused(base: str, bad: str, at: int) -> 
 @given(st.text(max_size=30))
 def test_visible_never_lets_a_hidden_character_through(s: str) -> None:
     assert hidden_char(visible(s)) is None
+
+
+def test_log_paths_may_hold_newline_and_tab_but_nothing_else_hidden() -> None:
+    inv = parse_inventory('hosts:\n  a:\n    logs: {x: "/tmp/a\\nb\\tc.log"}\n  b:\n    logs: "/tmp/n\\nl.log"\n')
+    assert inv.hosts["a"].logs["x"] == "/tmp/a\nb\tc.log" and inv.hosts["b"].logs["default"] == "/tmp/n\nl.log"
+    for bad in ("\\x1b", "\\0", "\\u202e", "\\r"):
+        e = error(f'hosts:\n  a:\n    logs: {{x: "/tmp/a{bad}.log"}}\n')
+        assert (e.line, e.key) == (3, "hosts.a.logs.x")
+    assert error('hosts:\n  a:\n    region: "a\\nb"\n').key == "hosts.a.region"

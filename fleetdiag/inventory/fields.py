@@ -40,12 +40,13 @@ _ZONE_RE = re.compile(r"[A-Za-z0-9_.-]+")
 # Cc control characters (NUL, ESC, newline, DEL, C1), Cf format characters (bidi
 # overrides like U+202E, zero-width joiners), Zl/Zp separators and lone surrogates.
 _HIDDEN_CATEGORIES = {"Cc", "Cf", "Zl", "Zp", "Cs"}
+_LOG_PATH_CHARS = "\n\t"  # legal in file names; log paths reach the host as data
 
 
-def hidden_char(s: str) -> str | None:
-    """The first control, format or separator character in ``s`` (None if there is none)."""
+def hidden_char(s: str, allow: str = "") -> str | None:
+    """The first control, format or separator character in ``s`` not in ``allow`` (None if there is none)."""
     for c in s:
-        if unicodedata.category(c) in _HIDDEN_CATEGORIES:
+        if unicodedata.category(c) in _HIDDEN_CATEGORIES and c not in allow:
             return c
     return None
 
@@ -63,8 +64,8 @@ def visible(s: str) -> str:
     return "".join(out)
 
 
-def _hidden_reason(s: str) -> str | None:
-    c = hidden_char(s)
+def _hidden_reason(s: str, allow: str = "") -> str | None:
+    c = hidden_char(s, allow)
     if c is None:
         return None
     name = unicodedata.name(c, "") or "control character"
@@ -462,27 +463,32 @@ class FieldParser:
                 pass
         return {g: resolved.get(g, []) for g in raw}
 
-    def check_hidden(self, node: Any, key: str) -> None:
-        """Refuse control and invisible characters (NUL, ESC, U+202E...) in every key and string of the file."""
+    def check_hidden(self, node: Any, key: str, allow: str = "") -> None:
+        """Refuse control and invisible characters (NUL, ESC, U+202E...) in every key and string of the file.
+
+        Log paths alone may hold a newline or tab: file names can, and the
+        remote script passes paths as data, never as shell text.
+        """
+        items: Iterable[tuple[Any, Any, int]]
         if isinstance(node, YMap):
-            for k, v in node.items():
-                ln = node.lines.get(k, node.line)
+            items = ((k, v, node.lines.get(k, node.line)) for k, v in node.items())
+        elif isinstance(node, YSeq):
+            items = ((i, v, ln) for i, (v, ln) in enumerate(zip(node, node.lines)))
+        else:
+            return
+        for k, v, ln in items:
+            if isinstance(node, YSeq):
+                dotted = f"{key}[{k}]"
+            else:
                 dotted = f"{key}.{visible(str(k))}" if key else visible(str(k))
                 if isinstance(k, str) and hidden_char(k) is not None:
                     self.err(ln, dotted, f"key {_hidden_reason(k)}")
-                if isinstance(v, str):
-                    if hidden_char(v) is not None:
-                        self.err(ln, dotted, f"value '{visible(v)}' {_hidden_reason(v)}")
-                else:
-                    self.check_hidden(v, dotted)
-        elif isinstance(node, YSeq):
-            for i, (v, ln) in enumerate(zip(node, node.lines)):
-                dotted = f"{key}[{i}]"
-                if isinstance(v, str):
-                    if hidden_char(v) is not None:
-                        self.err(ln, dotted, f"value '{visible(v)}' {_hidden_reason(v)}")
-                else:
-                    self.check_hidden(v, dotted)
+            sub = _LOG_PATH_CHARS if k in ("logs", "fleetdiag_logs") else allow
+            if isinstance(v, str):
+                if hidden_char(v, sub) is not None:
+                    self.err(ln, dotted, f"value '{visible(v)}' {_hidden_reason(v, sub)}")
+            else:
+                self.check_hidden(v, dotted, sub)
 
     def check_targets(self) -> None:
         """A host without ``address:`` is reached by its name, so the name must be a valid ssh host."""
