@@ -188,9 +188,8 @@ def decide(app: AppError | None, events: list[KernelEvent], health: list[GpuHeal
                 cat, strength, _ = _class(ev, table)
             elif ev.kind == "oom-invoke":
                 continue  # names the allocator, not the victim; chosen only through its episode's kill line
-            if app is not None and not link:
-                if strength in ("weak", "app") and not win:
-                    continue  # an unlinked weak or application-level event does not beat the app's own error
+            if app is not None and not link and strength in ("weak", "app") and not win:
+                continue  # an unlinked weak or application-level event does not beat the app's own error
             why = link or ("in the failure's time window" if win else "the host's latest kernel fault")
             rank = (1 if link else 0, bi, 0 if strength == "weak" else 1, -ei)
             scored.append((rank, ev, why))

@@ -47,13 +47,13 @@ _RE_INVOKED = re.compile(r"^(?P<name>\S.*?) invoked oom-killer:")
 _RE_SEGV = re.compile(r"^(?P<name>\S+?)\[(?P<pid>\d+)\]: segfault at")
 _RE_GPF = re.compile(r"^(?:traps: )?(?P<name>\S+?)\[(?P<pid>\d+)\].*general protection")
 _RE_HUNG = re.compile(r"INFO: task (?P<name>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
-_RE_AER = re.compile(r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*PCIe Bus Error: severity=(?P<sev>[\w ]+?),")
+_RE_AER = re.compile(r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*PCIe Bus Error: severity=(?P<sev>[^,]+)")
 _RE_AER_RECV = re.compile(r"AER: (?:Corrected|Uncorrected|Multiple).*error.*received")
-_RE_MCE = re.compile(r"mce: \[Hardware Error\]|Machine check|machine check events logged", re.I)
+_RE_MCE = re.compile(r"mce: \[Hardware Error\]|Machine check|machine check events logged", re.IGNORECASE)
 _RE_WATCHDOG = re.compile(r"RC watchdog: GPU is probably locked")
 
 # Lines every healthy GPU host prints; never a cause.
-BENIGN = re.compile("|".join([
+BENIGN = re.compile("|".join([  # noqa: FLY002  (one pattern a line reads better)
     r"NVRM: loading NVIDIA UNIX", r"nvidia: loading out-of-tree module", r"module license .* taints kernel",
     r"nvidia-nvlink: Nvlink Core is being initialized", r"NVRM: GPU at PCI:", r"NVRM: GPU Board Serial Number",
     r"NVRM: .*FBHUB Interrupt detected\. Clearing it", r"Persistence mode is deprecated",
@@ -94,8 +94,7 @@ def bus_key(bus: str | None) -> str | None:
     if not bus:
         return None
     s = bus.strip().lower()
-    if s.startswith("pci:"):
-        s = s[4:]
+    s = s.removeprefix("pci:")
     s = s.split(".")[0]
     parts = [p for p in s.split(":") if p]
     if len(parts) < 2 or not all(re.fullmatch(r"[0-9a-f]+", p) for p in parts[-2:]):
@@ -258,10 +257,10 @@ def classify(message: str) -> KernelEvent:
     if _RE_WATCHDOG.search(msg):
         ev.kind = "watchdog"
         return ev
-    if re.search(r"\bECC\b", msg) and re.search(r"uncorrect|double bit|DBE", msg, re.I):
+    if re.search(r"\bECC\b", msg) and re.search(r"uncorrect|double bit|DBE", msg, re.IGNORECASE):
         ev.kind = "ecc"
         return ev
-    if re.search(r"NVLink|nvlink", msg) and re.search(r"error|fatal|fault", msg, re.I):
+    if re.search(r"NVLink|nvlink", msg) and re.search(r"error|fatal|fault", msg, re.IGNORECASE):
         ev.kind = "nvlink"
         return ev
     return ev
