@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,9 +135,12 @@ def test_corpus_case_names_the_kernel_line_and_action_class(path: Path, tmp_path
     assert any(e["source"] == "kernel" and e["line"] == got.line for e in res.evidence)
     if case["files"].get("smi"):  # each recorded nvidia-smi output shows a lost GPU or uncorrectable ECC
         assert res.degraded, kc.smi
-    # the journal's stamps come back as wall time
+    # the journal's stamps come back as wall time; dmesg's seconds since boot through the remote clock
     if mode == "journal":
         assert got.event is not None and got.event.time is not None
+    m = re.match(r"\[\s*(\d+\.\d+)\]", got.line)
+    if mode == "dmesg" and m:
+        assert got.event.time == pytest.approx(kc.clock.now - kc.clock.uptime + float(m.group(1)))
 
 
 def test_every_case_is_right() -> None:
@@ -294,6 +299,39 @@ def test_xid_table_covers_the_common_codes_and_merges_a_user_file(tmp_path: Path
     user.write_text("xids:\n  13: {action: maybe}\n")
     with pytest.raises(XidTableError, match="xids.13.action"):
         load_xid_table(user)
+
+
+def test_script_under_busybox_alone(tmp_path: Path) -> None:
+    """A node with only busybox applets (no GNU grep/coreutils): same sections, same decision."""
+    bb = shutil.which("busybox")
+    assert bb, "busybox is installed by scripts/test"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for applet in ("sh", "grep", "tail", "head", "cut", "date", "id", "tr", "cat", "timeout", "env"):
+        (bindir / applet).symlink_to(bb)
+    (bindir / "python3").symlink_to(sys.executable)
+    case = json.loads((CORPUS / "gpud-sxid-xid79-ltssm.json").read_text())
+    kern = CORPUS / case["files"]["kern"]
+    env = {"PATH": f"{STANDINS}:{bindir}", "FD_STANDIN_MODE": "dmesg", "FD_STANDIN_KERN": str(kern),
+           "FD_KERNEL_KERNLOG": str(tmp_path / "absent")}
+    r = subprocess.run([str(bindir / "sh"), "-c", f". '{SCRIPT}'; fd_kernel_main"], env=env, capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    kc = parse_sections(r.stdout)
+    assert kc.source == "dmesg" and kc.clock.uptime
+    got = decide(None, kc.events(), parse_health(kc.smi))
+    assert got is not None and case["decisive_kernel_line"] in got.line
+
+
+def test_script_with_this_machines_real_tools(tmp_path: Path) -> None:
+    """No stand-ins: whatever this machine allows, the script says where it read from or why it could not."""
+    r = subprocess.run(["sh", "-c", f". '{SCRIPT}'; fd_kernel_main"], capture_output=True, text=True, timeout=90,
+                       check=False, env={**os.environ, "FD_KERNEL_KERNLOG": str(tmp_path / "absent")})
+    assert r.returncode == 0, r.stderr
+    kc = parse_sections(r.stdout)
+    assert (kc.source in ("journalctl", "dmesg", "kern.log")) != (kc.fact() is not None)
+    assert kc.smi_status in ("ok", "absent")
+    kc.events()  # real lines parse
 
 
 def test_script_is_clean_posix_sh() -> None:
