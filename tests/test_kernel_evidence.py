@@ -341,3 +341,57 @@ def test_script_is_clean_posix_sh() -> None:
     assert "set -e" not in text
     funcs = re.findall(r"^(\w+)\s*\(\)", text, re.MULTILINE)
     assert funcs and all(f.startswith("fd_kernel_") for f in funcs)
+
+
+def test_remote_and_python_agree_on_lines_of_interest() -> None:
+    from fleetdiag.evidence.kernel import INTEREST_ERE
+    m = re.search(r"^fd_kernel_ere='([^']*)'", SCRIPT.read_text(), re.MULTILINE)
+    assert m and m.group(1) == INTEREST_ERE
+
+
+@pytest.mark.parametrize(("lines", "want", "category"), [
+    (["[Tue Jan  9 10:00:00 2024] pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:01:00.0",
+      "[Tue Jan  9 10:00:00 2024] nvidia 0000:01:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)"],
+     "severity=Uncorrected (Fatal)", "hardware"),
+    (["[812.1] Memory cgroup out of memory: Killed process 2187 (pt_main_thread) total-vm:9kB, anon-rss:8kB"],
+     "Memory cgroup out of memory: Killed process 2187", "host-oom"),
+    (["[99.1] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+      "[99.2] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x25:0x65:1474)"],
+     "GPU has fallen off the bus", "hardware"),
+    (["[5.0] NVRM: RmInitAdapter failed! (0x26:0x56:1482)", "[5.1] NVRM: rm_init_adapter failed, device minor number 0"],
+     "RmInitAdapter failed", "driver"),
+    (["[7.0] NVRM: GPU0 _kgspIsHeartbeatTimedOut: Heartbeat timeout, curdiff 0x14 GSP ucode"],
+     "Heartbeat timeout", "driver"),
+    (["[8.0] mce: [Hardware Error]: Machine check events logged",
+      "[9.0] mce: [Hardware Error]: CPU 3: Machine Check Exception: 5 Bank 4: b200000000070f0f",
+      "[9.1] EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0"],
+     "Machine Check Exception", "hardware"),
+])
+def test_general_message_shapes(lines: list[str], want: str, category: str) -> None:
+    got = decide(None, parse_kernel_lines(lines))
+    assert got is not None and want in got.line and got.category == category
+
+
+def test_corrected_noise_alone_is_never_a_cause() -> None:
+    lines = ["[8.0] mce: [Hardware Error]: Machine check events logged",
+             "[9.0] pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0",
+             "[9.1] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Non-fatal, Link 63 LTSSM Fault Up",
+             "[9.2] NVRM: krcWatchdog_IMPL: RC watchdog: GPU is probably locked!  Notify Timeout Seconds: 7",
+             *_benign_lines()]
+    assert decide(None, parse_kernel_lines(lines)) is None
+
+
+def test_recovery_action_is_quoted_in_the_hint() -> None:
+    got = decide(None, parse_kernel_lines([
+        "Aug 10 15:36:05 n kernel: NVRM: Xid (PCI:0000:55:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)"]))
+    assert got is not None and got.hint.startswith("the driver asks for: Drain and Reset")
+
+
+def test_container_pid_mismatch_links_by_truncated_process_name() -> None:
+    lines = ["2025-03-01T10:00:00.000000+0000 n kernel: NVRM: Xid (PCI:0000:c1:00): 31, pid=22884, name=VLLM::Worker_TP, Ch 00000008",
+             "2025-03-01T10:00:00.100000+0000 n kernel: NVRM: Xid (PCI:0000:41:00): 43, pid=19000, name=other_job, Ch 00000008"]
+    events = parse_kernel_lines(lines)
+    app = AppError(line="CUDA error: an illegal memory access was encountered", pid=370, process="VLLM::Worker_TP0",
+                   time=events[0].time + 7)
+    got = decide(app, events)
+    assert got is not None and "name=VLLM::Worker_TP," in got.line and got.why.endswith("process VLLM::Worker_TP")

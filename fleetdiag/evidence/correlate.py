@@ -10,6 +10,7 @@ a "caused by previous Xid N" line stands for Xid N. Benign lines are never chose
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,10 @@ WINDOW_AFTER = 120.0  # kernel clocks (dmesg -T) drift: allow the kernel line to
 HINTS = {
     "host-oom": "host memory ran out and the kernel killed the process: lower host memory use "
                 "(fewer data-loader workers, smaller batches or prefetch) or add RAM",
+    "oom-cgroup": "the container's memory limit was reached and the kernel killed the process: raise the limit "
+                  "or lower the job's host memory use",
+    "gpu-init": "the driver could not initialise or needs to reset the GPU: reset the GPU or reboot the node; "
+                "drain and RMA if it persists",
     "segfault": "the process crashed in native code: fix the code or the library version it names",
     "hung-task": "tasks stuck in uninterruptible sleep (a driver or I/O hang): drain the node and reboot it",
     "gpu-lost": "the GPU has left the bus: drain the node, power-cycle it, RMA the GPU if it recurs",
@@ -82,15 +87,21 @@ def _class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
         return info.category, ("app" if info.action == "application" else "strong"), info.hint
     if ev.kind == "gpu-lost":
         return "hardware", "strong", HINTS["gpu-lost"]
+    if ev.kind == "gpu-init":
+        return "driver", "strong", HINTS["gpu-init"]
+    if ev.kind == "gsp":
+        return "driver", "weak", table.hints.get("driver", "")
     if ev.kind in ("oom-kill", "oom-killed", "oom-reaped", "oom-invoke"):
-        return "host-oom", "strong", HINTS["host-oom"]
+        return "host-oom", "strong", HINTS["oom-cgroup" if "cgroup" in ev.message else "host-oom"]
     if ev.kind in ("segfault", "gpf"):
         return "application", "app", HINTS["segfault"]
     if ev.kind == "hung-task":
         return "driver", "strong", HINTS["hung-task"]
     if ev.kind == "pcie-aer":
         return "hardware", ("weak" if ev.severity == "corrected" else "strong"), HINTS["pcie"]
-    if ev.kind == "mce":
+    if ev.kind == "pcie-aer-detail" and ev.severity == "uncorrected":
+        return "hardware", "weak", HINTS["pcie"]
+    if ev.kind == "mce" and ev.severity == "fatal":
         return "hardware", "strong", HINTS["mce"]
     if ev.kind == "sxid" and ev.severity == "fatal":
         return "hardware", "strong", HINTS["sxid"]
@@ -203,6 +214,9 @@ def decide(app: AppError | None, events: list[KernelEvent], health: list[GpuHeal
     if ev.kind == "xid":
         info = table.get(code)
         why = f"Xid {code} ({info.name}); {why}"
+        asked = re.search(r"recovery action changed from .*? to \S+ \(([^)]+)\)", ev.message)
+        if asked:
+            hint = f"the driver asks for: {asked.group(1)}; {hint}"
     return KernelDecision(source="kernel", category=cat or "hardware", line=ev.line, hint=hint, kind=ev.kind,
                           code=code, why=why, consequence=app.line if app else None, event=ev)
 

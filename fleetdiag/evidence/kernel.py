@@ -36,10 +36,14 @@ _RE_PID = re.compile(r"\bpid=(?:'?<unknown>'?|(?P<pid>\d+))")
 _RE_NAME = re.compile(r"\bname=(?P<name>[^,\s]+)")
 _RE_CAUSED = re.compile(r"caused by previous Xid (?P<code>\d+)")
 _RE_SXID = re.compile(r"\bSXid \(PCI:(?P<bus>[^)]*)\):\s*(?P<code>\d+),\s*(?P<rest>.*)")
-_RE_FALLEN = re.compile(r"NVRM: GPU (?P<bus>[0-9a-fA-F:.]+): GPU has fallen off the bus")
-_RE_LOST = re.compile(r"NV_ERR_GPU_IS_LOST|GPU is lost|RmInitAdapter failed")
+_RE_PCI = re.compile(r"\b(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)\b")
+_RE_FALLEN = re.compile(r"fallen off the bus")
+_RE_LOST = re.compile(r"NV_ERR_GPU_IS_LOST|GPU is lost")
+_RE_INIT = re.compile(r"RmInitAdapter failed|NV_ERR_RESET_REQUIRED|GPU Reset Required")
+_RE_GSP = re.compile(r"GSP.*(?:[Tt]imeout|timed out|heartbeat|crashed|halt)|[Hh]eartbeat.*GSP")
+_RE_EDAC_UE = re.compile(r"EDAC .*\b(?:UE|[Uu]ncorrected|[Uu]ncorrectable)\b")
 _RE_GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F:.]+):\s*(?P<uuid>GPU-[0-9a-fA-F-]+)")
-_RE_OOM_KILL = re.compile(r"Out of memory(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]+)\)")
+_RE_OOM_KILL = re.compile(r"(?i:out of memory)(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]+)\)")
 _RE_KILLED = re.compile(r"^Killed process (?P<pid>\d+) \((?P<name>[^)]+)\)")
 _RE_OOM_SUM = re.compile(r"oom-kill:.*?\btask=(?P<name>[^,]+),pid=(?P<pid>\d+)")
 _RE_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<name>[^)]+)\)")
@@ -49,7 +53,8 @@ _RE_GPF = re.compile(r"^(?:traps: )?(?P<name>\S+?)\[(?P<pid>\d+)\].*general prot
 _RE_HUNG = re.compile(r"INFO: task (?P<name>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
 _RE_AER = re.compile(r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*PCIe Bus Error: severity=(?P<sev>[^,]+)")
 _RE_AER_RECV = re.compile(r"AER: (?:Corrected|Uncorrected|Multiple).*error.*received")
-_RE_MCE = re.compile(r"mce: \[Hardware Error\]|Machine check|machine check events logged", re.IGNORECASE)
+_RE_MCE = re.compile(r"mce: \[Hardware Error\]|[Mm]achine [Cc]heck")
+_RE_MCE_FATAL = re.compile(r"[Uu]ncorrected|[Ff]atal|[Pp]anic|Machine Check Exception")
 _RE_WATCHDOG = re.compile(r"RC watchdog: GPU is probably locked")
 
 # Lines every healthy GPU host prints; never a cause.
@@ -65,9 +70,10 @@ BENIGN = re.compile("|".join([  # noqa: FLY002  (one pattern a line reads better
 ]))
 
 # What the remote side greps for (POSIX ERE); kept here so both sides agree.
-INTEREST_ERE = ("NVRM|Xid|SXid|NVLink|nvlink|ECC|Out of memory|oom-kill|oom_reaper|Killed process|"
+INTEREST_ERE = ("NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|"
                 "invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|"
-                "PCIe Bus Error|AER:|Machine check|mce:|Hardware Error|fallen off the bus|GPU is lost")
+                "PCIe Bus Error|AER:|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|"
+                "NV_ERR_|RmInitAdapter")
 
 
 @dataclass
@@ -76,7 +82,7 @@ class KernelEvent:
 
     line: str  # the raw line, as the host printed it
     message: str  # the line without its time prefix
-    kind: str  # xid | sxid | gpu-lost | ecc | nvlink | oom-kill | oom-invoke | segfault | gpf | hung-task | pcie-aer | mce | watchdog | benign | other
+    kind: str  # xid | sxid | gpu-lost | gpu-init | gsp | ecc | nvlink | oom-kill | oom-invoke | segfault | gpf | hung-task | pcie-aer | mce | watchdog | benign | other
     time: float | None = None  # epoch seconds, None when the line has no absolute time
     code: int | None = None  # Xid / SXid number
     cause_code: int | None = None  # "caused by previous Xid N"
@@ -226,14 +232,11 @@ def classify(message: str) -> KernelEvent:
         if c:
             ev.cause_code = int(c["code"])
         return ev
-    for rx, kind in ((_RE_FALLEN, "gpu-lost"),):
-        m = rx.search(msg)
-        if m:
-            ev.kind, ev.bus = kind, bus_key(m["bus"])
+    for rx, kind in ((_RE_FALLEN, "gpu-lost"), (_RE_LOST, "gpu-lost"), (_RE_INIT, "gpu-init"), (_RE_GSP, "gsp")):
+        if rx.search(msg):
+            p = _RE_PCI.search(msg)
+            ev.kind, ev.bus = kind, bus_key(p["bus"]) if p else None
             return ev
-    if _RE_LOST.search(msg):
-        ev.kind = "gpu-lost"
-        return ev
     for rx, kind in ((_RE_OOM_KILL, "oom-kill"), (_RE_OOM_SUM, "oom-kill"), (_RE_KILLED, "oom-killed"),
                      (_RE_REAPED, "oom-reaped"), (_RE_SEGV, "segfault"), (_RE_GPF, "gpf"), (_RE_HUNG, "hung-task")):
         m = rx.search(msg)
@@ -250,9 +253,15 @@ def classify(message: str) -> KernelEvent:
         return ev
     if _RE_AER_RECV.search(msg):
         ev.kind = "pcie-aer-detail"
+        ev.severity = "uncorrected" if re.search(r"Uncorrected|Fatal", msg) else "corrected"
+        p = _RE_PCI.search(msg)
+        ev.bus = bus_key(p["bus"]) if p else None
         return ev
     if _RE_MCE.search(msg):
-        ev.kind = "mce"
+        ev.kind, ev.severity = "mce", "fatal" if _RE_MCE_FATAL.search(msg) else "corrected"
+        return ev
+    if _RE_EDAC_UE.search(msg):
+        ev.kind, ev.severity = "mce", "fatal"
         return ev
     if _RE_WATCHDOG.search(msg):
         ev.kind = "watchdog"
