@@ -1,0 +1,247 @@
+"""The decision: is a kernel event the decisive cause of this host's failure?
+
+Pure functions over the application's decisive error, the kernel events and the GPU health.
+A kernel event is the cause when it names the failing process (pid or name) or the failing GPU
+(bus id <-> index <-> UUID), or, lacking a link, when it is a hardware/driver/host-memory event of the
+host's latest burst that is not far from the application's error in time. The first cause-capable event
+of a burst wins (later lines of the same burst are its consequences: Xid 109 after Xid 13, SXid after Xid 79);
+a "caused by previous Xid N" line stands for Xid N. Benign lines are never chosen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .gpu_health import GpuHealth
+from .kernel import KernelEvent, bus_key
+from .xid import XidTable, default_xid_table
+
+BURST_GAP = 120.0  # seconds of silence that separate two bursts of kernel lines
+WINDOW_BEFORE = 900.0  # a kernel event this long before the app error can still be its cause
+WINDOW_AFTER = 120.0  # kernel clocks (dmesg -T) drift: allow the kernel line to look later
+
+HINTS = {
+    "host-oom": "host memory ran out and the kernel killed the process: lower host memory use "
+                "(fewer data-loader workers, smaller batches or prefetch) or add RAM",
+    "oom-cgroup": "the container's memory limit was reached and the kernel killed the process: raise the limit "
+                  "or lower the job's host memory use",
+    "gpu-init": "the driver could not initialise or needs to reset the GPU: reset the GPU or reboot the node; "
+                "drain and RMA if it persists",
+    "segfault": "the process crashed in native code: fix the code or the library version it names",
+    "hung-task": "tasks stuck in uninterruptible sleep (a driver or I/O hang): drain the node and reboot it",
+    "gpu-lost": "the GPU has left the bus: drain the node, power-cycle it, RMA the GPU if it recurs",
+    "pcie": "PCIe link errors on the GPU's path: drain the node, reseat or replace the riser/GPU",
+    "mce": "CPU/memory machine check: drain the node and have the hardware checked",
+    "sxid": "NVSwitch fatal error: drain the node, reset the fabric, RMA if it recurs",
+}
+
+
+@dataclass
+class AppError:
+    """The application's decisive error, as far as it is known."""
+
+    line: str
+    time: float | None = None
+    pid: int | None = None
+    process: str | None = None
+    gpu: int | None = None  # GPU index (the rank's device, after CUDA_VISIBLE_DEVICES)
+    bus: str | None = None
+    uuid: str | None = None
+
+
+@dataclass
+class KernelDecision:
+    source: str  # "kernel"
+    category: str  # hardware | driver | host-oom | application
+    line: str
+    hint: str
+    kind: str
+    code: int | None
+    why: str
+    consequence: str | None = None  # the application's error line, shown under the cause
+    event: KernelEvent | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "category": self.category, "line": self.line, "hint": self.hint,
+                "kind": self.kind, "code": self.code, "why": self.why, "consequence": self.consequence}
+
+
+@dataclass
+class Outcome:
+    decisive: KernelDecision | None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+
+
+def _class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
+    """(category or None when it can never be a cause, strength, hint). strength: strong | weak | app."""
+    if ev.benign:
+        return None, "", ""
+    if ev.kind == "xid":
+        code = ev.cause_code if ev.cause_code is not None and ev.code == 45 else ev.code
+        info = table.get(code)
+        if info.action == "informational":
+            return info.category, "weak", info.hint
+        return info.category, ("app" if info.action == "application" else "strong"), info.hint
+    if ev.kind == "gpu-lost":
+        return "hardware", "strong", HINTS["gpu-lost"]
+    if ev.kind == "gpu-init":
+        return "driver", "strong", HINTS["gpu-init"]
+    if ev.kind == "gsp":
+        return "driver", "weak", table.hints.get("driver", "")
+    if ev.kind in ("oom-kill", "oom-killed", "oom-reaped", "oom-invoke"):
+        return "host-oom", "strong", HINTS["oom-cgroup" if "cgroup" in ev.message else "host-oom"]
+    if ev.kind in ("segfault", "gpf"):
+        return "application", "app", HINTS["segfault"]
+    if ev.kind == "hung-task":
+        return "driver", "strong", HINTS["hung-task"]
+    if ev.kind == "pcie-aer":
+        return "hardware", ("weak" if ev.severity == "corrected" else "strong"), HINTS["pcie"]
+    if ev.kind == "pcie-aer-detail" and ev.severity == "uncorrected":
+        return "hardware", "weak", HINTS["pcie"]
+    if ev.kind == "mce" and ev.severity == "fatal":
+        return "hardware", "strong", HINTS["mce"]
+    if ev.kind == "sxid" and ev.severity == "fatal":
+        return "hardware", "strong", HINTS["sxid"]
+    if ev.kind in ("ecc", "nvlink"):
+        return "hardware", "weak", table.hints.get("hardware", "")
+    return None, "", ""  # details: watchdog, AER 'received', SXid non-fatal/data
+
+
+def _bursts(events: list[KernelEvent]) -> list[list[KernelEvent]]:
+    """Events in time order (source order for equal or unknown times), cut where the log fell silent."""
+    evs = sorted(events, key=lambda e: (e.time if e.time is not None else float("-inf"), e.pos)) \
+        if all(e.time is not None for e in events) else sorted(events, key=lambda e: e.pos)
+    out: list[list[KernelEvent]] = []
+    last: float | None = None
+    for e in evs:
+        if out and not (e.time is not None and last is not None and e.time - last > BURST_GAP):
+            out[-1].append(e)
+        else:
+            out.append([e])
+        if e.time is not None:
+            last = e.time
+    return out
+
+
+def _oom_episode_line(burst: list[KernelEvent], victim: KernelEvent) -> KernelEvent:
+    """The line that states an OOM kill: 'Out of memory: Kill(ed) process', else 'Killed process',
+    else the 'invoked oom-killer' header of the episode the reaper line belongs to."""
+    i = burst.index(victim)
+    for k in ("oom-kill", "oom-killed"):
+        for e in burst:
+            if e.kind == k and e.pid == victim.pid:
+                return e
+    for e in reversed(burst[:i]):
+        if e.kind == "oom-invoke":
+            return e
+    return victim
+
+
+def _gpu_maps(events: list[KernelEvent], health: list[GpuHealth]) -> tuple[dict[int, str], dict[str, str]]:
+    by_index = {g.index: g.bus for g in health if g.index is not None and g.bus}
+    by_uuid = {g.uuid: g.bus for g in health if g.uuid and g.bus}
+    for e in events:
+        if e.uuid and e.bus:
+            by_uuid.setdefault(e.uuid, e.bus)
+    return by_index, by_uuid
+
+
+def _linked(ev: KernelEvent, app: AppError | None, app_bus: str | None) -> str | None:
+    if app is None:
+        return None
+    if app.pid is not None and ev.pid == app.pid:
+        return f"pid {ev.pid}"
+    if app.process and ev.process and _same_name(app.process, ev.process):
+        return f"process {ev.process}"
+    if app_bus and ev.bus == app_bus:
+        return f"GPU {ev.bus}"
+    return None
+
+
+def _same_name(a: str, b: str) -> bool:
+    a, b = a.lower(), b.lower()
+    return a == b or a[:15] == b[:15] or (len(min(a, b, key=len)) >= 6 and (a.startswith(b) or b.startswith(a)))
+
+
+def _in_window(ev: KernelEvent, app: AppError | None) -> bool | None:
+    if app is None or app.time is None or ev.time is None:
+        return None
+    return app.time - WINDOW_BEFORE <= ev.time <= app.time + WINDOW_AFTER
+
+
+def decide(app: AppError | None, events: list[KernelEvent], health: list[GpuHealth] | None = None,
+           table: XidTable | None = None) -> KernelDecision | None:
+    """The kernel event that decides this host's failure, or None when the application's error stays decisive."""
+    table = table or default_xid_table()
+    health = health or []
+    by_index, by_uuid = _gpu_maps(events, health)
+    app_bus = None
+    if app is not None:
+        app_bus = bus_key(app.bus) or (by_uuid.get(app.uuid) if app.uuid else None) or \
+            (by_index.get(app.gpu) if app.gpu is not None else None)
+    cands = [e for e in events if _class(e, table)[0] is not None]
+    if not cands:
+        return None
+    bursts = _bursts(cands)
+    scored: list[tuple[tuple[int, ...], KernelEvent, str]] = []
+    for bi, burst in enumerate(bursts):
+        for ei, ev in enumerate(burst):
+            cat, strength, _ = _class(ev, table)
+            link = _linked(ev, app, app_bus)
+            win = _in_window(ev, app)
+            if win is False and not (link and link.startswith("pid")):
+                continue  # far from the failure in time
+            if ev.kind in ("oom-reaped", "oom-killed", "oom-kill"):
+                ev = _oom_episode_line(burst, ev)
+                cat, strength, _ = _class(ev, table)
+            elif ev.kind == "oom-invoke":
+                continue  # names the allocator, not the victim; chosen only through its episode's kill line
+            if app is not None and not link and strength in ("weak", "app") and not win:
+                continue  # an unlinked weak or application-level event does not beat the app's own error
+            why = link or ("in the failure's time window" if win else "the host's latest kernel fault")
+            rank = (1 if link else 0, bi, 0 if strength == "weak" else 1, -ei)
+            scored.append((rank, ev, why))
+    if not scored:
+        return None
+    # the latest burst decides; in it, the first cause-capable line (strong before app-level before weak)
+    scored.sort(key=lambda s: s[0])
+    rank, ev, why = scored[-1]
+    cat, _, hint = _class(ev, table)
+    code = ev.cause_code if ev.kind == "xid" and ev.code == 45 and ev.cause_code else ev.code
+    if ev.kind == "xid":
+        info = table.get(code)
+        why = f"Xid {code} ({info.name}); {why}"
+        asked = re.search(r"recovery action changed from .*? to \S+ \(([^)]+)\)", ev.message)
+        if asked:
+            hint = f"the driver asks for: {asked.group(1)}; {hint}"
+    return KernelDecision(source="kernel", category=cat or "hardware", line=ev.line, hint=hint, kind=ev.kind,
+                          code=code, why=why, consequence=app.line if app else None, event=ev)
+
+
+def evidence(app: AppError | None, events: list[KernelEvent], health: list[GpuHealth] | None = None,
+             limit: int = 40) -> list[dict[str, Any]]:
+    """The HOST record's ``evidence`` list: the app error, kernel events of interest, GPU faults."""
+    out: list[dict[str, Any]] = []
+    if app is not None:
+        out.append({"source": "log", "time": app.time, "line": app.line, "pid": app.pid, "gpu": app.gpu,
+                    "kind": "error", "code": None})
+    idx = {g.bus: g.index for g in (health or []) if g.bus}
+    for e in [e for e in events if not e.benign][:limit]:
+        out.append({"source": "kernel", "time": e.time, "line": e.line, "pid": e.pid,
+                    "gpu": idx.get(e.bus, e.bus) if e.bus else None, "kind": e.kind, "code": e.code})
+    for g in health or []:
+        for f in g.faults:
+            out.append({"source": "gpu", "time": None, "line": f, "pid": None,
+                        "gpu": g.index if g.index is not None else g.bus_id, "kind": "lost" if g.lost else "health",
+                        "code": None})
+    return out
+
+
+def correlate(app: AppError | None, events: list[KernelEvent], health: list[GpuHealth] | None = None,
+              table: XidTable | None = None) -> Outcome:
+    """Decision, evidence and degraded reasons in one call."""
+    from .gpu_health import degraded
+    return Outcome(decide(app, events, health, table), evidence(app, events, health), degraded(health or []))
