@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import click
 from rich.table import Table
@@ -81,31 +80,32 @@ def preflight(ctx: Context, selector: str, command: tuple[str, ...], env_items: 
     hosts = select(inv, (selector,))
     settings = ProbeSettings(transport=transport_from(kw), jump_resolver=jump_resolver(inv), path_prepend=path_prepend)
     results: list[PreflightResult] = []
+    out = ctx.out
 
     async def go() -> None:
         async for res in preflight_many(hosts, launch, settings, fanout):
             results.append(res)
             if fmt == "jsonl":
-                click.echo(json.dumps(res.to_json()))
+                out.jsonl(res.to_json())
 
     asyncio.run(go())
     order = {h.name: i for i, h in enumerate(hosts)}
     results.sort(key=lambda r: order.get(r.host, 0))
     if fmt == "json":
-        click.echo(json.dumps(report_json(launch, results), indent=2))
+        out.json(report_json(launch, results))
     elif fmt is None:
-        out = ctx.env.out
-        ld = launch.to_dict()
+        ld = out.shown(launch.to_dict())
         head = f"launch: {launch.launcher}" + (f" · {ld['arithmetic']}" if ld["arithmetic"] else "")
         if launch.cuda_visible_devices is not None:
-            head += f" · CUDA_VISIBLE_DEVICES={launch.cuda_visible_devices}"
+            head += f" · CUDA_VISIBLE_DEVICES={out.shown(launch.cuda_visible_devices)}"
         out.print(Text(head, style="dim"))
-        for res in results:
+        shown = [out.shown(r) for r in results]
+        for res in shown:
             out.print()
             out.print(result_table(res))
-        if len(results) > 1:
+        if len(shown) > 1:
             out.print()
-            bad = [r.host for r in results if r.status != PASS]
+            bad = [r.host for r in shown if r.status != PASS]
             out.print(Text(f"{len(results) - len(bad)}/{len(results)} hosts ready" + (f"; not: {', '.join(bad)}" if bad else ""),
                            style="bold"))
     code = exit_code(results)
