@@ -105,6 +105,8 @@ _HOME = re.compile(r"(?P<k>(?:/home/|/Users/|[A-Za-z]:\\Users\\))(?P<u>[^/\\\s:'
 _FQDN = re.compile(r"(?<![\w.@/-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r"))(?![\w-])")
 _NCCL_HOST = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*)(?=:\d+:\d+ \[\d+\])")
 _URL_USER = re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<u>[^/\s:@]+)(?=(?::[^\s/]*)?@[^\s/@]+)")
+_URL_HOST = re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^/\s@]*@)?)(?P<h>[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+                       r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?=[:/?#\s\"')]|$)")
 _HOST_KV = re.compile(r"(?P<k>\b(?:host|hostname|node|nodename|node_name|node_ip_address|master_addr|"
                       r"MASTER_ADDR)\s*[=:]\s*[\"']?)(?P<v>[A-Za-z][A-Za-z0-9.-]*[A-Za-z0-9])", re.I)
 
@@ -172,6 +174,7 @@ class Redactor:
         s = _EMAIL.sub(lambda m: f"{self._user(m.group(1))}@{self._host(m.group(2))}", s)
         s = _HOME.sub(lambda m: m.group("k") + self._user(m.group("u")), s)
         s = _USER_AT.sub(self._user_at, s)
+        s = _URL_HOST.sub(self._url_host, s)
         s = _AWS_HOST.sub(lambda m: self._placeholder("host", m.group(0)), s)
         s = _IPV4.sub(self._ipv4, s)
         s = _IPV6.sub(self._ipv6, s)
@@ -197,6 +200,14 @@ class Redactor:
         if name.lower() in SYSTEM_USERS or _is_placeholder(name):
             return name
         return self._placeholder("user", name)
+
+    def _url_host(self, m: re.Match[str]) -> str:
+        h = m.group("h")
+        if _is_placeholder(h) or _public(h) or h.lower() == "localhost" or "." not in h and not _is_ip(h):
+            return m.group(0)  # a bare word (http://server/) is left to the inventory's names
+        if _is_ip(h):
+            return m.group(0)  # the address patterns below handle it (and keep loopback)
+        return m.group("k") + self._host(h)
 
     def _user_at(self, m: re.Match[str]) -> str:
         user, host = m.group(1), m.group(2)

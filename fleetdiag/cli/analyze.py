@@ -25,6 +25,13 @@ from . import Context, handle_errors, main, output_options, pass_ctx
 def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> None:
     """Analyse a local log file (or - for stdin) exactly as probe does remotely."""
     rules = ctx.rules()
+    if ctx.redactor is not None:  # the fleet's names are known: hide them in a local log too
+        from ..inventory import InventoryError
+
+        try:
+            ctx.inventory()
+        except InventoryError:
+            pass
     tmp = None
     try:
         if path == "-":

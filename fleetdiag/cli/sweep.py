@@ -442,6 +442,14 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
     except StoreError as exc:
         ctx.out.err.print(Text(f"fleetdiag history: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.USAGE))  # like a bad inventory: input the user controls
+    if ctx.redactor is not None:  # the inventory's numbering first, then hosts only the history knows
+        from ..inventory import InventoryError
+
+        try:
+            ctx.inventory()
+        except InventoryError:
+            pass
+        ctx.redactor.add_hosts(i.host for i in incidents)
     if fmt == "json":
         ctx.out.json({"version": SCHEMA_VERSION, "db": str(path), "incidents": [i.to_json() for i in incidents]})
         return
