@@ -32,9 +32,10 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from . import units
 from .units import ago
 from .facts import summary_lines
-from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
+from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult, WatchState
 
 STYLE = {
     FAILED: "bold red",
@@ -198,20 +199,8 @@ def _strip_common_prefix(lines: list[str]) -> list[str]:
     return [ln[cut:] for ln in lines]
 
 
-def fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms:.0f} ms" if ms < 10000 else f"{ms / 1000:.1f} s"
-
-
-def fmt_bytes(n: int | None) -> str:
-    if not n:
-        return "0 B"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+fmt_ms = units.ms  # the older names
+fmt_bytes = units.size
 
 
 def cascade_text(secondary: dict[str, int], limit: int = 5) -> str:
@@ -402,13 +391,13 @@ class FleetProgress:
 
 # --------------------------------------------------------------------------- watch
 
-WATCH_STYLE = {**STYLE, "connecting": "dim", "recovered": "green"}
-WATCH_ICON = {**ICON, "connecting": "⋯", "recovered": "↺"}
+WATCH_STYLE = {**STYLE, WatchState.CONNECTING: "dim", WatchState.RECOVERED: "green"}
+WATCH_ICON = {**ICON, WatchState.CONNECTING: "⋯", WatchState.RECOVERED: "↺"}
 
 
 def watch_state_text(state: str, connected: bool = True) -> Text:
     text = Text(f"{WATCH_ICON.get(state, '')} {state}", style=WATCH_STYLE.get(state, ""))
-    if not connected and state not in (UNREACHABLE, "connecting"):
+    if not connected and state not in (UNREACHABLE, WatchState.CONNECTING):
         text.append(" ⟳", style="dim")  # reconnecting, still within the grace period
     return text
 
@@ -421,8 +410,7 @@ def watch_table(views: Any, title: str | None = None) -> Table:
     """
     views = list(views)
     counts = Counter(v.state for v in views)
-    order = ("failed", "stalled", "unreachable", "no-log", "connecting", "starting", "recovered", "healthy")
-    head = " · ".join(f"{counts[s]} {s}" for s in order if counts[s])
+    head = " · ".join(f"{counts[s]} {s}" for s in WatchState if counts[s])
     table = Table(title=title or f"{len(views)} hosts: {head}", title_justify="left", expand=True)
     table.add_column("host", no_wrap=True, style="bold")
     table.add_column("state", no_wrap=True)
@@ -432,7 +420,7 @@ def watch_table(views: Any, title: str | None = None) -> Table:
     for v in views:
         idle = v.idle()
         reason = Text(" ".join((v.reason or "").split()))
-        if not v.connected and v.state not in (UNREACHABLE, "connecting") and v.error:
+        if not v.connected and v.state not in (UNREACHABLE, WatchState.CONNECTING) and v.error:
             reason.append(f"  (reconnecting: {v.error})", style="dim")
         table.add_row(v.host, watch_state_text(v.state, v.connected), ago(idle) if idle is not None else "-",
                       reason, fmt_ms(v.rtt_ms) if v.rtt_ms is not None else "-")

@@ -8,8 +8,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..exitcodes import Exit
-from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, exit_code, plan, preflight_many, report_json
+from ..exitcodes import preflight_exit
+from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
 from . import Context, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
@@ -30,7 +30,7 @@ def parse_env(items: tuple[str, ...]) -> dict[str, str]:
 
 def result_table(res: PreflightResult) -> Table:
     """One host: a row per check, status first, the arithmetic in full."""
-    icon, style = {"pass": ("✓", "bold green"), "fail": ("✗", "bold red")}.get(res.status, ("⚠", "bold magenta"))
+    icon, style = {PASS: ("✓", "bold green"), FAIL: ("✗", "bold red")}.get(res.status, ("⚠", "bold magenta"))
     title = Text.assemble((f"{icon} {res.host} ", "bold"), (res.status.upper(), style))
     table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1), expand=False)
     table.add_column(no_wrap=True)
@@ -108,5 +108,4 @@ def preflight(ctx: Context, selector: str, command: tuple[str, ...], env_items: 
             bad = [r.host for r in shown if r.status != PASS]
             out.print(Text(f"{len(results) - len(bad)}/{len(results)} hosts ready" + (f"; not: {', '.join(bad)}" if bad else ""),
                            style="bold"))
-    code = exit_code(results)
-    raise SystemExit(int(Exit(code)))
+    raise SystemExit(int(preflight_exit(results)))

@@ -28,6 +28,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from .. import units
 from ..units import ago
 from ..exitcodes import Exit, exit_for
 from ..probe import ProbeSettings
@@ -109,8 +110,7 @@ class SweepOutcome:
         }
 
 
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+_iso = units.iso
 
 
 async def execute(job: SweepJob, env: Env) -> SweepOutcome:
@@ -226,10 +226,7 @@ _KIND_STYLE = {"NEW": "bold red", "CHANGED": "bold yellow", "RESOLVED": "bold gr
 
 
 
-def _when(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+_when = units.when
 
 
 def _fold(hosts: list[str]) -> str:

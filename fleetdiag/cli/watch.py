@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from .. import units
 from ..exitcodes import exit_for
 from . import Context, handle_errors, main, pass_ctx, transport_from, transport_options
 
@@ -21,12 +22,8 @@ class Duration(click.ParamType):
     name = "DURATION"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        from ..inventory import parse_duration
-
         try:
-            return parse_duration(value)
+            return units.parse_duration(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
