@@ -99,6 +99,7 @@ class SafeConsole(Console):
     way to the file, so no byte from a host can reach the terminal as a control."""
 
     def __init__(self, **kw: Any) -> None:
+        self.show_data: Any = visible_obj  # how host data is shown here (the Output sets its redacting version)
         kw.setdefault("markup", False)
         kw.setdefault("emoji", False)
         kw.setdefault("highlight", False)
@@ -135,6 +136,7 @@ class Output:
         self.out = SafeConsole(file=self.stdout, no_color=no_color, width=self.width,
                                force_terminal=True if self.color else None, soft_wrap=False)
         self.err = SafeConsole(file=self.stderr, stderr=self.stderr is None, no_color=no_color, width=self.width)
+        self.out.show_data = self.err.show_data = self.shown  # live views (progress, watch) redact through the console
 
     @property
     def is_tty(self) -> bool:
@@ -347,6 +349,7 @@ class FleetProgress:
     """
 
     def __init__(self, console: Console, total: int, enabled: bool = True, label: str = "probing"):
+        self._console = console
         self.enabled = enabled and total > 0
         self.total = total
         self.running: dict[str, float] = {}
@@ -384,6 +387,8 @@ class FleetProgress:
         if self.running:
             now = time.monotonic()
             host, t0 = min(self.running.items(), key=lambda kv: kv[1])
+            show = getattr(self._console, "show_data", None)
+            host = show(host) if show is not None else visible(host)
             more = f" +{len(self.running) - 1}" if len(self.running) > 1 else ""
             out.append(f"waiting on {host} ({now - t0:.0f}s){more}", style="dim")
         return out

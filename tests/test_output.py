@@ -269,3 +269,17 @@ def test_output_writes_json_raw_and_redacted(tmp_path):
     out.jsonl({"host": "gpu-prod-17", "line": "a\x1bb"})
     doc = json.loads(buf.getvalue())
     assert doc == {"host": "host-1", "line": "a\x1bb"} and "\x1b" not in buf.getvalue()
+
+
+def test_progress_line_names_hosts_redacted_and_visible():
+    """The live progress line (stderr, a terminal) goes through the Output too: --redact and the neutraliser."""
+    from types import SimpleNamespace
+
+    from fleetdiag.render import FleetProgress
+
+    out = Output(stderr=io.StringIO(), redactor=Redactor(hosts=["gpu-prod-17"], local=False))
+    bar = FleetProgress(out.err, 2, enabled=False)
+    bar(SimpleNamespace(running={"gpu-prod-17": 0.0, "x\x1b]0;t\x07": 1.0}, counts={}, done=0))
+    assert "host-1" in bar.status().plain and "gpu-prod-17" not in bar.status().plain
+    bar(SimpleNamespace(running={"x\x1b]0;t\x07": 0.0}, counts={}, done=0))
+    assert not controls(bar.status().plain)
