@@ -55,8 +55,8 @@ def demo(ctx: Context, serve: bool) -> None:
                 order = {h.name: i for i, h in enumerate(hosts)}
                 results.sort(key=lambda r: order[r.host])
                 for r in results:
-                    out.print(host_card(r))
-                out.print(fleet_view(results))
+                    out.print(host_card(ctx.out.shown(r)))
+                out.print(fleet_view([ctx.out.shown(r) for r in results]))
                 out.print(
                     "\nHow to read a card: [bold]cause[/] is the root-cause line fleetdiag chose; "
                     "[bold]cascade[/] counts the later errors it caused (the ones a tail or grep would show you first); "
@@ -136,4 +136,4 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
     out.print(f"exit code {int(second.exit)} (failures remain on other nodes)\n")
     out.print(f"[bold]fleetdiag history --db {db}[/]")
     with Store(db, readonly=True) as store:
-        out.print(history_table(store.incidents(), db))
+        out.print(history_table([ctx.out.shown(i) for i in store.incidents()], db))
