@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Iterable
+from typing import Any, Iterable
 
-from .records import FAILED, NO_LOG, STALLED, UNREACHABLE, HostResult
+from .records import FAILED, NO_LOG, STALLED, UNREACHABLE, CheckStatus, HostResult
 
 
 class Exit(IntEnum):
@@ -22,5 +22,15 @@ def exit_for(results: Iterable[HostResult]) -> Exit:
     if verdicts & {FAILED, STALLED}:
         return Exit.FAILED
     if verdicts & {UNREACHABLE, NO_LOG}:
+        return Exit.UNREACHABLE
+    return Exit.OK
+
+
+def preflight_exit(results: Iterable[Any]) -> Exit:
+    """preflight: a failed check is FAILED, an unreachable host UNREACHABLE, else OK (warnings allowed)."""
+    statuses = {r.status for r in results}
+    if CheckStatus.FAIL in statuses:
+        return Exit.FAILED
+    if CheckStatus.UNREACHABLE in statuses:
         return Exit.UNREACHABLE
     return Exit.OK

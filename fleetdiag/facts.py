@@ -331,44 +331,8 @@ def attach_processes(gpus: list[Gpu], procs: Iterable[GpuProcess], cmdlines: Map
 
 # ---------------------------------------------------------------- secrets in command lines
 
-_SECRET_NAME = re.compile(r"token|secret|passw|api[-_]?key|credential|auth", re.I)
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command line with secret-looking values masked (``--api-key sk-…``, ``HF_TOKEN=…``).
-
-    Command lines end up in JSON reports and the history store; a vLLM
-    ``--api-key`` must not.
-    """
-    out: list[str] = []
-    hide_next = False
-    for tok in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        name, eq, _ = tok.partition("=")
-        if tok.startswith("-") and _SECRET_NAME.search(name):
-            if eq:
-                out.append(f"{name}=***")
-            else:
-                out.append(tok)
-                hide_next = True
-            continue
-        if eq and _ENV_ASSIGN.match(tok) and _SECRET_NAME.search(name):
-            out.append(f"{name}=***")
-            continue
-        out.append(tok)
-    return out
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
-
-
-def redact_cmdline(cmdline: str) -> str:
-    """``redact_argv`` for a space-joined command line."""
-    return " ".join(redact_argv(cmdline.split(" ")))
+# One owner: redact.py (re-exported here for the modules that import them from facts).
+from .redact import SECRET_NAME as _SECRET_NAME, redact_argv, redact_cmdline, redact_env  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------- launch command parsing

@@ -31,9 +31,10 @@ from . import funnel as funnel_mod
 from .facts import Launch, fmt_mib, visibility, workers
 from .probe import HostLike, ProbeSettings, open_host
 from .reach import HostError, PartialOutput
+from .records import CheckStatus
 
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-UNREACHABLE = "unreachable"
+PASS, WARN, FAIL, SKIP = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL, CheckStatus.SKIP
+UNREACHABLE = CheckStatus.UNREACHABLE
 BUSY_MIB = 1024  # memory in use that makes a GPU "busy" without a process to show for it
 VLLM_DEFAULT_UTIL = 0.9
 
@@ -331,12 +332,10 @@ async def preflight_many(hosts: Sequence[HostLike], launch: Launch, settings: Pr
 
 
 def exit_code(results: Sequence[PreflightResult]) -> int:
-    """0 every check passed (warnings allowed) · 1 a check failed · 3 a host unreachable."""
-    if any(r.status == FAIL for r in results):
-        return 1
-    if any(r.status == UNREACHABLE for r in results):
-        return 3
-    return 0
+    """0 every check passed (warnings allowed) · 1 a check failed · 3 a host unreachable (exitcodes.py decides)."""
+    from .exitcodes import preflight_exit
+
+    return preflight_exit(results)
 
 
 def report_json(launch: Launch, results: Sequence[PreflightResult]) -> dict[str, Any]:

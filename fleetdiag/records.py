@@ -7,18 +7,94 @@ They are plain dataclasses so the core stays free of any UI library, and
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 SCHEMA_VERSION = 1
 
-# Verdicts, in the order a fleet view lists them (worst first).
-FAILED = "failed"
-STALLED = "stalled"
-UNREACHABLE = "unreachable"
-NO_LOG = "no-log"
-STARTING = "starting"
-HEALTHY = "healthy"
-VERDICTS = (FAILED, STALLED, UNREACHABLE, NO_LOG, STARTING, HEALTHY)
+
+class StrEnum(str, Enum):
+    """A closed vocabulary whose members are the very strings of the JSON schema.
+
+    ``Verdict.FAILED == "failed"``, ``f"{Verdict.FAILED}"`` is ``failed`` and
+    ``json.dumps`` writes ``"failed"``: records read back from JSON (plain
+    strings) compare equal to the members, and the schema does not change.
+    """
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class Verdict(StrEnum):
+    """A host's verdict, in the order a fleet view lists them (worst first)."""
+
+    FAILED = "failed"
+    STALLED = "stalled"
+    UNREACHABLE = "unreachable"
+    NO_LOG = "no-log"
+    STARTING = "starting"
+    HEALTHY = "healthy"
+
+
+class WatchState(StrEnum):
+    """A watched host's state: the verdicts plus the two only a live watch has, in table order."""
+
+    FAILED = "failed"
+    STALLED = "stalled"
+    UNREACHABLE = "unreachable"
+    NO_LOG = "no-log"
+    CONNECTING = "connecting"
+    STARTING = "starting"
+    RECOVERED = "recovered"
+    HEALTHY = "healthy"
+
+
+class LogStatus(StrEnum):
+    """What the funnel found at the log path (``FunnelResult.status``)."""
+
+    OK = "ok"
+    MISSING = "missing"
+    UNREADABLE = "unreadable"
+    EMPTY = "empty"
+    BINARY = "binary"
+    NO_MATCH = "no-match"
+
+
+class ErrorKind(StrEnum):
+    """Why a host has no diagnosis (``facts["error_kind"]``): how it could not be reached, or what cut it short."""
+
+    REFUSED = "refused"
+    DNS = "dns"
+    TIMEOUT = "timeout"
+    AUTH = "auth"
+    HOSTKEY_UNKNOWN = "hostkey-unknown"
+    HOSTKEY_CHANGED = "hostkey-changed"
+    CLOSED = "closed"
+    JUMP = "jump"
+    NETWORK = "network"
+    KEY = "client-key"
+    DEADLINE = "deadline"
+    INTERRUPTED = "interrupted"
+    INTERNAL = "internal"
+
+
+class CheckStatus(StrEnum):
+    """A preflight check's outcome, and a host's (``unreachable``: nothing could be checked)."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    UNREACHABLE = "unreachable"
+
+
+FAILED = Verdict.FAILED
+STALLED = Verdict.STALLED
+UNREACHABLE = Verdict.UNREACHABLE
+NO_LOG = Verdict.NO_LOG
+STARTING = Verdict.STARTING
+HEALTHY = Verdict.HEALTHY
+VERDICTS = tuple(Verdict)
 
 
 @dataclass

@@ -34,7 +34,7 @@ import getpass
 import ipaddress
 import re
 from pathlib import PurePath
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from .records import HostResult, host_result_from_json
 
@@ -55,13 +55,19 @@ PUBLIC_DOMAINS = (
 _TLDS = ("com|net|org|io|ai|dev|cloud|app|co|internal|local|lan|corp|intra|intranet|cluster|svc|private|home|"
          "example|test|invalid|localdomain")
 # Fields that are identifiers of fleetdiag's own vocabulary, never free text.
-_KEEP_KEYS = frozenset({"fingerprint", "verdict", "category", "rule", "exception_type", "error_kind"})
+_KEEP_KEYS = frozenset({"fingerprint", "verdict", "category", "rule", "exception_type", "error_kind", "state",
+                        "previous", "event", "status"})
 
 _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # private-key blocks (each line of a traceback list comes separately: catch the armour too)
     (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)", re.S), REDACTED),
-    # credentials in URLs: scheme://user:password@host
-    (re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:)[^/\s@]+(?=@)"), r"\g<k>" + REDACTED),
+    # credentials in URLs: scheme://user:password@host, scheme://:password@host (redis), a password with "@"
+    (re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^\s/]+(?=@[^\s/@]+)"), r"\g<k>" + REDACTED),
+    # curl -u user:password, --user user:password
+    (re.compile(r"(?P<k>(?<![\w-])(?:-u|--user|--proxy-user)(?:\s+|=)[\"']?[^\s:\"']*:)[^\s\"']+"), r"\g<k>" + REDACTED),
+    # DB_PASS=…, MYSQL_PWD=…, PGPASSWORD is caught below (a name whose last word is pass or pwd)
+    (re.compile(r"(?P<k>[\"']?\b(?:[A-Za-z0-9]+[_.-])*(?:pass|pwd)[\"']?\s*[:=]\s*[\"']?)"
+                r"(?!None\b|null\b|<redacted>)[^\s\"',;)}\]]+", re.I), r"\g<k>" + REDACTED),
     # signed-URL and API query parameters
     (re.compile(r"(?P<k>[?&](?:[A-Za-z0-9_-]*(?:token|key|secret|signature|sig|password|credential|auth)"
                 r"[A-Za-z0-9_-]*)=)[^&\s\"'#]+", re.I), r"\g<k>" + REDACTED),
@@ -98,6 +104,9 @@ _USER_AT = re.compile(r"(?<![\w.+/-])([a-z_][a-z0-9_.-]{0,31})@([A-Za-z0-9][A-Za
 _HOME = re.compile(r"(?P<k>(?:/home/|/Users/|[A-Za-z]:\\Users\\))(?P<u>[^/\\\s:'\"]+)")
 _FQDN = re.compile(r"(?<![\w.@/-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r"))(?![\w-])")
 _NCCL_HOST = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*)(?=:\d+:\d+ \[\d+\])")
+_URL_USER = re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<u>[^/\s:@]+)(?=(?::[^\s/]*)?@[^\s/@]+)")
+_URL_HOST = re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^/\s@]*@)?)(?P<h>[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+                       r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?=[:/?#\s\"')]|$)")
 _HOST_KV = re.compile(r"(?P<k>\b(?:host|hostname|node|nodename|node_name|node_ip_address|master_addr|"
                       r"MASTER_ADDR)\s*[=:]\s*[\"']?)(?P<v>[A-Za-z][A-Za-z0-9.-]*[A-Za-z0-9])", re.I)
 
@@ -160,9 +169,12 @@ class Redactor:
         for pat, repl in _SECRET_PATTERNS:
             s = pat.sub(repl, s)
         s = _ENTROPY.sub(lambda m: REDACTED if _random_looking(m.group(0)) else m.group(0), s)
+        s = _URL_USER.sub(lambda m: m.group("k") + (m.group("u") if _is_placeholder(m.group("u"))
+                                                    else self._placeholder("user", m.group("u"))), s)
         s = _EMAIL.sub(lambda m: f"{self._user(m.group(1))}@{self._host(m.group(2))}", s)
         s = _HOME.sub(lambda m: m.group("k") + self._user(m.group("u")), s)
         s = _USER_AT.sub(self._user_at, s)
+        s = _URL_HOST.sub(self._url_host, s)
         s = _AWS_HOST.sub(lambda m: self._placeholder("host", m.group(0)), s)
         s = _IPV4.sub(self._ipv4, s)
         s = _IPV6.sub(self._ipv6, s)
@@ -188,6 +200,14 @@ class Redactor:
         if name.lower() in SYSTEM_USERS or _is_placeholder(name):
             return name
         return self._placeholder("user", name)
+
+    def _url_host(self, m: re.Match[str]) -> str:
+        h = m.group("h")
+        if _is_placeholder(h) or _public(h) or h.lower() == "localhost" or "." not in h and not _is_ip(h):
+            return m.group(0)  # a bare word (http://server/) is left to the inventory's names
+        if _is_ip(h):
+            return m.group(0)  # the address patterns below handle it (and keep loopback)
+        return m.group("k") + self._host(h)
 
     def _user_at(self, m: re.Match[str]) -> str:
         user, host = m.group(1), m.group(2)
@@ -299,3 +319,64 @@ def redact_text(text: str, redactor: Redactor | None = None) -> str:
 def redact_result(res: HostResult, redactor: Redactor | None = None) -> HostResult:
     """A redacted copy of one host result."""
     return _get(redactor).result(res)
+
+
+# --------------------------------------------------------------------------- command lines and environments
+# (the facts a probe collects: a serving process's argv and environment, before they reach a report)
+
+SECRET_NAME = re.compile(r"token|secret|passw|api[-_]?key|credential|auth|pwd|(?:^|[_.-])pass(?:$|[_.-])", re.I)
+_ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_USER_FLAGS = ("-u", "--user", "--proxy-user")
+MASK = "***"
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command line with secret-looking values masked (``--api-key sk-…``, ``HF_TOKEN=…``,
+    ``DB_PASS=…``, ``curl -u admin:pw``).
+
+    Command lines end up in JSON reports and the history store; a vLLM
+    ``--api-key`` must not.
+    """
+    out: list[str] = []
+    hide_next = False
+    user_next = False
+    for tok in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        if user_next:
+            user, colon, _ = tok.partition(":")
+            out.append(f"{user}:{MASK}" if colon else tok)
+            user_next = False
+            continue
+        name, eq, value = tok.partition("=")
+        if tok in _USER_FLAGS:
+            out.append(tok)
+            user_next = True
+            continue
+        if eq and name in _USER_FLAGS and ":" in value:
+            out.append(f"{name}={value.partition(':')[0]}:{MASK}")
+            continue
+        if tok.startswith("-") and SECRET_NAME.search(name):
+            if eq:
+                out.append(f"{name}={MASK}")
+            else:
+                out.append(tok)
+                hide_next = True
+            continue
+        if eq and _ENV_ASSIGN.match(tok) and SECRET_NAME.search(name):
+            out.append(f"{name}={MASK}")
+            continue
+        out.append(_SECRET_PATTERNS[1][0].sub(r"\g<k>" + MASK, tok))  # URL credentials inside a value
+    return out
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """An environment with the values of secret-looking names masked."""
+    return {k: (MASK if SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def redact_cmdline(cmdline: str) -> str:
+    """``redact_argv`` for a space-joined command line."""
+    return " ".join(redact_argv(cmdline.split(" ")))

@@ -6,13 +6,18 @@ order: what is wrong, where, why we think so, what to do, how it was found.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import json
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Iterable
 
 from rich.console import Console, Group
+from rich.markup import escape as rich_escape
 from rich.panel import Panel
 from rich.progress import (
     BarColumn,
@@ -23,12 +28,14 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from . import units
 from .units import ago
 from .facts import summary_lines
-from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
+from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult, WatchState
 
 STYLE = {
     FAILED: "bold red",
@@ -49,27 +56,137 @@ EXPLAIN = {
 }
 
 
+# --------------------------------------------------------------------------- the output edge
+
+# Every C0 control but newline and tab, DEL, every C1 control, and the bidi
+# embedding/override/isolate marks: shown as escapes (``\x1b``, ``\u202e``),
+# never passed to a terminal. One str.translate pass with a total table: the
+# replacement text is printable ASCII, so nothing can re-form a sequence.
+_INVISIBLE = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0),
+              0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_VISIBLE = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _INVISIBLE}
+_VISIBLE_ONE_LINE = {**_VISIBLE, 0x0A: "\\n", 0x09: "\\t"}
+
+
+def visible(text: str, one_line: bool = False) -> str:
+    """``text`` safe for a terminal: control and bidi characters made visible (``\\x1b``)."""
+    return text.translate(_VISIBLE_ONE_LINE if one_line else _VISIBLE)
+
+
+def visible_obj(o: Any) -> Any:
+    """A copy of a record (dataclass, dict, list, str) with every string passed through ``visible``."""
+    if isinstance(o, str):
+        return visible(o)
+    if isinstance(o, dict):
+        return {(visible(k) if isinstance(k, str) else k): visible_obj(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        items = [visible_obj(v) for v in o]
+        return type(o)(items) if isinstance(o, tuple) and not hasattr(o, "_fields") else items
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        new = copy.copy(o)
+        for f in dataclasses.fields(o):
+            try:
+                object.__setattr__(new, f.name, visible_obj(getattr(o, f.name)))
+            except (AttributeError, TypeError):
+                pass
+        return new
+    return o
+
+
+class SafeConsole(Console):
+    """A rich Console that never interprets data: no markup or emoji codes unless asked
+    for, and every segment of text (not rich's own control codes) made visible on its
+    way to the file, so no byte from a host can reach the terminal as a control."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.show_data: Any = visible_obj  # how host data is shown here (the Output sets its redacting version)
+        kw.setdefault("markup", False)
+        kw.setdefault("emoji", False)
+        kw.setdefault("highlight", False)
+        super().__init__(**kw)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            seg if seg.control else Segment(visible(seg.text), seg.style, None) for seg in buffer
+        )
+
+
 @dataclass
-class Env:
-    """Where output goes and how it may look (injected, so tests can capture it)."""
+class Output:
+    """Where every command writes, and how (httpie's Environment idea).
+
+    Holds stdout and stderr consoles, whether stdout is a terminal, colour,
+    width, the output format and the ``--redact`` redactor. Commands pass
+    records through ``shown`` (text formats: redacted and made visible) or
+    write JSON with ``json``/``jsonl`` (redacted, raw text escaped by JSON),
+    so ``--redact`` and the terminal neutraliser are applied here, once.
+    """
 
     stdout: IO[str] | None = None
     stderr: IO[str] | None = None
     color: bool | None = None
     width: int | None = None
+    redactor: Any = None  # a fleetdiag.redact.Redactor under --redact
+    format: str | None = None  # None (cards/tables) | json | jsonl
     out: Console = field(init=False)
     err: Console = field(init=False)
 
     def __post_init__(self) -> None:
         no_color = bool(os.environ.get("NO_COLOR")) or self.color is False
-        self.out = Console(file=self.stdout, no_color=no_color, highlight=False, width=self.width,
-                           force_terminal=True if self.color else None, soft_wrap=False)
-        self.err = Console(file=self.stderr, stderr=self.stderr is None, no_color=no_color, highlight=False,
-                           width=self.width)
+        self.out = SafeConsole(file=self.stdout, no_color=no_color, width=self.width,
+                               force_terminal=True if self.color else None, soft_wrap=False)
+        self.err = SafeConsole(file=self.stderr, stderr=self.stderr is None, no_color=no_color, width=self.width)
+        self.out.show_data = self.err.show_data = self.shown  # live views (progress, watch) redact through the console
 
     @property
     def is_tty(self) -> bool:
         return self.out.is_terminal
+
+    # ------------------------------------------------------------ data on its way out
+
+    def redacted(self, o: Any) -> Any:
+        """``o`` as it may be shown: a redacted copy under --redact (the original stays real)."""
+        if self.redactor is None:
+            return o
+        if isinstance(o, str):
+            return self.redactor.text(o)
+        if isinstance(o, HostResult):
+            return self.redactor.result(o)
+        return self.redactor.obj(o)
+
+    def shown(self, o: Any) -> Any:
+        """``o`` for a card or table: redacted, and every string made visible."""
+        return visible_obj(self.redacted(o))
+
+    # ------------------------------------------------------------ writing
+
+    def print(self, *objects: Any, **kw: Any) -> None:
+        """Print renderables on stdout; a plain string is data (redacted, no markup)."""
+        self.out.print(*(self.shown(o) if isinstance(o, str) else o for o in objects), **kw)
+
+    def error(self, *objects: Any, **kw: Any) -> None:
+        """Print on stderr; a plain string is data (redacted, no markup)."""
+        self.err.print(*(self.shown(o) if isinstance(o, str) else o for o in objects), **kw)
+
+    def markup(self, template: str, *values: Any) -> Text:
+        """Markup written by fleetdiag with data filled in as literal, redacted text."""
+        return Text.from_markup(template.format(*(rich_escape(str(self.shown(str(v)))) for v in values)))
+
+    def json(self, doc: Any, indent: int | None = 2) -> None:
+        """One JSON document on stdout (redacted; control characters escaped by JSON)."""
+        self._write(json.dumps(self.redacted(doc), indent=indent) + "\n")
+
+    def jsonl(self, doc: Any) -> None:
+        """One JSON line on stdout, flushed (for a pipe reading as it comes)."""
+        self.json(doc, indent=None)
+
+    def _write(self, text: str) -> None:
+        f = self.stdout or sys.stdout
+        f.write(text)
+        f.flush()
+
+
+Env = Output  # the older name
 
 
 def _strip_common_prefix(lines: list[str]) -> list[str]:
@@ -84,20 +201,8 @@ def _strip_common_prefix(lines: list[str]) -> list[str]:
     return [ln[cut:] for ln in lines]
 
 
-def fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms:.0f} ms" if ms < 10000 else f"{ms / 1000:.1f} s"
-
-
-def fmt_bytes(n: int | None) -> str:
-    if not n:
-        return "0 B"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+fmt_ms = units.ms  # the older names
+fmt_bytes = units.size
 
 
 def cascade_text(secondary: dict[str, int], limit: int = 5) -> str:
@@ -244,6 +349,7 @@ class FleetProgress:
     """
 
     def __init__(self, console: Console, total: int, enabled: bool = True, label: str = "probing"):
+        self._console = console
         self.enabled = enabled and total > 0
         self.total = total
         self.running: dict[str, float] = {}
@@ -281,6 +387,8 @@ class FleetProgress:
         if self.running:
             now = time.monotonic()
             host, t0 = min(self.running.items(), key=lambda kv: kv[1])
+            show = getattr(self._console, "show_data", None)
+            host = show(host) if show is not None else visible(host)
             more = f" +{len(self.running) - 1}" if len(self.running) > 1 else ""
             out.append(f"waiting on {host} ({now - t0:.0f}s){more}", style="dim")
         return out
@@ -288,13 +396,13 @@ class FleetProgress:
 
 # --------------------------------------------------------------------------- watch
 
-WATCH_STYLE = {**STYLE, "connecting": "dim", "recovered": "green"}
-WATCH_ICON = {**ICON, "connecting": "⋯", "recovered": "↺"}
+WATCH_STYLE = {**STYLE, WatchState.CONNECTING: "dim", WatchState.RECOVERED: "green"}
+WATCH_ICON = {**ICON, WatchState.CONNECTING: "⋯", WatchState.RECOVERED: "↺"}
 
 
 def watch_state_text(state: str, connected: bool = True) -> Text:
     text = Text(f"{WATCH_ICON.get(state, '')} {state}", style=WATCH_STYLE.get(state, ""))
-    if not connected and state not in (UNREACHABLE, "connecting"):
+    if not connected and state not in (UNREACHABLE, WatchState.CONNECTING):
         text.append(" ⟳", style="dim")  # reconnecting, still within the grace period
     return text
 
@@ -307,8 +415,7 @@ def watch_table(views: Any, title: str | None = None) -> Table:
     """
     views = list(views)
     counts = Counter(v.state for v in views)
-    order = ("failed", "stalled", "unreachable", "no-log", "connecting", "starting", "recovered", "healthy")
-    head = " · ".join(f"{counts[s]} {s}" for s in order if counts[s])
+    head = " · ".join(f"{counts[s]} {s}" for s in WatchState if counts[s])
     table = Table(title=title or f"{len(views)} hosts: {head}", title_justify="left", expand=True)
     table.add_column("host", no_wrap=True, style="bold")
     table.add_column("state", no_wrap=True)
@@ -318,7 +425,7 @@ def watch_table(views: Any, title: str | None = None) -> Table:
     for v in views:
         idle = v.idle()
         reason = Text(" ".join((v.reason or "").split()))
-        if not v.connected and v.state not in (UNREACHABLE, "connecting") and v.error:
+        if not v.connected and v.state not in (UNREACHABLE, WatchState.CONNECTING) and v.error:
             reason.append(f"  (reconnecting: {v.error})", style="dim")
         table.add_row(v.host, watch_state_text(v.state, v.connected), ago(idle) if idle is not None else "-",
                       reason, fmt_ms(v.rtt_ms) if v.rtt_ms is not None else "-")

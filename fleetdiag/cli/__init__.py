@@ -13,23 +13,30 @@ from .. import __version__
 from ..exitcodes import Exit
 from ..analysis.rules import RulesError
 from ..inventory import InventoryError
-from ..render import Env
+from ..render import Output
 
 
 class Context:
-    """What every command gets: the output environment and global options."""
+    """What every command gets: the one Output it writes through, and the global options."""
 
-    redactor = None  # a fleetdiag.redact.Redactor when --redact is on
-
-    def __init__(self, env: Env, inventory: str | None, rules: tuple[str, ...]):
-        self.env = env
+    def __init__(self, out: Output, inventory: str | None, rules: tuple[str, ...]):
+        self.out = out
         self.inventory_arg = inventory
         self.rules_files = rules
         self._rules = None
 
+    @property
+    def env(self) -> Output:  # the older name of ``out``
+        return self.out
+
+    @property
+    def redactor(self):
+        """The --redact redactor (None when off); the Output applies it."""
+        return self.out.redactor
+
     def redact(self, res):
         """The result as it may be shown: redacted under --redact (results themselves stay real)."""
-        return self.redactor.result(res) if self.redactor is not None else res
+        return self.out.redacted(res)
 
     def rules(self):
         from ..analysis import load_rules
@@ -91,20 +98,20 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
-        env: Env = ctx.find_object(Context).env
+        env: Output = ctx.find_object(Context).out
         try:
             return fn(*args, **kwargs)
         except (InventoryError, RulesError) as exc:  # the user's input, not our bug
             # as Text, never markup: a selector or value like "[/x]" is data, not a style tag
-            env.err.print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
+            env.err.print(Text.assemble(("error: ", "bold red"), env.shown(str(exc))), soft_wrap=True)
             ctx.exit(Exit.USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
         except KeyboardInterrupt:
-            env.err.print("interrupted")
+            env.error("interrupted")
             ctx.exit(130)
         except Exception as exc:  # a bug: say so, with enough to report it
-            env.err.print(Text.assemble(("internal error: ", "bold red"), f"{type(exc).__name__}: {exc}"))
+            env.err.print(Text.assemble(("internal error: ", "bold red"), env.shown(f"{type(exc).__name__}: {exc}")))
             if "--debug" in sys.argv:
                 raise
             ctx.exit(Exit.INTERNAL)
@@ -127,11 +134,12 @@ def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], colo
     Exit codes: 0 all healthy · 1 a host failed or stalled · 2 usage or inventory error
                 3 a host unreachable or without a readable log · 4 internal error · 5 sweep already running
     """
-    ctx.obj = Context(Env(color=color), inventory, rules)
+    redactor = None
     if redact:
         from ..redact import Redactor
 
-        ctx.obj.redactor = Redactor()
+        redactor = Redactor()
+    ctx.obj = Context(Output(color=color, redactor=redactor), inventory, rules)
 
 
 from . import analyze as _analyze  # noqa: E402,F401  (registers commands)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -26,6 +25,13 @@ from . import Context, handle_errors, main, output_options, pass_ctx
 def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> None:
     """Analyse a local log file (or - for stdin) exactly as probe does remotely."""
     rules = ctx.rules()
+    if ctx.redactor is not None:  # the fleet's names are known: hide them in a local log too
+        from ..inventory import InventoryError
+
+        try:
+            ctx.inventory()
+        except InventoryError:
+            pass
     tmp = None
     try:
         if path == "-":
@@ -42,9 +48,8 @@ def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> Non
     finally:
         if tmp:
             os.unlink(tmp)
-    shown = ctx.redact(res)
     if fmt in ("json", "jsonl"):
-        click.echo(json.dumps(shown.to_json(), indent=2 if fmt == "json" else None))
+        ctx.out.json(res.to_json(), indent=2 if fmt == "json" else None)
     else:
-        ctx.env.out.print(host_card(shown))
+        ctx.out.print(host_card(ctx.out.shown(res)))
     raise SystemExit(int(exit_for([res])))

@@ -35,7 +35,7 @@ def demo(ctx: Context, serve: bool) -> None:
 
     from ..inventory import load_inventory, select
 
-    out = ctx.env.out
+    out = _MarkupConsole(ctx)
     with tempfile.TemporaryDirectory(prefix="fleetdiag-demo-") as tmp:
 
         async def go() -> list[HostResult]:
@@ -55,8 +55,8 @@ def demo(ctx: Context, serve: bool) -> None:
                 order = {h.name: i for i, h in enumerate(hosts)}
                 results.sort(key=lambda r: order[r.host])
                 for r in results:
-                    out.print(host_card(r))
-                out.print(fleet_view(results))
+                    out.print(host_card(ctx.out.shown(r)))
+                out.print(fleet_view([ctx.out.shown(r) for r in results]))
                 out.print(
                     "\nHow to read a card: [bold]cause[/] is the root-cause line fleetdiag chose; "
                     "[bold]cascade[/] counts the later errors it caused (the ones a tail or grep would show you first); "
@@ -86,9 +86,19 @@ def demo(ctx: Context, serve: bool) -> None:
     expected = {n.name: n.expect for n in default_nodes()}
     wrong = [r for r in results if expected.get(r.host) != r.verdict]
     for r in wrong:
-        ctx.env.err.print(f"demo: {r.host} should be {expected.get(r.host)}, got {r.verdict}: {r.error or ''}",
-                          markup=False)
+        ctx.out.error(f"demo: {r.host} should be {expected.get(r.host)}, got {r.verdict}: {r.error or ''}")
     raise SystemExit(1 if wrong else 0)
+
+
+class _MarkupConsole:
+    """The demo's own narration is markup written here; everything else goes through the Output."""
+
+    def __init__(self, ctx: Context):
+        self.console = ctx.out.out
+
+    def print(self, *objects: object, **kw: object) -> None:
+        kw.setdefault("markup", True)
+        self.console.print(*objects, **kw)
 
 
 async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSettings, tmp: Path) -> None:
@@ -98,15 +108,15 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
     from ..store import Store
     from .sweep import SweepJob, execute, history_table, print_outcome
 
-    out = ctx.env.out
+    out = _MarkupConsole(ctx)
     db = tmp / "history.sqlite3"
     job = SweepJob(hosts=hosts, settings=settings, selector="all", db=db, report=tmp / "last-sweep.json",
                    deadline=30.0)
     cmd = f"fleetdiag -i {fleet.inventory} sweep all --db {db}"
     out.print(Rule("sweep: what cron runs"))
     out.print(f"[bold]{cmd}[/]  (a JSON report, a history, and only the news since the last sweep)\n")
-    first = await execute(job, ctx.env)
-    print_outcome(ctx.env, first)
+    first = await execute(job, ctx.out)
+    print_outcome(ctx.out, first)
     out.print(f"exit code {int(first.exit)} · took {first.finished - first.started:.1f} s: as long as its "
               "slowest host; the next sweep starts that one first\n")
     uk = next(n for n in fleet.nodes if n.name == "uk-node")
@@ -116,14 +126,14 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
         out.print("Someone relaunches vLLM on uk-node with DP=1; it comes up. The next sweep prints only that:\n")
     out.print(f"[bold]{cmd}[/]")
     try:
-        second = await execute(job, ctx.env)
+        second = await execute(job, ctx.out)
     finally:
         if uk.path is not None and original is not None:  # --serve keeps the fleet as described
             uk.path.write_text(original, "utf-8")
-    print_outcome(ctx.env, second)
+    print_outcome(ctx.out, second)
     if not second.changes:
         out.print("[dim](nothing changed: no output, so cron mails nothing)[/]")
     out.print(f"exit code {int(second.exit)} (failures remain on other nodes)\n")
     out.print(f"[bold]fleetdiag history --db {db}[/]")
     with Store(db, readonly=True) as store:
-        out.print(history_table(store.incidents(), db))
+        out.print(history_table([ctx.out.shown(i) for i in store.incidents()], db))

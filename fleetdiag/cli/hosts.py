@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 import click
@@ -23,23 +22,24 @@ def hosts(ctx: Context, selectors: tuple[str, ...], fmt: str | None) -> None:
 
     inv = ctx.inventory()
     chosen = select(inv, selectors or ("all",))
+    out = ctx.out
     if fmt:
         rows = [asdict(h) for h in chosen]
         if fmt == "json":
-            click.echo(json.dumps({"version": 1, "inventory": str(inv.path), "hosts": rows}, indent=2))
+            out.json({"version": 1, "inventory": str(inv.path), "hosts": rows})
         else:
             for row in rows:
-                click.echo(json.dumps(row))
+                out.jsonl(row)
         return
-    table = Table(title=f"{len(chosen)} hosts from {inv.path}", title_justify="left")
+    table = Table(title=Text(f"{len(chosen)} hosts from {out.shown(str(inv.path))}"), title_justify="left")
     for col in ("host", "target", "port", "user", "jump", "logs", "gpus", "groups"):
         table.add_column(col, overflow="fold")
-    for h in chosen:
+    for h in (out.shown(h) for h in chosen):
         logs = "\n".join(f"{k}: {v}" for k, v in h.logs.items())
-        table.add_row(h.name, h.target + ("" if h.address else " (ssh config)"), str(h.port or ""),
-                      h.user or "", h.jump or "", logs, str(h.gpus if h.gpus is not None else ""),
-                      ", ".join(h.groups))
-    ctx.env.out.print(table)
+        cells = (h.name, h.target + ("" if h.address else " (ssh config)"), str(h.port or ""), h.user or "",
+                 h.jump or "", logs, str(h.gpus if h.gpus is not None else ""), ", ".join(h.groups))
+        table.add_row(*(Text(c) for c in cells))
+    out.print(table)
 
 
 @main.command()
@@ -54,6 +54,6 @@ def check(ctx: Context) -> None:
         inv = ctx.inventory()
     except InventoryError as exc:
         for e in exc.errors:  # each bad value on its own line, not only the first
-            ctx.env.err.print(Text.assemble(("error: ", "bold red"), str(e)), highlight=False, soft_wrap=True)
+            ctx.out.error(ctx.out.markup("[bold red]error:[/] {}", str(e)))
         raise SystemExit(int(Exit.USAGE)) from None
-    ctx.env.out.print(f"[green]ok[/]: {inv.path}: {len(inv.hosts)} hosts, {len(inv.groups)} groups")
+    ctx.out.print(ctx.out.markup("[green]ok[/]: {}: {} hosts, {} groups", inv.path, len(inv.hosts), len(inv.groups)))

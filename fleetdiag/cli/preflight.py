@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from ..exitcodes import Exit
-from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, exit_code, plan, preflight_many, report_json
+from ..exitcodes import preflight_exit
+from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
 from . import Context, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
@@ -31,7 +30,7 @@ def parse_env(items: tuple[str, ...]) -> dict[str, str]:
 
 def result_table(res: PreflightResult) -> Table:
     """One host: a row per check, status first, the arithmetic in full."""
-    icon, style = {"pass": ("✓", "bold green"), "fail": ("✗", "bold red")}.get(res.status, ("⚠", "bold magenta"))
+    icon, style = {PASS: ("✓", "bold green"), FAIL: ("✗", "bold red")}.get(res.status, ("⚠", "bold magenta"))
     title = Text.assemble((f"{icon} {res.host} ", "bold"), (res.status.upper(), style))
     table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1), expand=False)
     table.add_column(no_wrap=True)
@@ -81,32 +80,32 @@ def preflight(ctx: Context, selector: str, command: tuple[str, ...], env_items: 
     hosts = select(inv, (selector,))
     settings = ProbeSettings(transport=transport_from(kw), jump_resolver=jump_resolver(inv), path_prepend=path_prepend)
     results: list[PreflightResult] = []
+    out = ctx.out
 
     async def go() -> None:
         async for res in preflight_many(hosts, launch, settings, fanout):
             results.append(res)
             if fmt == "jsonl":
-                click.echo(json.dumps(res.to_json()))
+                out.jsonl(res.to_json())
 
     asyncio.run(go())
     order = {h.name: i for i, h in enumerate(hosts)}
     results.sort(key=lambda r: order.get(r.host, 0))
     if fmt == "json":
-        click.echo(json.dumps(report_json(launch, results), indent=2))
+        out.json(report_json(launch, results))
     elif fmt is None:
-        out = ctx.env.out
-        ld = launch.to_dict()
+        ld = out.shown(launch.to_dict())
         head = f"launch: {launch.launcher}" + (f" · {ld['arithmetic']}" if ld["arithmetic"] else "")
         if launch.cuda_visible_devices is not None:
-            head += f" · CUDA_VISIBLE_DEVICES={launch.cuda_visible_devices}"
+            head += f" · CUDA_VISIBLE_DEVICES={out.shown(launch.cuda_visible_devices)}"
         out.print(Text(head, style="dim"))
-        for res in results:
+        shown = [out.shown(r) for r in results]
+        for res in shown:
             out.print()
             out.print(result_table(res))
-        if len(results) > 1:
+        if len(shown) > 1:
             out.print()
-            bad = [r.host for r in results if r.status != PASS]
+            bad = [r.host for r in shown if r.status != PASS]
             out.print(Text(f"{len(results) - len(bad)}/{len(results)} hosts ready" + (f"; not: {', '.join(bad)}" if bad else ""),
                            style="bold"))
-    code = exit_code(results)
-    raise SystemExit(int(Exit(code)))
+    raise SystemExit(int(preflight_exit(results)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 
@@ -48,13 +47,14 @@ def emit(ctx: Context, results: list[HostResult], fmt: str | None, cards: bool =
     each group that is in trouble, the others named under it), then the fleet
     view; ``all_cards`` prints every host's card instead.
     """
-    env = ctx.env
+    env = ctx.out
     if fmt == "json":
-        click.echo(json.dumps(report_json(results), indent=2))
+        env.json(report_json(results))
     elif fmt is None:
+        results = [env.shown(r) for r in results]
         if cards and (all_cards or len(results) == 1):
             for r in results:
-                env.out.print(host_card(r))
+                env.print(host_card(r))
         elif cards:
             from rich.text import Text
 
@@ -63,13 +63,13 @@ def emit(ctx: Context, results: list[HostResult], fmt: str | None, cards: bool =
             for g in group_by_cause(results):
                 if incident_key(g.example) is None:
                     continue
-                env.out.print(host_card(g.example))
+                env.print(host_card(g.example))
                 if len(g.results) > 1:
                     others = fold(g.hosts[1:])
-                    env.out.print(Text(f"  same root cause on {len(g.results) - 1} more: {others}", style="bold"),
-                                  soft_wrap=True)
+                    env.print(Text(f"  same root cause on {len(g.results) - 1} more: {others}", style="bold"),
+                              soft_wrap=True)
         if len(results) > 1:
-            env.out.print(fleet_view(results))
+            env.print(fleet_view(results))
 
 
 def cost_memory() -> CostMemory:
@@ -118,18 +118,18 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     t = settings.transport
     deadline = deadline or default_deadline(t.connect_timeout, t.command_timeout)
     results: list[HostResult] = []
-    show = ctx.env.err.is_terminal and len(hosts) > 1
+    show = ctx.out.err.is_terminal and len(hosts) > 1
 
     async def go() -> None:
-        with FleetProgress(ctx.env.err, len(hosts), enabled=show) as bar:
+        with FleetProgress(ctx.out.err, len(hosts), enabled=show) as bar:
             async for res in probe_many(hosts, settings, fanout, deadline=deadline, per_address=per_address or None,
                                         memory=cost_memory(), progress=bar if show else None):
                 results.append(res)
                 if fmt == "jsonl":
-                    click.echo(json.dumps(ctx.redact(res).to_json()))
+                    ctx.out.jsonl(res.to_json())
 
     asyncio.run(go())
     order = {h.name: i for i, h in enumerate(hosts)}
     results.sort(key=lambda r: order.get(r.host, 0))
-    emit(ctx, [ctx.redact(r) for r in results], fmt, all_cards=all_cards)
+    emit(ctx, results, fmt, all_cards=all_cards)
     raise SystemExit(int(exit_for(results)))

@@ -28,11 +28,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from .. import units
 from ..units import ago
 from ..exitcodes import Exit, exit_for
 from ..probe import ProbeSettings
 from ..records import SCHEMA_VERSION, VERDICTS, HostResult
-from ..render import ICON, STYLE, Env, FleetProgress
+from ..render import ICON, STYLE, Env, FleetProgress, Output
 from ..scheduler import (
     DEFAULT_FANOUT,
     DEFAULT_PER_ADDRESS,
@@ -109,8 +110,7 @@ class SweepOutcome:
         }
 
 
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+_iso = units.iso
 
 
 async def execute(job: SweepJob, env: Env) -> SweepOutcome:
@@ -190,14 +190,16 @@ def _log_of(host: Any, settings: ProbeSettings) -> str | None:
 
 
 def notify_payload(job: SweepJob, out: SweepOutcome) -> dict[str, Any]:
+    """The --notify document (redacted under --redact, like the report)."""
     assert out.changes is not None
-    return {
+    doc = {
         "version": SCHEMA_VERSION,
         "sweep": out.meta(job),
         "report": str(out.report) if out.report else None,
         "new": [c.to_json() for c in out.changes.new],
         "changed": [c.to_json() for c in out.changes.changed],
     }
+    return job.redactor.obj(doc) if job.redactor is not None else doc
 
 
 def run_notify(command: str, payload: dict[str, Any], report: Path | None) -> list[str]:
@@ -224,10 +226,7 @@ _KIND_STYLE = {"NEW": "bold red", "CHANGED": "bold yellow", "RESOLVED": "bold gr
 
 
 
-def _when(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+_when = units.when
 
 
 def _fold(hosts: list[str]) -> str:
@@ -304,14 +303,16 @@ def fleet_line(results: list[HostResult], out: SweepOutcome) -> str:
     return f"{len(results)} hosts: {head}{where}"
 
 
-def print_outcome(env: Env, out: SweepOutcome, fmt: str | None = None, job: SweepJob | None = None,
-                  redactor: Any = None) -> None:
-    """The news on stdout (nothing when nothing changed); problems on stderr."""
-    if redactor is not None:
-        out = redactor.obj(out)
+def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: SweepJob | None = None) -> None:
+    """The news on stdout (nothing when nothing changed); problems on stderr.
+
+    Everything goes through ``env``: redacted under --redact, host text made visible.
+    """
+    raw, out = out, env.shown(out)
+    store_error = env.shown(str(raw.store_error)) if raw.store_error else None
     for note in ([out.report_error] if out.report_error else []) + (
-        [f"history not updated: {out.store_error}" + (f"; this sweep's results are in {out.report}" if out.report else "")]
-        if out.store_error else []
+        [f"history not updated: {store_error}" + (f"; this sweep's results are in {out.report}" if out.report else "")]
+        if store_error else []
     ):
         env.err.print(Text(f"fleetdiag sweep: {note}", style="bold red"), soft_wrap=True)
     if out.interrupted:
@@ -325,17 +326,14 @@ def print_outcome(env: Env, out: SweepOutcome, fmt: str | None = None, job: Swee
     for note in out.notes:
         env.err.print(Text(f"fleetdiag sweep: {note}", style="yellow"), soft_wrap=True)
     if fmt == "json":
-        doc = {
+        env.json({
             "version": SCHEMA_VERSION,
-            "sweep": out.meta(job) if job else None,
-            "report": str(out.report) if out.report else None,
-            "changes": out.changes.to_json() if out.changes is not None else None,
-            "error": str(out.store_error) if out.store_error else None,
-            "exit": int(out.exit),
-        }
-        if redactor is not None:
-            doc = redactor.obj(doc)
-        click.echo(json.dumps(doc, indent=2))
+            "sweep": raw.meta(job) if job else None,
+            "report": str(raw.report) if raw.report else None,
+            "changes": raw.changes.to_json() if raw.changes is not None else None,
+            "error": str(raw.store_error) if raw.store_error else None,
+            "exit": int(raw.exit),
+        })
         return
     if out.changes is None:
         lines = current_lines(out.results)
@@ -344,8 +342,8 @@ def print_outcome(env: Env, out: SweepOutcome, fmt: str | None = None, job: Swee
     if not lines:
         return
     for line in lines:
-        env.out.print(line, soft_wrap=True)
-    env.out.print(Text(fleet_line(out.results, out), style="dim"), soft_wrap=True)
+        env.print(line, soft_wrap=True)
+    env.print(Text(fleet_line(out.results, out), style="dim"), soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- commands
@@ -392,7 +390,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
         report=Path(report).expanduser() if report else default_report_path(),
         deadline=deadline or default_deadline(t.connect_timeout, t.command_timeout),
         fanout=fanout, per_address=per_address or None, keep_days=keep_days, notify=notify,
-        progress=ctx.env.err.is_terminal, redactor=ctx.redactor,
+        progress=ctx.out.err.is_terminal, redactor=ctx.redactor,
     )
 
     async def go() -> SweepOutcome:
@@ -403,7 +401,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
         except (NotImplementedError, RuntimeError, ValueError):
             pass
         try:
-            return await execute(job, ctx.env)
+            return await execute(job, ctx.out)
         finally:
             try:
                 loop.remove_signal_handler(signal.SIGTERM)
@@ -413,9 +411,9 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     try:
         out = asyncio.run(go())
     except LockBusy as exc:
-        ctx.env.err.print(Text(f"fleetdiag sweep: {exc}", style="bold red"), soft_wrap=True)
+        ctx.out.err.print(Text(f"fleetdiag sweep: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.BUSY))
-    print_outcome(ctx.env, out, fmt, job, redactor=ctx.redactor)
+    print_outcome(ctx.out, out, fmt, job)
     raise SystemExit(int(out.exit))
 
 
@@ -439,16 +437,23 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
             names = _select_stored(ctx, selectors, store.hosts()) if selectors else None
             incidents = store.incidents(names, open_only=open_only)
     except StoreError as exc:
-        ctx.env.err.print(Text(f"fleetdiag history: {exc}", style="bold red"), soft_wrap=True)
+        ctx.out.err.print(Text(f"fleetdiag history: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.USAGE))  # like a bad inventory: input the user controls
+    if ctx.redactor is not None:  # the inventory's numbering first, then hosts only the history knows
+        from ..inventory import InventoryError
+
+        try:
+            ctx.inventory()
+        except InventoryError:
+            pass
+        ctx.redactor.add_hosts(i.host for i in incidents)
     if fmt == "json":
-        click.echo(json.dumps({"version": SCHEMA_VERSION, "db": str(path),
-                               "incidents": [i.to_json() for i in incidents]}, indent=2))
+        ctx.out.json({"version": SCHEMA_VERSION, "db": str(path), "incidents": [i.to_json() for i in incidents]})
         return
     if not incidents:
-        ctx.env.out.print(f"no incidents{' open' if open_only else ''} in {path}")
+        ctx.out.print(f"no incidents{' open' if open_only else ''} in {path}")
         return
-    ctx.env.out.print(history_table(incidents, path))
+    ctx.out.print(history_table([ctx.out.shown(i) for i in incidents], ctx.out.shown(str(path))))
 
 
 def history_table(incidents: list[Any], path: Path) -> Table:

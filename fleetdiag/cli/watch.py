@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -12,6 +11,7 @@ from typing import Any
 
 import click
 
+from .. import units
 from ..exitcodes import exit_for
 from . import Context, handle_errors, main, pass_ctx, transport_from, transport_options
 
@@ -22,12 +22,8 @@ class Duration(click.ParamType):
     name = "DURATION"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        from ..inventory import parse_duration
-
         try:
-            return parse_duration(value)
+            return units.parse_duration(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -77,18 +73,19 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
         process=process, grace=grace, heartbeat=heartbeat, facts=not no_facts, jump_resolver=jump_resolver(inv),
     )
     w = Watch(hosts, settings)
-    env = ctx.env
-    out = env.out
-    live_table = env.is_tty and not jsonl
+    out = ctx.out
+    live_table = out.is_tty and not jsonl
 
-    def on_event(ev: Any) -> None:
+    def table() -> Any:
+        return watch_table([out.shown(v) for v in w.views.values()])
+
+    def on_event(ev: Any, console: Any = out.out) -> None:
         if jsonl:
-            sys.stdout.write(json.dumps(ev.to_json()) + "\n")
-            sys.stdout.flush()
+            out.jsonl(ev.to_json())
             return
-        out.print(watch_event_line(ev), soft_wrap=True)
+        console.print(watch_event_line(out.shown(ev)), soft_wrap=True)
         if ev.state == FAILED:  # the whole story, once, where the scrollback keeps it
-            out.print(host_card(w.views[ev.host].to_result()))
+            console.print(host_card(out.shown(w.views[ev.host].to_result())))
 
     async def go() -> None:
         async with aclosing(w.events()) as events:
@@ -102,12 +99,10 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
                 return
             from rich.live import Live
 
-            with Live(console=out, get_renderable=lambda: watch_table(w.views.values()),
+            with Live(console=out.out, get_renderable=table,
                       refresh_per_second=4, transient=False, redirect_stdout=False) as live:
                 async for ev in events:
-                    live.console.print(watch_event_line(ev), soft_wrap=True)
-                    if ev.state == FAILED:
-                        live.console.print(host_card(w.views[ev.host].to_result()))
+                    on_event(ev, live.console)
 
     async def bounded() -> None:
         if duration is None:
@@ -130,16 +125,15 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
         if not closed["stdout"]:
             summary = {"version": 1, "event": "summary", "time": round(time.time(), 3), "interrupted": interrupted,
                        "hosts": [{**r.to_json(), "state": states[r.host]} for r in results]}
-            sys.stdout.write(json.dumps(summary) + "\n")
-            sys.stdout.flush()
+            out.jsonl(summary)
     else:
         if not live_table:
-            out.print(watch_table(w.views.values()))
+            out.print(table())
         for v in w.views.values():
             if v.state in TROUBLE and v.state != FAILED:  # failed cards were printed when they happened
-                out.print(host_card(v.to_result()))
+                out.print(host_card(out.shown(v.to_result())))
         counts = ", ".join(f"{n} {s}" for s, n in _counts(w.views.values()).items())
-        out.print(f"[bold]watch {'interrupted' if interrupted else 'ended'}[/]: {counts}", markup=True)
+        out.print(out.markup("[bold]watch {}[/]: {}", "interrupted" if interrupted else "ended", counts))
     raise SystemExit(int(exit_for(results)))
 
 

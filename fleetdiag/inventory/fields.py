@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from ..units import parse_duration
 from .model import FUNNEL_KEYS, Host, Inventory, InventoryError, did_you_mean
 from .selection import SelectorError, _evaluate, _expand_range, _NoMatch, split_selector
 from .yamlload import Loader, YMap, YSeq
@@ -178,9 +179,6 @@ def parse_jump_hops(spec: str) -> list[JumpHop]:
 
 _SIZE_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgtp])(?:i?b)?|b)?", re.I)
 _SIZE_MULT = {None: 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
-_DUR_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)", re.I)
-_DUR_FULL = re.compile(r"\s*(?:(?:\d+(?:\.\d*)?|\.\d+)\s*(?:ms|s|m|h|d)\s*)+", re.I)
-_DUR_MULT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_size(v: Any) -> int:
@@ -203,31 +201,6 @@ def parse_size(v: Any) -> int:
             return int(float(m.group(1)) * _SIZE_MULT[unit])
     raise ValueError(f"expected a size like 64M, 1G or a number of bytes, got {v!r}")
 
-
-def parse_duration(v: Any) -> float:
-    """Seconds from ``90s``/``10m``/``1h``/``1h30m``/``500ms`` or a number of seconds.
-
-    Raises ValueError (the loader turns it into a located InventoryError).
-    """
-    if isinstance(v, bool):
-        raise ValueError(f"expected a duration like 90s, 10m, 1h or seconds, got {v!r}")
-    if isinstance(v, (int, float)):
-        if not math.isfinite(v) or v < 0:
-            raise ValueError(f"duration must be a non-negative number, got {v!r}")
-        return float(v)
-    if isinstance(v, str):
-        s = v.strip()
-        try:
-            f = float(s)
-        except ValueError:
-            pass
-        else:
-            if math.isfinite(f) and f >= 0:
-                return f
-            raise ValueError(f"duration must be a non-negative number, got {v!r}")
-        if _DUR_FULL.fullmatch(s):
-            return sum(float(n) * _DUR_MULT[u.lower()] for n, u in _DUR_PART.findall(s))
-    raise ValueError(f"expected a duration like 90s, 10m, 1h or seconds, got {v!r}")
 
 
 # --------------------------------------------------------------------------- shared helpers
