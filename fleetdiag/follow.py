@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from . import funnel as funnel_mod
+from . import remote
 from .records import Line
 
 # Shell functions both shells share: the main ``sh`` (pre-stat) and the
@@ -115,7 +116,7 @@ fw_alive() {
     if [ -n "$fw_mypg" ] && [ -r "/proc/$p/stat" ]; then  # our own doorbell tail names the log path
       read -r st <"/proc/$p/stat" 2>/dev/null && set -- $st && [ "$5" = "$fw_mypg" ] && continue
     fi
-    if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -e 'FW_PROC=' -e 'FD_MARK='; then continue; fi
+    if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -e 'FW_PROC=' -e 'FD_MARK=' -e fleetdiag-remote; then continue; fi
     fw_a=1; fw_pid=$p; return 0
   done
 }
@@ -303,7 +304,7 @@ _FOLLOW = r"""
 renice -n 19 -p $$ >/dev/null 2>&1
 ionice -c3 -p $$ >/dev/null 2>&1
 for p in $FW_KILL; do
-  if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" | grep -q "FW_ID=$FW_ID"; then
+  if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" | grep -q -e "$FW_IDTAG"; then
     kill -s TERM -- "-$p" 2>/dev/null || kill -s TERM "$p" 2>/dev/null
   fi
 done
@@ -343,6 +344,8 @@ def build_script(spec: FollowSpec, mark: str) -> str:
     env = {
         "FW_MARK": mark,
         "FW_ID": spec.session,
+        # the payload's first characters: a follower of this session carries them in its cmdline
+        "FW_IDTAG": remote.encoded_prefix(_id_line(spec.session)),
         "FW_LOG": fs.log,
         "FW_PROC": spec.process or "",
         "FW_WAIT": spec.waiting,
@@ -365,7 +368,12 @@ def build_script(spec: FollowSpec, mark: str) -> str:
     assigns = "\n".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
     exports = "export " + " ".join(env)
     funnel_script = funnel_mod.build_script(fs, mark)
-    return f"{assigns}\n{exports}\n{_PRE}\n{{\n{funnel_script}\n}} </dev/null\n{_FOLLOW}"
+    head = remote.pad_line(_id_line(spec.session))
+    return f"{head}\n{assigns}\n{exports}\n{_PRE}\n{{\n{funnel_script}\n}} </dev/null\n{_FOLLOW}"
+
+
+def _id_line(session: str) -> str:
+    return "# fleetdiag follower " + "".join(c for c in session if c.isalnum())
 
 
 def _fmt_seconds(s: float) -> str:

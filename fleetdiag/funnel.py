@@ -27,6 +27,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 
+from . import remote
 from .records import FunnelResult, Line
 
 VERSION = 1
@@ -62,7 +63,9 @@ LC_ALL=C; export LC_ALL
 renice -n 19 -p $$ >/dev/null 2>&1
 ionice -c3 -p $$ >/dev/null 2>&1
 TO=
-if command -v timeout >/dev/null 2>&1; then TO="timeout $FD_TMO"; fi
+if command -v timeout >/dev/null 2>&1; then
+  if timeout -k 1 1 true >/dev/null 2>&1; then TO="timeout -k 2 $FD_TMO"; else TO="timeout $FD_TMO"; fi
+fi
 T=$(printf '\t')
 echo "$FD_MARK begin $FD_VERSION"
 m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
@@ -298,8 +301,9 @@ def new_mark() -> str:
 
 
 def remote_command(script: str) -> str:
-    """The exec request: the script handed to ``sh -c``, quoted once for the login shell."""
-    return "exec sh -c " + shlex.quote(script)
+    """The exec request: a fixed, value-free wrapper safe under every login shell (csh and fish
+    too), with the script as base64 data that only ``sh`` decodes. See ``fleetdiag.remote``."""
+    return remote.remote_command(script)
 
 
 _LINE_SPLIT = re.compile("\t")
@@ -319,7 +323,7 @@ def parse_output(out: str, mark: str) -> FunnelResult:
         if not out.strip():
             res.markers.append("the remote command printed nothing")
         else:
-            res.markers.append("the remote shell did not run the funnel (is the login shell POSIX: sh, bash, zsh?)")
+            res.markers.append("the remote shell did not run the funnel (is sh and awk on the login PATH?)")
             res.facts["reason"] = "it printed: " + _first_words(out)
         return res
     body = out[begin:].split("\n")
