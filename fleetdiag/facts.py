@@ -47,6 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 GPU_QUERY = ("index", "uuid", "name", "memory.used", "memory.total", "utilization.gpu")
 APP_QUERY = ("pid", "process_name", "used_memory", "gpu_uuid")
+SMI_CAP = 256 * 1024  # bytes of one nvidia-smi answer (64 GPUs take ~7 KB); more is garbage
 FACTS_TIMEOUT = 10  # seconds for each nvidia-smi call: a wedged driver must not eat the probe
 
 # The serving processes we look for. Each starts with a bracket expression so
@@ -66,14 +67,30 @@ LOG_ERE = (
 # one, and its output is cut in lines and bytes.
 GPU_SNIPPET = r"""
 fd_f() { printf 'F\t%s\t%s\n' "$1" "$2"; }
+# timeout -k: a tool that ignores TERM (a wedged driver) is killed, never left running.
 FTO=
-if command -v timeout >/dev/null 2>&1; then FTO="timeout $FD_FTMO"; fi
+if command -v timeout >/dev/null 2>&1; then
+  if timeout -k 1 1 true >/dev/null 2>&1; then FTO="timeout -k 2 $FD_FTMO"; else FTO="timeout $FD_FTMO"; fi
+fi
 if [ -n "$FD_FPATH" ]; then PATH=$FD_FPATH:$PATH; export PATH; fi
+# nvidia-smi's output, at most FD_SMICAP bytes (never buffered whole), in $o; its exit status
+# in $rc, or rc=cut when the output ran past the cap (the status line did not arrive).
+fd_smi() {
+  o=$( { $FTO nvidia-smi "$@" </dev/null 2>&1; printf '\n@rc %s\n' "$?"; } | head -c "$FD_SMICAP")
+  rc=$(printf '%s\n' "$o" | tail -n 1)
+  case $rc in
+    '@rc '*) rc=${rc#@rc }; o=$(printf '%s\n' "$o" | sed '$d') ;;
+    *) rc=cut ;;
+  esac
+}
 fd_gpus() {
   if ! command -v nvidia-smi >/dev/null 2>&1; then fd_f nvidia_smi missing; return; fi
   fd_f nvidia_smi "$(command -v nvidia-smi)"
-  o=$($FTO nvidia-smi --query-gpu="$FD_GPUQ" --format=csv,noheader,nounits </dev/null 2>&1)
-  rc=$?
+  fd_smi --query-gpu="$FD_GPUQ" --format=csv,noheader,nounits
+  if [ "$rc" = cut ]; then
+    fd_f nvidia_smi_error "output over $FD_SMICAP bytes: not read"
+    return
+  fi
   if [ "$rc" -ne 0 ]; then
     fd_f nvidia_smi_error "exit $rc: $(printf '%s\n' "$o" | head -n 1 | cut -c1-300)"
     return
@@ -81,7 +98,8 @@ fd_gpus() {
   printf '%s\n' "$o" | head -n 64 | cut -c1-1000 | while IFS= read -r l; do
     [ -n "$l" ] && fd_f gpu "$l"
   done
-  o=$($FTO nvidia-smi --query-compute-apps="$FD_APPQ" --format=csv,noheader,nounits </dev/null 2>/dev/null) || return
+  fd_smi --query-compute-apps="$FD_APPQ" --format=csv,noheader,nounits
+  [ "$rc" = 0 ] || return
   printf '%s\n' "$o" | head -n 128 | cut -c1-1000 | while IFS= read -r l; do
     case $l in ''|*'No running'*) continue ;; esac
     fd_f app "$l"
@@ -105,7 +123,7 @@ fd_serve() {
   c=$( { $FTO ps -eo pid=,args= </dev/null 2>/dev/null || for d in /proc/[0-9]*; do
            printf '%s %s\n' "${d#/proc/}" "$(tr '\000' ' ' <"$d/cmdline" 2>/dev/null)"; done; } |
        awk 'BEGIN { p = ENVIRON["FD_SERVE"]; mk = ENVIRON["FD_MARK"] }
-            index($0, mk) == 0 && $0 ~ p { print $1 }' | head -n 16)
+            index($0, mk) == 0 && index($0, "fleetdiag-remote") == 0 && $0 ~ p { print $1 }' | head -n 16)
   [ -n "$c" ] || return
   lp=
   [ -n "$f" ] && lp=$(readlink -f "$f" 2>/dev/null)
@@ -150,6 +168,7 @@ def snippet_vars(path_prepend: str | None = None, timeout: int = FACTS_TIMEOUT) 
         "FD_SERVE": SERVE_ERE,
         "FD_LOGRE": LOG_ERE,
         "FD_FSCAN": str(4 * 1024 * 1024),
+        "FD_SMICAP": str(SMI_CAP),
         # set by fd_log only when the log was readable: start it empty
         "rp": "",
     }
