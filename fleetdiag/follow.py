@@ -248,14 +248,15 @@ export fw_nostat fw_f fw_off0 fw_ino0 FW_SELF
 _AWK = r"""
   function clip(s,  h) { if (length(s) <= ML) return s
     h = int(ML / 2); return substr(s, 1, h) "...[fleetdiag: " (length(s) - 2 * h) " bytes cut]..." substr(s, length(s) - h + 1) }
-  function emit(p, n, t) { buf = buf "L\t" p "\t" n "\t" t "\n" }
-  function emit_tail(p, n, t) { buf = buf "l\t" p "\t" n "\t" t "\n" }
+  function num(v) { return sprintf("%.0f", v) }
+  function emit(p, n, t) { buf = buf "L\t" num(p) "\t" n "\t" t "\n" }
+  function emit_tail(p, n, t) { buf = buf "l\t" num(p) "\t" n "\t" t "\n" }
   function batch_end(force,   k, s, j) {
     if (!force && nr == 0 && buf == "" && dropped == 0) return
     s = (nr > TN) ? nr - TN : 0
     for (k = s; k < nr; k++) { j = k % TN; if (!rk[j]) emit_tail(rp[j], rn[j], rt[j]) }
     if (dropped > 0) buf = buf "X\tfollow: " dropped " more error-shaped lines in one burst not shown\n"
-    printf "%sS\t%s\n", buf, pos; fflush()
+    printf "%sS\t%.0f\n", buf, pos; fflush()
     buf = ""; nb = 0; nr = 0; dropped = 0; seenw = 0; seenr = 0; split("", rk)
   }
   function show_partial(   t) { if (pend != "") { t = pend; sub(/\r$/, "", t); emit_tail(pos, (ln >= 0) ? ln + 1 : "-", clip(t)) } }
@@ -279,12 +280,12 @@ _AWK = r"""
   function control(c,   a) {
     split(c, a, " ")
     if (a[1] == "s") { batch_end(1); return }
-    if (a[1] == "h") { show_partial(); batch_end(0); printf "H\t%s\t%s\t%s\t%s\t%s\t%s\n", a[2], a[3], a[4], a[5], a[6], pos; fflush(); return }
+    if (a[1] == "h") { show_partial(); batch_end(0); printf "H\t%s\t%s\t%s\t%s\t%s\t%.0f\n", a[2], a[3], a[4], a[5], a[6], pos; fflush(); return }
     if (a[1] == "a") { pos = a[2] + 0; ln = (a[3] == "-") ? -1 : a[3] + 0; pend = ""; printf "A\t%s\t%s\n", a[2], a[3]; fflush(); return }
     if (a[1] == "r") { show_partial(); batch_end(0); pend = ""; split("", ctx); prevk = 0; pos = 0; ln = 0
       printf "R\t%s\t%s\t%s\n", a[2], a[3], substr(c, length(a[1] a[2] a[3]) + 4); fflush(); return }
     if (a[1] == "k") { batch_end(0); pend = ""; pos = a[2] + 0; ln = -1
-      printf "X\tfollow: the log grew by more than %s bytes at once: skipped to byte %s\n", SK, pos; fflush(); return }
+      printf "X\tfollow: the log grew by more than %s bytes at once: skipped to byte %.0f\n", SK, pos; fflush(); return }
     if (a[1] == "g") { batch_end(0); printf "G\t%s\n", a[2]; fflush(); return }
   }
   BEGIN { MK = ENVIRON["FW_MARK"] " "; kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]

@@ -75,6 +75,7 @@ secs() { date +%s; }
 # A pass that ran into the remote time limit says so (timeout cut it short).
 late() { [ -n "$TO" ] && [ $(( $(secs) - $1 )) -ge "$FD_TMO" ] && x "$2: stopped by the ${FD_TMO}s remote time limit, so it may be incomplete"; }
 # The pinned log from byte $1 on. busybox tail takes no offset past 2 GiB: dd seeks there.
+fd_nl() { if [ -n "$fd_cr" ]; then tr '\r' '\n'; else cat; fi; }
 fd_from() {
   if [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
   else $TO dd if="$r" bs=65536 skip=$(( $1 / 65536 )) 2>/dev/null | tail -c "+$(( $1 % 65536 + 1 ))"; fi
@@ -144,9 +145,20 @@ fd_log() {
   if [ "$samp" -eq 0 ]; then m status binary; m reason "its last 8 KB are all NUL bytes"; fd_close; return; fi
   if [ $((ctl * 20)) -gt "$samp" ]; then m status binary; m reason "$ctl control bytes in the last $samp"; fd_close; return; fi
   m status ok
+  # CR-only line ends (old Mac style, some progress writers): read CR as the line end, byte for byte.
+  fd_cr=
+  if [ "$($TO tail -c 8192 "$r" | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ] &&
+     [ "$($TO tail -c 8192 "$r" | tr -cd '\r' | wc -c | tr -d ' ')" -gt 0 ]; then
+    fd_cr=1; m note "the log ends its lines with CR only: CR read as the line end"
+  fi
   start=0
   if [ "$size" -gt "$FD_SCAN" ]; then start=$((size - FD_SCAN)); fi
   m window "$start"
+  # A line that starts before the window and runs on past FD_MAXLINE bytes into it: its start,
+  # where an error message would be, was not searched. Say so rather than pass as healthy.
+  if [ "$start" -gt 0 ] && [ "$(fd_from "$start" | head -c "$FD_MAXLINE" | fd_nl | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ]; then
+    x "the scan window (last $FD_SCAN bytes) starts inside a line longer than $FD_MAXLINE bytes: the part of it before the window was not searched"
+  fi
   if printf 'x\n' | grep -E -e "$FD_KW" >/dev/null 2>&1; [ $? -gt 1 ]; then
     x "the remote grep rejected the keyword pattern: error lines may be missing"
   fi
@@ -165,7 +177,7 @@ fd_log() {
       { if ($0 ~ kw || (rs != "" && $0 ~ rs)) print NR ":" sprintf("%.0f", o) ":" $0; o += length($0) + 1 }'; }
   fi
   t0=$(secs)
-  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else $TO cat "$r"; fi; } | fd_grep | tr '\000' ' ' | awk -v start="$start" '
+  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else $TO cat "$r"; fi; } | fd_nl | fd_grep | tr '\000' ' ' | awk -v start="$start" '
     function n(v) { return sprintf("%.0f", v) }
     function clip(s,  h) { if (length(s) <= ML) return s
       h = int(ML / 2); return substr(s, 1, h) "...[fleetdiag: " (length(s) - 2 * h) " bytes cut]..." substr(s, length(s) - h + 1) }
@@ -175,7 +187,7 @@ fd_log() {
     {
       i = index($0, ":"); ln = substr($0, 1, i - 1); r = substr($0, i + 1)
       j = index(r, ":"); off = substr(r, 1, j - 1); t = substr(r, j + 1)
-      if (start > 0 && ln == 1) next
+      if (start > 0 && ln == 1) { if (t ~ kw) cutkw = 1; next }
       pos = start + off; sub(/\r$/, "", t)
       if (rs != "" && t ~ rs) { reset(); runpos = pos; runln = ln }
       lno = (start > 0) ? "-" : ln
@@ -187,6 +199,7 @@ fd_log() {
       else if (t ~ /Traceback \(most recent call last\)/ && !("" in first)) { first[""] = pos; firstln[""] = lno; order[nt++] = "" }
     }
     END {
+      if (cutkw) print "X\tthe scan window starts inside an error-shaped line: its start was not searched"
       if (runpos >= 0) printf "M\trun_start\t%s\n", n(runpos)
       print "S\thits"
       for (k = 0; k < nh; k++) print "L\t" head[k]
@@ -202,7 +215,7 @@ fd_log() {
   echo "S${T}tail"
   tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
   t0=$(secs)
-  $TO tail -c "$tb" "$r" | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" '
+  $TO tail -c "$tb" "$r" | fd_nl | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" '
     function n(v) { return sprintf("%.0f", v) }
     BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
     { p = pos; pos += length($0) + 1
@@ -219,7 +232,7 @@ fd_log() {
   printf '%s\n' "$p1" | awk -F "$T" '$1 == "T"' | head -n "$FD_NTAGS" | while IFS="$T" read -r kind apos aln atag; do
     echo "S${T}ctx${T}$atag"
     t0=$(secs)
-    fd_from "$apos" | head -c "$FD_WIN" | tr '\000' ' ' | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" '
+    fd_from "$apos" | head -c "$FD_WIN" | fd_nl | tr '\000' ' ' | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" '
       function n(v) { return sprintf("%.0f", v) }
       BEGIN { tag = ENVIRON["FD_TAG"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
         W = ENVIRON["FD_WIN"] + 0; C = ENVIRON["FD_CTX"] + 0; pos = apos; k = 0; prev = 0 }

@@ -40,6 +40,11 @@ def shell_sshd(request, tmp_path_factory):
     server.stop()
 
 
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
+
+
 def hostile_path(d: Path, canary: Path) -> str:
     return f"{d}/x\ntouch {canary}\n'\ntouch {canary}\n\\\ntouch {canary}\n"
 
@@ -112,8 +117,7 @@ def test_follower_hostile_log_runs_nothing_and_streams(shell_sshd, tmp_path):
                     if text == mark + " end":
                         seen_end = True
                         if grow:
-                            with open(log, "ab") as fh:
-                                fh.write(b"RuntimeError: boom\n")
+                            await asyncio.to_thread(append, log, b"RuntimeError: boom\n")
                         continue
                     if seen_end:
                         rec = follow.parse_record(text)
