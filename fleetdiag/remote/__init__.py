@@ -14,6 +14,11 @@ fleetdiag-remote <base64>``. The decoder contains no backslash, no newline, no
 from __future__ import annotations
 
 import base64
+import shlex
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+
 
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 # The name the decoded script runs under ($0): remote processes that carry a
@@ -61,6 +66,43 @@ def pad_line(line: str) -> str:
     """``line`` padded with spaces to a multiple of 3 bytes (so ``encoded_prefix`` matches it)."""
     n = len(line.encode("utf-8"))
     return line + " " * (-n % 3)
+
+
+# ------------------------------------------------------------------ the script builder
+#
+# Every remote script is: quoted, exported assignments of its values, then
+# fixed texts from the .sh files of this package. No value is spliced into
+# code; awk reads patterns through ENVIRON; awk programs share lib.awk
+# (exported as FD_AWKLIB) for line clipping and integer printing.
+
+
+@cache
+def load(name: str) -> str:
+    """A shipped script text (``funnel.sh``, ``lib.awk``, ...) from this package."""
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+
+
+def quote(value: object) -> str:
+    """One value as a single-quoted sh word (the only quoting function for remote scripts)."""
+    return shlex.quote(str(value))
+
+
+def assignments(env: Mapping[str, object]) -> str:
+    """``K='v'`` lines and one ``export`` of them all: values reach sh and awk only as variables."""
+    lines = [f"{k}={quote(v)}" for k, v in env.items()]
+    lines.append("export " + " ".join(env))
+    return "\n".join(lines) + "\n"
+
+
+def awk_lib() -> str:
+    """awk functions every remote awk program gets: ``fd_clip(s)`` (keep both ends of a line over
+    ML bytes, with a marker) and ``fd_int(v)`` (an integer without exponent, past 2^31 too)."""
+    return load("lib.awk")
+
+
+def script(env: Mapping[str, object], *parts: str) -> str:
+    """The whole script: assignments (with FD_AWKLIB) then the fixed parts, in order."""
+    return assignments({**env, "FD_AWKLIB": awk_lib()}) + "".join(parts)
 
 
 for _c in "\\\n!":
