@@ -43,10 +43,13 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import remote
+
 # ---------------------------------------------------------------- remote snippet
 
 GPU_QUERY = ("index", "uuid", "name", "memory.used", "memory.total", "utilization.gpu")
 APP_QUERY = ("pid", "process_name", "used_memory", "gpu_uuid")
+SMI_CAP = 256 * 1024  # bytes of one nvidia-smi answer (64 GPUs take ~7 KB); more is garbage
 FACTS_TIMEOUT = 10  # seconds for each nvidia-smi call: a wedged driver must not eat the probe
 
 # The serving processes we look for. Each starts with a bracket expression so
@@ -64,78 +67,13 @@ LOG_ERE = (
 # Shared by probe and preflight: GPUs and their compute processes. Every
 # external command reads /dev/null, runs under $FTO (timeout) when there is
 # one, and its output is cut in lines and bytes.
-GPU_SNIPPET = r"""
-fd_f() { printf 'F\t%s\t%s\n' "$1" "$2"; }
-FTO=
-if command -v timeout >/dev/null 2>&1; then FTO="timeout $FD_FTMO"; fi
-if [ -n "$FD_FPATH" ]; then PATH=$FD_FPATH:$PATH; export PATH; fi
-fd_gpus() {
-  if ! command -v nvidia-smi >/dev/null 2>&1; then fd_f nvidia_smi missing; return; fi
-  fd_f nvidia_smi "$(command -v nvidia-smi)"
-  o=$($FTO nvidia-smi --query-gpu="$FD_GPUQ" --format=csv,noheader,nounits </dev/null 2>&1)
-  rc=$?
-  if [ "$rc" -ne 0 ]; then
-    fd_f nvidia_smi_error "exit $rc: $(printf '%s\n' "$o" | head -n 1 | cut -c1-300)"
-    return
-  fi
-  printf '%s\n' "$o" | head -n 64 | cut -c1-1000 | while IFS= read -r l; do
-    [ -n "$l" ] && fd_f gpu "$l"
-  done
-  o=$($FTO nvidia-smi --query-compute-apps="$FD_APPQ" --format=csv,noheader,nounits </dev/null 2>/dev/null) || return
-  printf '%s\n' "$o" | head -n 128 | cut -c1-1000 | while IFS= read -r l; do
-    case $l in ''|*'No running'*) continue ;; esac
-    fd_f app "$l"
-    p=${l%%,*}
-    case $p in ''|*[!0-9]*) continue ;; esac
-    if [ -r "/proc/$p/cmdline" ]; then
-      c=$($FTO tr '\000' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-512)
-      [ -n "$c" ] && printf 'F\tapp_cmd\t%s\t%s\n' "$p" "$c"
-    fi
-  done
-}
-fd_gpus
-"""
+GPU_SNIPPET = remote.load("facts_gpu.sh")
 
 # Probe only: the serving process and the latest run's parallel settings. It
 # runs after the funnel's fd_log, which leaves $f (the log path), $rp (the
 # latest run's start offset, empty unless the log was readable) and $start
 # (the scanned window's start) behind.
-SERVE_SNIPPET = r"""
-fd_serve() {
-  c=$( { $FTO ps -eo pid=,args= </dev/null 2>/dev/null || for d in /proc/[0-9]*; do
-           printf '%s %s\n' "${d#/proc/}" "$(tr '\000' ' ' <"$d/cmdline" 2>/dev/null)"; done; } |
-       awk 'BEGIN { p = ENVIRON["FD_SERVE"]; mk = ENVIRON["FD_MARK"] }
-            index($0, mk) == 0 && $0 ~ p { print $1 }' | head -n 16)
-  [ -n "$c" ] || return
-  lp=
-  [ -n "$f" ] && lp=$(readlink -f "$f" 2>/dev/null)
-  set -- $c
-  n=$#; pick=$1
-  for p in $c; do
-    if [ -n "$lp" ]; then
-      for fd in 1 2; do
-        if [ "$(readlink "/proc/$p/fd/$fd" 2>/dev/null)" = "$lp" ]; then pick=$p; fd_f serve_log 1; break 2; fi
-      done
-    fi
-  done
-  fd_f serve_candidates "$n"
-  fd_f serve_pid "$pick"
-  fd_f serve_cmd "$($FTO tr '\000' '\t' <"/proc/$pick/cmdline" 2>/dev/null | cut -c1-4096)"
-  if e=$($FTO tr '\000' '\n' <"/proc/$pick/environ" 2>/dev/null); then
-    fd_f serve_environ readable
-    v=$(printf '%s\n' "$e" | grep -a -m1 '^CUDA_VISIBLE_DEVICES=')
-    if [ -n "$v" ]; then fd_f serve_cvd "${v#CUDA_VISIBLE_DEVICES=}"; else fd_f serve_cvd_unset 1; fi
-  else
-    fd_f serve_environ unreadable
-  fi
-}
-fd_serve
-if [ -n "$rp" ] && [ -n "$f" ]; then
-  s=$rp; [ "${start:-0}" -gt "$s" ] && s=$start
-  $TO tail -c "+$((s + 1))" "$f" 2>/dev/null | head -c "$FD_FSCAN" | tr -d '\000\r' |
-    grep -a -E -m 3 -e "$FD_LOGRE" 2>/dev/null | cut -c1-6144 | while IFS= read -r l; do fd_f logline "$l"; done
-fi
-"""
+SERVE_SNIPPET = remote.load("facts_serve.sh")
 
 SNIPPET = GPU_SNIPPET + SERVE_SNIPPET
 
@@ -150,6 +88,7 @@ def snippet_vars(path_prepend: str | None = None, timeout: int = FACTS_TIMEOUT) 
         "FD_SERVE": SERVE_ERE,
         "FD_LOGRE": LOG_ERE,
         "FD_FSCAN": str(4 * 1024 * 1024),
+        "FD_SMICAP": str(SMI_CAP),
         # set by fd_log only when the log was readable: start it empty
         "rp": "",
     }

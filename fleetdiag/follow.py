@@ -35,285 +35,34 @@ partial line, so positions stay exact byte offsets of the file.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from typing import Union
 
 from . import funnel as funnel_mod
+from . import remote
 from .records import Line
 
-# Shell functions both shells share: the main ``sh`` (pre-stat) and the
-# follow loop's shell. Handed over as one quoted constant and ``eval``'d.
-_FUNCS = r"""
-fw_resolve() {
-  fw_f=
-  oifs=$IFS; IFS=''
-  set -- $FW_LOG
-  IFS=$oifs
-  for c in "$@"; do
-    [ -e "$c" ] || continue
-    if [ -z "$fw_f" ] || [ "$c" -nt "$fw_f" ]; then fw_f=$c; fi
-  done
-  case $fw_f in -*) fw_f=./$fw_f ;; esac
-}
-fw_stat() {
-  fw_size=; fw_mtime=; fw_ino=
-  [ -n "$fw_f" ] || return 1
-  if [ -n "$fw_nostat" ]; then
-    [ -f "$fw_f" ] || return 1
-    fw_size=$(wc -c <"$fw_f" 2>/dev/null | tr -d ' ')
-    fw_mtime=$(date -r "$fw_f" +%s 2>/dev/null)
-    set -- $(ls -di "$fw_f" 2>/dev/null)
-    fw_ino=$1
-  else
-    set -- $(stat -L -c '%s %Y %i' "$fw_f" 2>/dev/null)
-    [ $# -eq 3 ] || return 1
-    fw_size=$1; fw_mtime=$2; fw_ino=$3
-  fi
-  [ -n "$fw_size" ]
-}
-"""
-
-# The follow loop. The *reader* does one step per wake-up: stat the log;
-# handle truncation (size < offset), rotation (inode), a newer glob match;
-# read only the new bytes into the awk pipe, then a sync mark. What wakes it:
+# The follower's fixed texts (remote/): functions both shells share (the main
+# sh's pre-stat and the follow loop's shell, handed over as FW_FUNCS and eval'd),
+# the follow loop (FW_LOOP, run by bash or sh), the pre-stat before the funnel,
+# the awk filter (FW_AWK) and the main part after the funnel's end marker.
 #
-# * wake mode (GNU tail present): a *doorbell* ``tail -F -n0`` on the log
-#   (inotify; its own in-process polling on NFS) writes into a pipe the reader
-#   blocks on, so an idle log costs no process starts at all. Offsets never
-#   come from tail: it only rings. A ticker in the same pipe rings every
-#   heartbeat, so a missed inotify event costs at most one heartbeat.
-# * poll mode (no GNU tail, or forced): a stat every ``poll`` seconds.
-#
-# Under bash, naps are ``read -t`` on the channel's stdin (fd 9): no fork,
-# and an immediate exit when the controller hangs up.
-_LOOP = r"""
-eval "$FW_FUNCS"
-sl=$FW_POLL
-if [ -n "$BASH_VERSION" ] && read -r -t 0.01 -u 9 _ 2>/dev/null; [ $? -gt 128 ]; then
-  fw_nap() { read -r -t "$1" -u 9 _; [ $? -ne 1 ]; }
-  fw_now() { printf -v fw_t '%(%s)T' -1 2>/dev/null || fw_t=$(date +%s); }
-else
-  sleep "$sl" 2>/dev/null || sl=1
-  fw_nap() { sleep "$1"; }
-  fw_now() { fw_t=$(date +%s); }
-fi
-fw_pid=; fw_mypg=
-if [ -r "/proc/$FW_SELF/stat" ] && read -r st <"/proc/$FW_SELF/stat"; then set -- $st; fw_mypg=$5; fi
-fw_alive() {
-  fw_a=-
-  [ -n "$FW_PROC" ] || return 0
-  fw_a=1
-  if [ -n "$fw_pid" ]; then
-    if [ -d /proc/1 ]; then [ -d "/proc/$fw_pid" ] && return 0; else kill -0 "$fw_pid" 2>/dev/null && return 0; fi
-  fi
-  fw_pid=; fw_a='?'
-  command -v pgrep >/dev/null 2>&1 || return 0
-  fw_a=0
-  for p in $(pgrep -f -- "$FW_PROC" 2>/dev/null); do
-    [ "$p" = "$FW_SELF" ] && continue
-    if [ -n "$fw_mypg" ] && [ -r "/proc/$p/stat" ]; then  # our own doorbell tail names the log path
-      read -r st <"/proc/$p/stat" 2>/dev/null && set -- $st && [ "$5" = "$fw_mypg" ] && continue
-    fi
-    if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -e 'FW_PROC=' -e 'FD_MARK='; then continue; fi
-    fw_a=1; fw_pid=$p; return 0
-  done
-}
-fw_glob=
-case $FW_LOG in *'*'*|*'?'*|*'['*) fw_glob=1 ;; esac
-fw_beat() {
-  if [ -n "$fw_glob" ] && [ -z "$gone" ]; then
-    fw_resolve
-    [ -n "$fw_f" ] && [ "$fw_f" != "$f" ] && sw=1
-  fi
-  fw_alive
-  fw_now
-  echo "$FW_MARK h $fw_t ${fw_size:--} ${fw_mtime:--} ${fw_ino:--} $fw_a"
-}
-fw_step() {
-  more=
-  if [ -n "$gone" ] || [ -n "$sw" ]; then fw_resolve; else fw_f=$f; fi
-  if fw_stat; then
-    why=
-    if [ -z "$f" ]; then why=appeared
-    elif [ "$fw_f" != "$f" ]; then why=switched
-    elif [ "$fw_ino" != "$ino" ]; then why=rotated
-    fi
-    gone=; sw=
-    if [ -n "$why" ]; then
-      printf '%s r %s %s %s\n' "$FW_MARK" "$why" "$fw_ino" "$(printf '%s' "$fw_f" | tr '\n\t' '??')"
-      off=0; ino=$fw_ino; f=$fw_f
-    elif [ "$fw_size" -lt "$off" ]; then
-      echo "$FW_MARK r truncated $fw_ino"
-      off=0
-    fi
-    if [ "$fw_size" -gt "$off" ]; then
-      if [ ! -r "$f" ]; then
-        [ -n "$unr" ] || echo "$FW_MARK g unreadable"
-        unr=1
-      else
-        unr=
-        d=$((fw_size - off))
-        if [ "$d" -gt "$FW_SKIP" ]; then
-          off=$((fw_size - FW_SKIP)); d=$FW_SKIP
-          echo "$FW_MARK k $off"
-        fi
-        [ "$d" -gt "$FW_CHUNK" ] && d=$FW_CHUNK
-        tail -c "+$((off + 1))" "$f" 2>/dev/null | head -c "$d" | tr '\000' ' '
-        off=$((off + d))
-        echo "$FW_MARK s"
-        [ "$off" -lt "$fw_size" ] && more=1
-      fi
-    fi
-  elif [ -z "$gone" ]; then
-    echo "$FW_MARK g missing"; gone=1
-  fi
-  return 0
-}
-fw_ring() {
-  t=
-  fw_bell() {
-    [ -n "$t" ] && kill "$t" 2>/dev/null
-    t=
-    tail -F -n 0 -s "$sl" --pid="$FW_SELF" -- "$1" 2>/dev/null &
-    t=$!
-  }
-  trap '[ -n "$t" ] && kill "$t" 2>/dev/null; exit 0' PIPE TERM HUP INT
-  cur=$fw_f
-  if [ -z "$cur" ] && [ -z "$fw_glob" ]; then cur=$FW_LOG; fi
-  [ -n "$cur" ] && fw_bell "$cur"
-  while :; do
-    echo "$FW_MARK h"
-    fw_nap "$FW_HB" || break
-    if [ -n "$fw_glob" ]; then
-      fw_resolve
-      if [ -n "$fw_f" ] && [ "$fw_f" != "$cur" ]; then cur=$fw_f; fw_bell "$cur"; echo "$FW_MARK w"; fi
-    fi
-  done
-  [ -n "$t" ] && kill "$t" 2>/dev/null
-}
-fw_read() {
-  f=$fw_f; off=$fw_off0; ino=$fw_ino0; gone=; sw=; unr=
-  ln=-
-  if [ -n "$f" ] && [ "$off" -le "$FW_LNMAX" ]; then
-    ln=$(head -c "$off" "$f" 2>/dev/null | wc -l | tr -d ' ')
-  fi
-  echo "$FW_MARK a $off $ln"
-  [ -n "$f" ] || { echo "$FW_MARK g missing"; gone=1; }
-  if [ "$1" = wake ]; then
-    while w=$(dd bs=65536 count=1 2>/dev/null; echo .); [ "$w" != . ]; do
-      case $w in *"$FW_MARK w"*) sw=1 ;; esac
-      fw_step
-      while [ -n "$more" ]; do fw_step; done
-      case $w in *"$FW_MARK h"*) fw_beat ;; esac
-      fw_nap "$sl" || exit 0
-    done
-  else
-    n=$FW_HBN
-    while :; do
-      fw_step
-      [ -n "$more" ] && continue
-      n=$((n + 1))
-      if [ "$n" -ge "$FW_HBN" ]; then n=0; fw_beat; fi
-      fw_nap "$sl" || exit 0
-    done
-  fi
-}
-fw_mode=poll
-if [ "$FW_MODE" != poll ] && tail --version 2>/dev/null | grep -q GNU; then fw_mode=wake; fi
-if [ "$fw_mode" = wake ]; then
-  fw_ring | fw_read wake
-else
-  fw_read poll
-fi
-"""
+# The loop's *reader* does one step per wake-up: stat the log; handle truncation
+# (size < offset), rotation (inode), a newer glob match; read only the new bytes
+# into the awk pipe, then a sync mark. Wake mode (GNU tail): a ``tail -F -n0``
+# doorbell (inotify) rings a pipe the reader blocks on, plus a ticker every
+# heartbeat; offsets never come from tail. Poll mode: a stat every ``poll`` s.
+# Under bash, naps are ``read -t`` on the channel's stdin (fd 9): no fork, and
+# an immediate exit when the controller hangs up. The log's size and inode are
+# taken *before* the funnel reads it, so following from that offset can only
+# repeat lines (merged by pos), never miss one.
+_FUNCS = remote.load("follow_funcs.sh")
+_LOOP = remote.load("follow_loop.sh")
+_PRE = remote.load("follow_pre.sh")
 
-# The main script around the funnel. The log's size and inode are taken
-# *before* the funnel reads it, so following from that offset can only repeat
-# lines (merged by pos), never miss one. The funnel (and its facts) read
-# /dev/null, not the channel: only the follow loop waits on stdin.
-_PRE = r"""
-LC_ALL=C; export LC_ALL
-eval "$FW_FUNCS"
-fw_nostat=
-stat -L -c '%s' / >/dev/null 2>&1 || fw_nostat=1
-fw_resolve
-fw_off0=0; fw_ino0=
-if fw_stat; then fw_off0=$fw_size; fw_ino0=$fw_ino; fi
-FW_SELF=$$
-export fw_nostat fw_f fw_off0 fw_ino0 FW_SELF
-"""
+_AWK = remote.load("follow.awk")
 
-_AWK = r"""
-  function clip(s,  h) { if (length(s) <= ML) return s
-    h = int(ML / 2); return substr(s, 1, h) "...[fleetdiag: " (length(s) - 2 * h) " bytes cut]..." substr(s, length(s) - h + 1) }
-  function emit(p, n, t) { buf = buf "L\t" p "\t" n "\t" t "\n" }
-  function emit_tail(p, n, t) { buf = buf "l\t" p "\t" n "\t" t "\n" }
-  function batch_end(force,   k, s, j) {
-    if (!force && nr == 0 && buf == "" && dropped == 0) return
-    s = (nr > TN) ? nr - TN : 0
-    for (k = s; k < nr; k++) { j = k % TN; if (!rk[j]) emit_tail(rp[j], rn[j], rt[j]) }
-    if (dropped > 0) buf = buf "X\tfollow: " dropped " more error-shaped lines in one burst not shown\n"
-    printf "%sS\t%s\n", buf, pos; fflush()
-    buf = ""; nb = 0; nr = 0; dropped = 0; seenw = 0; seenr = 0; split("", rk)
-  }
-  function show_partial(   t) { if (pend != "") { t = pend; sub(/\r$/, "", t); emit_tail(pos, (ln >= 0) ? ln + 1 : "-", clip(t)) } }
-  function line(t,   p, n, tagged, g, keep, j) {
-    p = pos; pos += length(t) + 1
-    if (ln >= 0) { ln++; n = ln } else n = "-"
-    sub(/\r$/, "", t); t = clip(t)
-    keep = 0
-    if (rs != "" && t ~ rs) { split("", ctx); prevk = 0; keep = 1 }
-    tagged = (tg != "" && match(t, tg)); g = tagged ? substr(t, RSTART, RLENGTH) : ""
-    if (kw != "" && t ~ kw) { keep = 1; if (ctx[g] + 0 <= 0) ctx[g] = C }
-    else if (ctx[g] + 0 > 0) keep = 1
-    else if (!tagged && prevk) keep = 1
-    if (keep && ctx[g] + 0 > 0) ctx[g]--
-    prevk = keep
-    if (!keep && wt != "" && !seenw && t ~ wt) { keep = 1; seenw = 1 }
-    if (!keep && rd != "" && !seenr && t ~ rd) { keep = 1; seenr = 1 }
-    if (keep) { if (nb < B) { emit(p, n, t); nb++ } else { dropped++; keep = 0 } }
-    j = nr % TN; rp[j] = p; rn[j] = n; rt[j] = t; rk[j] = keep; nr++
-  }
-  function control(c,   a) {
-    split(c, a, " ")
-    if (a[1] == "s") { batch_end(1); return }
-    if (a[1] == "h") { show_partial(); batch_end(0); printf "H\t%s\t%s\t%s\t%s\t%s\t%s\n", a[2], a[3], a[4], a[5], a[6], pos; fflush(); return }
-    if (a[1] == "a") { pos = a[2] + 0; ln = (a[3] == "-") ? -1 : a[3] + 0; pend = ""; printf "A\t%s\t%s\n", a[2], a[3]; fflush(); return }
-    if (a[1] == "r") { show_partial(); batch_end(0); pend = ""; split("", ctx); prevk = 0; pos = 0; ln = 0
-      printf "R\t%s\t%s\t%s\n", a[2], a[3], substr(c, length(a[1] a[2] a[3]) + 4); fflush(); return }
-    if (a[1] == "k") { batch_end(0); pend = ""; pos = a[2] + 0; ln = -1
-      printf "X\tfollow: the log grew by more than %s bytes at once: skipped to byte %s\n", SK, pos; fflush(); return }
-    if (a[1] == "g") { batch_end(0); printf "G\t%s\n", a[2]; fflush(); return }
-  }
-  BEGIN { MK = ENVIRON["FW_MARK"] " "; kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]
-    wt = ENVIRON["FW_WAIT"]; rd = ENVIRON["FW_READY"]; ML = ENVIRON["FD_MAXLINE"] + 0; C = ENVIRON["FW_CTX"] + 0
-    B = ENVIRON["FW_BATCH"] + 0; TN = ENVIRON["FW_TAILN"] + 0; SK = ENVIRON["FW_SKIP"]; pos = 0; ln = -1; pend = ""; buf = "" }
-  {
-    i = index($0, MK)
-    if (i > 0) { pend = pend substr($0, 1, i - 1); control(substr($0, i + length(MK))); next }
-    t = pend $0; pend = ""
-    line(t)
-  }
-"""
-
-# After the funnel's end marker: end this session's stale followers, then
-# the loop piped into one awk (interactive where mawk needs it to not buffer).
-_FOLLOW = r"""
-renice -n 19 -p $$ >/dev/null 2>&1
-ionice -c3 -p $$ >/dev/null 2>&1
-for p in $FW_KILL; do
-  if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" | grep -q "FW_ID=$FW_ID"; then
-    kill -s TERM -- "-$p" 2>/dev/null || kill -s TERM "$p" 2>/dev/null
-  fi
-done
-fw_sh=sh
-[ "$FW_SHELL" != sh ] && command -v bash >/dev/null 2>&1 && fw_sh=bash
-fw_ai=
-awk -W interactive 'BEGIN { }' </dev/null >/dev/null 2>&1 && fw_ai='-W interactive'
-exec 9<&0
-"$fw_sh" -c "$FW_LOOP" 2>/dev/null | awk $fw_ai "$FW_AWK"
-"""
+_FOLLOW = remote.load("follow_main.sh")
 
 
 @dataclass
@@ -343,6 +92,8 @@ def build_script(spec: FollowSpec, mark: str) -> str:
     env = {
         "FW_MARK": mark,
         "FW_ID": spec.session,
+        # the payload's first characters: a follower of this session carries them in its cmdline
+        "FW_IDTAG": remote.encoded_prefix(_id_line(spec.session)),
         "FW_LOG": fs.log,
         "FW_PROC": spec.process or "",
         "FW_WAIT": spec.waiting,
@@ -361,11 +112,15 @@ def build_script(spec: FollowSpec, mark: str) -> str:
         "FW_LNMAX": fs.scan_bytes,
     }
     # the constants go in as quoted assignments too: nothing is ever spliced into code
-    env.update(FW_FUNCS=_FUNCS, FW_LOOP=_LOOP, FW_AWK=_AWK)
-    assigns = "\n".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
-    exports = "export " + " ".join(env)
+    env.update(FW_FUNCS=_FUNCS, FW_LOOP=_LOOP, FW_AWK=remote.awk_lib() + _AWK)
     funnel_script = funnel_mod.build_script(fs, mark)
-    return f"{assigns}\n{exports}\n{_PRE}\n{{\n{funnel_script}\n}} </dev/null\n{_FOLLOW}"
+    head = remote.pad_line(_id_line(spec.session))
+    body = remote.script(env, _PRE, "{\n", funnel_script, "} </dev/null\n", _FOLLOW)
+    return f"{head}\n{body}"
+
+
+def _id_line(session: str) -> str:
+    return "# fleetdiag follower " + "".join(c for c in session if c.isalnum())
 
 
 def _fmt_seconds(s: float) -> str:

@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 from . import facts as facts_mod
 from . import funnel as funnel_mod
+from . import remote
 from .facts import Launch, fmt_mib, visibility, workers
 from .probe import HostLike, ProbeSettings, open_host
 from .reach import HostError, PartialOutput
@@ -82,27 +83,7 @@ def plan(command: Sequence[str], env: Mapping[str, str] | None = None) -> Launch
 
 # ---------------------------------------------------------------- the remote script
 
-_SCRIPT = r"""
-LC_ALL=C; export LC_ALL
-echo "$FD_MARK begin 1"
-if [ "${CUDA_VISIBLE_DEVICES+set}" = set ]; then printf 'F\tlogin_cvd\t%s\n' "$CUDA_VISIBLE_DEVICES"; fi
-if [ -n "$FD_MODEL" ]; then
-  if [ -e "$FD_MODEL" ]; then printf 'F\tmodel\tpresent\n'; else printf 'F\tmodel\tabsent\n'; fi
-elif [ -n "$FD_MODEL_HOME" ]; then
-  if [ -e "$HOME/$FD_MODEL_HOME" ]; then printf 'F\tmodel\tpresent\n'; else printf 'F\tmodel\tabsent\n'; fi
-fi
-if [ -n "$FD_HF_REPO" ]; then
-  hc=$FD_HF_CACHE
-  if [ -z "$hc" ]; then
-    if [ -n "$HF_HUB_CACHE" ]; then hc=$HF_HUB_CACHE
-    elif [ -n "$HF_HOME" ]; then hc=$HF_HOME/hub
-    else hc=${XDG_CACHE_HOME:-$HOME/.cache}/huggingface/hub; fi
-  fi
-  if [ -d "$hc/$FD_HF_REPO/snapshots" ]; then printf 'F\thf_cache\tpresent\t%s\n' "$hc"; else printf 'F\thf_cache\tabsent\t%s\n' "$hc"; fi
-fi
-""" + facts_mod.GPU_SNIPPET + r"""
-echo "$FD_MARK end"
-"""
+_SCRIPT = remote.load("preflight.sh") + facts_mod.GPU_SNIPPET + remote.load("end.sh")
 
 
 def model_kind(model: str | None) -> str:
@@ -133,8 +114,7 @@ def build_script(launch: Launch, mark: str, path_prepend: str | None = None) -> 
         **facts_mod.snippet_vars(path_prepend),
     }
     values.pop("rp", None)
-    assigns = "\n".join(f"{k}={funnel_mod._q(v)}" for k, v in values.items())
-    return f"{assigns}\nexport {' '.join(values)}\n{_SCRIPT}"
+    return remote.script(values, _SCRIPT)
 
 
 # ---------------------------------------------------------------- the checks (pure)

@@ -67,7 +67,11 @@ class Sshd:
                 self.proc.kill()
 
 
-def start_sshd(workdir: Path, extra_config: str = "") -> Sshd:
+def start_sshd(workdir: Path, extra_config: str = "", login_shell: str | None = None) -> Sshd:
+    """``login_shell``: run every exec request as that shell would (``SHELL -c "$SSH_ORIGINAL_COMMAND"``),
+    as sshd does for a user whose login shell it is (tcsh, fish, ...)."""
+    if login_shell:
+        extra_config += f'\nForceCommand {login_shell} -c "$SSH_ORIGINAL_COMMAND"\n'
     if not os.path.exists(SSHD):
         raise RuntimeError(f"{SSHD} missing: install openssh-server (apt-get install openssh-server)")
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,145 @@
+# shellcheck shell=sh disable=SC2086,SC2153,SC2154,SC3045
+# SC2086: $TO/$FTO and stat fields are split on purpose
+# SC2153: FW_* values are exported by the builder
+# SC2154: set by the part that runs before this one
+# SC3045: read -t/printf -v run only under $BASH_VERSION
+# The follow loop, run by bash or sh from FW_LOOP: see fleetdiag/follow.py.
+
+eval "$FW_FUNCS"
+sl=$FW_POLL
+if [ -n "$BASH_VERSION" ] && read -r -t 0.01 -u 9 _ 2>/dev/null; [ $? -gt 128 ]; then
+  fw_nap() { read -r -t "$1" -u 9 _; [ $? -ne 1 ]; }
+  fw_now() { printf -v fw_t '%(%s)T' -1 2>/dev/null || fw_t=$(date +%s); }
+else
+  sleep "$sl" 2>/dev/null || sl=1
+  fw_nap() { sleep "$1"; }
+  fw_now() { fw_t=$(date +%s); }
+fi
+fw_pid=; fw_mypg=
+if [ -r "/proc/$FW_SELF/stat" ] && read -r st <"/proc/$FW_SELF/stat"; then set -- $st; fw_mypg=$5; fi
+fw_alive() {
+  fw_a=-
+  [ -n "$FW_PROC" ] || return 0
+  fw_a=1
+  if [ -n "$fw_pid" ]; then
+    if [ -d /proc/1 ]; then [ -d "/proc/$fw_pid" ] && return 0; else kill -0 "$fw_pid" 2>/dev/null && return 0; fi
+  fi
+  fw_pid=; fw_a='?'
+  command -v pgrep >/dev/null 2>&1 || return 0
+  fw_a=0
+  for p in $(pgrep -f -- "$FW_PROC" 2>/dev/null); do
+    [ "$p" = "$FW_SELF" ] && continue
+    if [ -n "$fw_mypg" ] && [ -r "/proc/$p/stat" ]; then  # our own doorbell tail names the log path
+      read -r st <"/proc/$p/stat" 2>/dev/null && set -- $st && [ "$5" = "$fw_mypg" ] && continue
+    fi
+    if [ -r "/proc/$p/cmdline" ] && tr '\000' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -e 'FW_PROC=' -e 'FD_MARK=' -e fleetdiag-remote; then continue; fi
+    fw_a=1; fw_pid=$p; return 0
+  done
+}
+fw_glob=
+case $FW_LOG in *'*'*|*'?'*|*'['*) fw_glob=1 ;; esac
+fw_beat() {
+  if [ -n "$fw_glob" ] && [ -z "$gone" ]; then
+    fw_resolve
+    [ -n "$fw_f" ] && [ "$fw_f" != "$f" ] && sw=1
+  fi
+  fw_alive
+  fw_now
+  echo "$FW_MARK h $fw_t ${fw_size:--} ${fw_mtime:--} ${fw_ino:--} $fw_a"
+}
+fw_step() {
+  more=
+  if [ -n "$gone" ] || [ -n "$sw" ]; then fw_resolve; else fw_f=$f; fi
+  if fw_stat; then
+    why=
+    if [ -z "$f" ]; then why=appeared
+    elif [ "$fw_f" != "$f" ]; then why=switched
+    elif [ "$fw_ino" != "$ino" ]; then why=rotated
+    fi
+    gone=; sw=
+    if [ -n "$why" ]; then
+      printf '%s r %s %s %s\n' "$FW_MARK" "$why" "$fw_ino" "$(printf '%s' "$fw_f" | tr '\n\t' '??')"
+      off=0; ino=$fw_ino; f=$fw_f
+    elif [ "$fw_size" -lt "$off" ]; then
+      echo "$FW_MARK r truncated $fw_ino"
+      off=0
+    fi
+    if [ "$fw_size" -gt "$off" ]; then
+      if [ ! -r "$f" ]; then
+        [ -n "$unr" ] || echo "$FW_MARK g unreadable"
+        unr=1
+      else
+        unr=
+        d=$((fw_size - off))
+        if [ "$d" -gt "$FW_SKIP" ]; then
+          off=$((fw_size - FW_SKIP)); d=$FW_SKIP
+          echo "$FW_MARK k $off"
+        fi
+        [ "$d" -gt "$FW_CHUNK" ] && d=$FW_CHUNK
+        tail -c "+$((off + 1))" "$f" 2>/dev/null | head -c "$d" | tr '\000' ' '
+        off=$((off + d))
+        echo "$FW_MARK s"
+        [ "$off" -lt "$fw_size" ] && more=1
+      fi
+    fi
+  elif [ -z "$gone" ]; then
+    echo "$FW_MARK g missing"; gone=1
+  fi
+  return 0
+}
+fw_ring() {
+  t=
+  fw_bell() {
+    [ -n "$t" ] && kill "$t" 2>/dev/null
+    t=
+    tail -F -n 0 -s "$sl" --pid="$FW_SELF" -- "$1" 2>/dev/null &
+    t=$!
+  }
+  trap '[ -n "$t" ] && kill "$t" 2>/dev/null; exit 0' PIPE TERM HUP INT
+  cur=$fw_f
+  if [ -z "$cur" ] && [ -z "$fw_glob" ]; then cur=$FW_LOG; fi
+  [ -n "$cur" ] && fw_bell "$cur"
+  while :; do
+    echo "$FW_MARK h"
+    fw_nap "$FW_HB" || break
+    if [ -n "$fw_glob" ]; then
+      fw_resolve
+      if [ -n "$fw_f" ] && [ "$fw_f" != "$cur" ]; then cur=$fw_f; fw_bell "$cur"; echo "$FW_MARK w"; fi
+    fi
+  done
+  [ -n "$t" ] && kill "$t" 2>/dev/null
+}
+fw_read() {
+  f=$fw_f; off=$fw_off0; ino=$fw_ino0; gone=; sw=; unr=
+  ln=-
+  if [ -n "$f" ] && [ "$off" -le "$FW_LNMAX" ]; then
+    ln=$(head -c "$off" "$f" 2>/dev/null | wc -l | tr -d ' ')
+  fi
+  echo "$FW_MARK a $off $ln"
+  [ -n "$f" ] || { echo "$FW_MARK g missing"; gone=1; }
+  if [ "$1" = wake ]; then
+    while w=$(dd bs=65536 count=1 2>/dev/null; echo .); [ "$w" != . ]; do
+      case $w in *"$FW_MARK w"*) sw=1 ;; esac
+      fw_step
+      while [ -n "$more" ]; do fw_step; done
+      case $w in *"$FW_MARK h"*) fw_beat ;; esac
+      fw_nap "$sl" || exit 0
+    done
+  else
+    n=$FW_HBN
+    while :; do
+      fw_step
+      [ -n "$more" ] && continue
+      n=$((n + 1))
+      if [ "$n" -ge "$FW_HBN" ]; then n=0; fw_beat; fi
+      fw_nap "$sl" || exit 0
+    done
+  fi
+}
+fw_mode=poll
+if [ "$FW_MODE" != poll ] && tail --version 2>/dev/null | grep -q GNU; then fw_mode=wake; fi
+if [ "$fw_mode" = wake ]; then
+  fw_ring | fw_read wake
+else
+  fw_read poll
+fi

@@ -1,0 +1,213 @@
+# shellcheck shell=sh disable=SC2016,SC2034,SC2086,SC3013
+# SC2016: awk programs are single-quoted on purpose
+# SC2034: read by the part that runs after this one, or a placeholder
+# SC2086: $TO/$FTO and stat fields are split on purpose
+# SC3013: test -nt works in dash, bash, zsh and busybox ash
+# The funnel: see fleetdiag/funnel.py. Values arrive as exported FD_* variables.
+
+LC_ALL=C; export LC_ALL
+renice -n 19 -p $$ >/dev/null 2>&1
+ionice -c3 -p $$ >/dev/null 2>&1
+TO=
+if command -v timeout >/dev/null 2>&1; then
+  if timeout -k 1 1 true >/dev/null 2>&1; then TO="timeout -k 2 $FD_TMO"; else TO="timeout $FD_TMO"; fi
+fi
+T=$(printf '\t')
+echo "$FD_MARK begin $FD_VERSION"
+m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
+x() { printf 'X\t%s\n' "$1"; }
+hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
+secs() { date +%s; }
+# A pass that ran into the remote time limit says so (timeout cut it short).
+late() { [ -n "$TO" ] && [ $(( $(secs) - $1 )) -ge "$FD_TMO" ] && x "$2: stopped by the ${FD_TMO}s remote time limit, so it may be incomplete"; }
+# The pinned log from byte $1 on. busybox tail takes no offset past 2 GiB: dd seeks there.
+fd_nl() { if [ -n "$fd_cr" ]; then tr '\r' '\n'; else cat; fi; }
+fd_from() {
+  if [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
+  else $TO dd if="$r" bs=65536 skip=$(( $1 / 65536 )) 2>/dev/null | tail -c "+$(( $1 % 65536 + 1 ))"; fi
+}
+m now "$(secs)"
+m pid $$
+m tools "$(command -v timeout >/dev/null 2>&1 && echo timeout) $(command -v ionice >/dev/null 2>&1 && echo ionice)"
+m nice "$(nice 2>/dev/null)"
+m ioclass "$(ionice -p $$ 2>/dev/null)"
+# Why a path cannot be seen: the first existing parent that is not searchable.
+fd_why() {
+  d=$1
+  while :; do
+    case $d in */*) d=${d%/*} ;; *) return 1 ;; esac
+    [ -n "$d" ] || return 1
+    if [ -e "$d" ]; then
+      if [ -d "$d" ] && ! [ -x "$d" ]; then m deniedhex "$(hex "$d")"; return 0; fi
+      return 1
+    fi
+  done
+}
+fd_log() {
+  f=
+  oifs=$IFS; IFS=''
+  set -- $FD_LOG
+  IFS=$oifs
+  for c in "$@"; do
+    [ -e "$c" ] || continue
+    if [ -z "$f" ] || [ "$c" -nt "$f" ]; then f=$c; fi
+  done
+  if [ -z "$f" ]; then
+    m pathhex "$(hex "$FD_LOG")"
+    if fd_why "$FD_LOG"; then m status unreadable; return; fi
+    case $FD_LOG in
+      *'*'*|*'?'*|*'['*) m status no-match ;;
+      *) m status missing ;;
+    esac
+    return
+  fi
+  m pathhex "$(hex "$f")"
+  case $f in -*) f=./$f ;; esac
+  if [ -d "$f" ]; then m status unreadable; m reason "is a directory"; return; fi
+  if ! [ -f "$f" ]; then m status unreadable; m reason "not a regular file (FIFO, socket or device): not read, it could block"; return; fi
+  if ! [ -r "$f" ]; then m status unreadable; m reason "permission denied"; return; fi
+  if ! $TO head -c 1 "$f" >/dev/null 2>&1; then m status unreadable; m reason "read error"; return; fi
+  # Pin the file: every pass reads the inode opened here, so a rotation
+  # (rename + new file) between passes cannot mix two files.
+  r=$f; pinned=
+  if { command exec 3<"$f"; } 2>/dev/null; then
+    pinned=1
+    [ -d /proc/self/fd ] && [ -r /dev/fd/3 ] && r=/dev/fd/3
+  fi
+  st=$(stat -L -c '%s %Y %i' "$r" 2>/dev/null)
+  ino=
+  if [ -n "$st" ]; then
+    set -- $st; size=$1; ino=$3; m mtime "$2"; m inode "$3"
+  else
+    size=$(wc -c <"$r" | tr -d ' ')
+    mt=$(date -r "$f" +%s 2>/dev/null) && m mtime "$mt"
+  fi
+  m size "$size"
+  if [ "$size" -eq 0 ]; then m status empty; fd_close; return; fi
+  # Binary (a .gz a glob caught, a core file): control bytes beyond tab, newline, CR and ESC
+  # in the last 8 KB. NUL padding after a crash is not held against a text log.
+  samp=$($TO tail -c 8192 "$r" | tr -d '\000' | wc -c | tr -d ' ')
+  ctl=$($TO tail -c 8192 "$r" | tr -d '\000\011\012\015\033\040-\176\200-\377' | wc -c | tr -d ' ')
+  if [ "$samp" -eq 0 ]; then m status binary; m reason "its last 8 KB are all NUL bytes"; fd_close; return; fi
+  if [ $((ctl * 20)) -gt "$samp" ]; then m status binary; m reason "$ctl control bytes in the last $samp"; fd_close; return; fi
+  m status ok
+  # CR-only line ends (old Mac style, some progress writers): read CR as the line end, byte for byte.
+  fd_cr=
+  if [ "$($TO tail -c 8192 "$r" | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ] &&
+     [ "$($TO tail -c 8192 "$r" | tr -cd '\r' | wc -c | tr -d ' ')" -gt 0 ]; then
+    fd_cr=1; m note "the log ends its lines with CR only: CR read as the line end"
+  fi
+  start=0
+  if [ "$size" -gt "$FD_SCAN" ]; then start=$((size - FD_SCAN)); fi
+  m window "$start"
+  # A line that starts before the window and runs on past FD_MAXLINE bytes into it: its start,
+  # where an error message would be, was not searched. Say so rather than pass as healthy.
+  if [ "$start" -gt 0 ] && [ "$(fd_from "$start" | head -c "$FD_MAXLINE" | fd_nl | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ]; then
+    x "the scan window (last $FD_SCAN bytes) starts inside a line longer than $FD_MAXLINE bytes: the part of it before the window was not searched"
+  fi
+  if printf 'x\n' | grep -E -e "$FD_KW" >/dev/null 2>&1; [ $? -gt 1 ]; then
+    x "the remote grep rejected the keyword pattern: error lines may be missing"
+  fi
+  if [ -n "$FD_RS" ] && { printf 'x\n' | grep -E -e "$FD_RS" >/dev/null 2>&1; [ $? -gt 1 ]; }; then
+    x "the remote grep rejected the run_start pattern: the latest run may not be found"
+  fi
+  if printf 'x\n' | grep -a -b -n -E x >/dev/null 2>&1; then
+    if [ -n "$FD_RS" ]; then
+      fd_grep() { $TO grep -a -n -b -E -e "$FD_KW" -e "$FD_RS"; }
+    else
+      fd_grep() { $TO grep -a -n -b -E -e "$FD_KW"; }
+    fi
+  else
+    m note "no GNU grep: awk scan"
+    fd_grep() { tr '\000' ' ' | $TO awk 'BEGIN{kw=ENVIRON["FD_KW"]; rs=ENVIRON["FD_RS"]; o=0}
+      { if ($0 ~ kw || (rs != "" && $0 ~ rs)) print NR ":" sprintf("%.0f", o) ":" $0; o += length($0) + 1 }'; }
+  fi
+  t0=$(secs)
+  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else $TO cat "$r"; fi; } | fd_nl | fd_grep | tr '\000' ' ' | awk -v start="$start" "$FD_AWKLIB"'
+    function reset() { nh = 0; nr = 0; hb = 0; dropped = 0; nt = 0; split("", first); split("", firstln); split("", order); split("", ring) }
+    BEGIN { kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
+      H1 = ENVIRON["FD_H1"] + 0; H2 = ENVIRON["FD_H2"] + 0; HB = ENVIRON["FD_HB"] + 0; runpos = -1; reset() }
+    {
+      i = index($0, ":"); ln = substr($0, 1, i - 1); r = substr($0, i + 1)
+      j = index(r, ":"); off = substr(r, 1, j - 1); t = substr(r, j + 1)
+      if (start > 0 && ln == 1) { if (t ~ kw) cutkw = 1; next }
+      pos = start + off; sub(/\r$/, "", t)
+      if (rs != "" && t ~ rs) { reset(); runpos = pos; runln = ln }
+      lno = (start > 0) ? "-" : ln
+      rec = fd_int(pos) "\t" lno "\t" fd_clip(t)
+      if (nh < H1 && hb + length(rec) <= HB) { head[nh++] = rec; hb += length(rec) }
+      else { if (nr >= H2) dropped++; ring[nr % H2] = rec; nr++ }
+      if (tg != "" && t ~ kw && match(t, tg)) { g = substr(t, RSTART, RLENGTH)
+        if (!(g in first)) { first[g] = pos; firstln[g] = lno; order[nt++] = g } }
+      else if (t ~ /Traceback \(most recent call last\)/ && !("" in first)) { first[""] = pos; firstln[""] = lno; order[nt++] = "" }
+    }
+    END {
+      if (cutkw) print "X\tthe scan window starts inside an error-shaped line: its start was not searched"
+      if (runpos >= 0) printf "M\trun_start\t%s\n", fd_int(runpos)
+      print "S\thits"
+      for (k = 0; k < nh; k++) print "L\t" head[k]
+      if (dropped > 0) printf "X\tkeyword hits: %d lines between the first %d and the last %d not shown\n", dropped, nh, H2
+      s = (nr > H2) ? nr - H2 : 0
+      for (k = s; k < nr; k++) print "L\t" ring[k % H2]
+      for (k = 0; k < nt; k++) printf "T\t%s\t%s\t%s\n", fd_int(first[order[k]]), firstln[order[k]], order[k]
+    }')
+  printf '%s\n' "$p1"
+  late "$t0" "keyword pass"
+  rp=$(printf '%s\n' "$p1" | awk -F "$T" '$1 == "M" && $2 == "run_start" { print $3 }')
+  [ -n "$rp" ] || rp=0
+  echo "S${T}tail"
+  tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
+  t0=$(secs)
+  $TO tail -c "$tb" "$r" | fd_nl | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
+    BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
+    { p = pos; pos += length($0) + 1
+      if (base > 0 && NR == 1) next
+      if (p < rp) next
+      t = $0; sub(/\r$/, "", t); t = fd_clip(t)
+      lno = (base == 0) ? NR : "-"
+      buf[k % N] = fd_int(p) "\t" lno "\t" t; k++ }
+    END { s = (k > N) ? k - N : 0
+      if (s > 0) printf "X\ttail: last %d lines shown\n", N
+      for (i = s; i < k; i++) print "L\t" buf[i % N] }'
+  late "$t0" "tail pass"
+  printf '%s\n' "$p1" | awk -F "$T" '$1 == "T"' | head -n "$FD_NTAGS" | while IFS="$T" read -r kind apos aln atag; do
+    echo "S${T}ctx${T}$atag"
+    t0=$(secs)
+    fd_from "$apos" | head -c "$FD_WIN" | fd_nl | tr '\000' ' ' | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" "$FD_AWKLIB"'
+      BEGIN { tag = ENVIRON["FD_TAG"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
+        W = ENVIRON["FD_WIN"] + 0; C = ENVIRON["FD_CTX"] + 0; pos = apos; k = 0; prev = 0 }
+      { p = pos; pos += length($0) + 1
+        if (pos - apos > W) { if (k < C) printf "X\tcontext for %s: stopped at the %d-byte window\n", (tag == "" ? "untagged lines" : tag), W; exit }
+        t = $0; sub(/\r$/, "", t)
+        tagged = (tg != "" && match(t, tg))
+        if (tag == "") keep = !tagged
+        else keep = (tagged && substr(t, RSTART, RLENGTH) == tag) || (!tagged && prev)
+        prev = keep
+        if (!keep) next
+        if (k >= C) { printf "X\tcontext for %s: first %d lines shown\n", (tag == "" ? "untagged lines" : tag), C; exit }
+        t = fd_clip(t)
+        lno = (aln == "-") ? "-" : aln + NR - 1
+        print "L\t" fd_int(p) "\t" lno "\t" t; k++ }'
+    late "$t0" "context pass for ${atag:-untagged lines}"
+  done
+  fd_changed
+  fd_close
+}
+# The log changed under us? Compare the name's inode and the opened file's size with the start.
+fd_changed() {
+  now=$(stat -L -c '%s %i' "$f" 2>/dev/null)
+  if [ -z "$now" ]; then
+    [ -e "$f" ] || x "the log was removed or renamed while it was read: shown as it was when opened"
+    return
+  fi
+  set -- $now
+  if [ -n "$ino" ] && [ "$2" != "$ino" ]; then
+    if [ "$r" = /dev/fd/3 ]; then x "the log was rotated while it was read: shown as it was when opened (the new file has $1 bytes)"
+    else x "the log was rotated while it was read: later passes read the new file, lines may mix both"; fi
+    return
+  fi
+  cur=$(stat -L -c '%s' "$r" 2>/dev/null)
+  if [ -n "$cur" ] && [ "$cur" -lt "$size" ]; then x "the log was truncated while it was read ($size -> $cur bytes): later passes saw less of it"; fi
+}
+fd_close() { if [ -n "$pinned" ]; then exec 3<&-; pinned=; fi; r=$f; }
+fd_log

@@ -1,0 +1,59 @@
+"""The remote scripts are real files shipped as package data, clean under ``shellcheck -s sh``,
+and every script fleetdiag sends is built by the one builder in ``fleetdiag.remote``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from importlib import resources
+
+import pytest
+
+from fleetdiag import facts, follow, funnel, preflight, remote
+from fleetdiag.facts import parse_launch
+
+SHIPPED = sorted(p.name for p in resources.files("fleetdiag.remote").iterdir() if p.name.endswith((".sh", ".awk")))
+
+
+def test_remote_scripts_are_shipped():
+    assert {"funnel.sh", "end.sh", "facts_gpu.sh", "facts_serve.sh", "preflight.sh", "follow_funcs.sh",
+            "follow_loop.sh", "follow_pre.sh", "follow_main.sh", "follow.awk", "lib.awk"} <= set(SHIPPED)
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck missing (scripts/test installs it)")
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n.endswith(".sh")])
+def test_shellcheck_clean(name):
+    path = resources.files("fleetdiag.remote").joinpath(name)
+    with resources.as_file(path) as f:
+        r = subprocess.run(["shellcheck", "-s", "sh", str(f)], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout
+
+
+def test_every_script_uses_the_one_builder_and_awk_lib():
+    spec = funnel.FunnelSpec(log="/x", keywords="a", run_start="b", tags="c")
+    scripts = [
+        funnel.build_script(spec, "@@FD:t"),
+        follow.build_script(follow.FollowSpec(funnel=spec), "@@FD:t"),
+        preflight.build_script(parse_launch(["vllm", "serve", "m"]), "@@FD:t"),
+    ]
+    lib = "FD_AWKLIB=" + remote.quote(remote.awk_lib())
+    for s in scripts:
+        assert lib in s
+    assert remote.load("facts_gpu.sh") == facts.GPU_SNIPPET
+    # the awk programs clip with the shared helper, none with its own copy
+    for name in SHIPPED:
+        text = remote.load(name)
+        if name != "lib.awk":
+            assert "bytes cut]" not in text, name
+
+
+def test_awk_lib_clips_both_ends_and_prints_big_integers():
+    prog = remote.awk_lib() + 'BEGIN { ML = 10; print fd_clip("abcdefghijKLMNOPQRSTUV"); print fd_int(10737418240) }'
+    for awk in ("mawk", "gawk", "busybox"):
+        exe = shutil.which(awk)
+        if exe is None:
+            continue
+        argv = [exe, "awk", prog] if awk == "busybox" else [exe, prog]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split("\n")
+        assert out[0] == "abcde...[fleetdiag: 12 bytes cut]...RSTUV", awk
+        assert out[1] == "10737418240", awk
