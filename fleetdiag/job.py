@@ -15,9 +15,10 @@ watchdog evidence leaves out, or the rank a launcher reports killed.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any, Sequence
+from typing import Any
 
 from .jobrules import JobRules, default_job_rules
 
@@ -57,7 +58,7 @@ def _zone(host_zone: Any) -> tzinfo:
             from zoneinfo import ZoneInfo
 
             return ZoneInfo(host_zone)
-        except Exception:
+        except (KeyError, ValueError, OSError):  # unknown zone name: UTC, as when no zone is known
             return timezone.utc
     return timezone.utc
 
@@ -313,7 +314,9 @@ def _killed(ev: HostEvidence, rules: JobRules) -> tuple[str, int | None] | None:
 
 def _names(ev: HostEvidence, other: HostEvidence) -> bool:
     """Whether ``ev``'s error lines name ``other`` (its host name or address)."""
-    keys = {k for k in (other.host, other.address) if k and not LOOPBACK.match(k)}
+    # a name short and wordlike ("a", "gpu") would match ordinary words: only distinctive names count
+    keys = {k for k in (other.host, other.address)
+            if k and not LOOPBACK.match(k) and (len(k) >= 4 and re.search(r"[\d.-]", k))}
     if not keys:
         return False
     text = "\n".join([ev.line, ev.message] + ev.traceback + ev.lines)
