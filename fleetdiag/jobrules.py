@@ -1,0 +1,107 @@
+"""The job-level rules (data/peer.yaml plus the user's peer.yaml), validated and compiled.
+
+Kept apart from fleetdiag.job so that the job analysis stays pure: this is the
+only part that reads files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .analysis.rules import RulesError
+
+SECTIONS = {"peer_caused": "kind", "collective": "name", "killed": "name", "endpoints": "name"}
+
+
+@dataclass
+class JobRule:
+    key: str  # kind (peer_caused) or name
+    regex: re.Pattern[str]
+
+
+@dataclass
+class JobRules:
+    peer_caused: list[JobRule] = field(default_factory=list)
+    collective: list[JobRule] = field(default_factory=list)
+    killed: list[JobRule] = field(default_factory=list)
+    endpoints: list[JobRule] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+
+def _merge(merged: dict[str, list[dict[str, Any]]], data: Any, src: str) -> None:
+    if not isinstance(data, dict):
+        raise RulesError(f"{src}: must be a mapping")
+    unknown = set(data) - set(SECTIONS) - {"version"}
+    if unknown:
+        raise RulesError(f"{src}: unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+    for sec, key in SECTIONS.items():
+        items = data.get(sec) or []
+        if not isinstance(items, list):
+            raise RulesError(f"{src}: {sec}: must be a list")
+        for idx, item in enumerate(items):
+            where = f"{src}: {sec}[{idx}]"
+            if not isinstance(item, dict) or key not in item:
+                raise RulesError(f"{where}: must be a mapping with {key}")
+            extra = set(item) - {key, "pattern", "disable"}
+            if extra:
+                raise RulesError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+            target = merged[sec]
+            target[:] = [t for t in target if t[key] != item[key]]
+            if item.get("disable"):
+                continue
+            if not isinstance(item.get("pattern"), str):
+                raise RulesError(f"{where}: pattern must be a string")
+            try:
+                re.compile(item["pattern"])
+            except re.error as exc:
+                raise RulesError(f"{where}: invalid regex {item['pattern']!r}: {exc}") from None
+            # a user's rule is tried before the shipped ones
+            target.insert(0, dict(item)) if merged.get("_user") else target.append(dict(item))
+
+
+def user_peer_rules_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_config_path("fleetdiag")) / "peer.yaml"
+
+
+def load_job_rules(extra: Iterable[Path | str] = (), *, user_default: bool = True) -> JobRules:
+    """Shipped rules, then the user's peer.yaml (when present), then ``extra`` files."""
+    merged: dict[str, Any] = {k: [] for k in SECTIONS}
+    shipped = resources.files("fleetdiag").joinpath("data/peer.yaml").read_text(encoding="utf-8")
+    _merge(merged, yaml.safe_load(shipped), "peer.yaml (shipped)")
+    sources = ["peer.yaml (shipped)"]
+    paths = [Path(p) for p in extra]
+    if user_default:
+        up = user_peer_rules_path()
+        if up.is_file():
+            paths.insert(0, up)
+    merged["_user"] = True
+    for p in paths:
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise RulesError(f"{p}: {exc}") from None
+        _merge(merged, data, str(p))
+        sources.append(str(p))
+    out = JobRules(sources=sources)
+    for sec, key in SECTIONS.items():
+        setattr(out, sec, [JobRule(str(i[key]), re.compile(i["pattern"])) for i in merged[sec]])
+    return out
+
+
+@lru_cache(maxsize=1)
+def default_job_rules() -> JobRules:
+    """Shipped + user rules; a broken user file falls back to the shipped rules alone."""
+    try:
+        return load_job_rules()
+    except RulesError:
+        return load_job_rules(user_default=False)
