@@ -249,3 +249,28 @@ def test_readers_do_not_block_a_writer(tmp_path):
     finally:
         reader.db.execute("COMMIT")
         reader.close()
+
+
+def test_history_selection_uses_the_inventory_rules_over_stored_names(tmp_path):
+    """Hosts no longer in any inventory: ``,`` ``!`` ``&``, globs and ranges select as in ``probe``."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from fleetdiag.cli import main
+
+    db = tmp_path / "h.db"
+    with Store(db) as st:
+        st.record_sweep([failed("gpu01", "fpA"), failed("gpu02", "fpA"), failed("cpu01", "fpB")], started=T0)
+
+    def names(*sel: str) -> list[str]:
+        res = CliRunner().invoke(main, ["-i", str(tmp_path / "none.yaml"), "history", *sel, "--db", str(db),
+                                        "--json"])
+        assert res.exit_code == 0, res.output
+        return sorted(i["host"] for i in _json.loads(res.stdout)["incidents"])
+
+    assert names("gpu*,&gpu02") == ["gpu02"]
+    assert names("gpu[01-02],cpu01", "&*01") == ["cpu01", "gpu01"]
+    assert names("all,!gpu*") == ["cpu01"]
+    res = CliRunner().invoke(main, ["-i", str(tmp_path / "none.yaml"), "history", "gpu09", "--db", str(db)])
+    assert res.exit_code == 2 and "gpu09" in res.stderr
