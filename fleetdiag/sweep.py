@@ -87,6 +87,7 @@ class SweepOutcome:
             "interrupted": self.interrupted,
             "deadline": job.deadline,
             "db": str(job.db),
+            "history_error": str(self.store_error) if self.store_error else None,
         }
 
 
@@ -99,10 +100,11 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
 
     ``progress``: the scheduler's progress callback, also a context manager (``render.FleetProgress``).
     """
-    with SweepLock.for_db(job.db):
+    with contextlib.ExitStack() as held:
         store: Store | None = None
         store_error: StoreError | None = None
-        try:
+        try:  # a history that cannot be used costs the history, never the sweep: the report is still written
+            held.enter_context(SweepLock.for_db(job.db))
             store = Store(job.db)
             memory = CostMemory(store.costs())
         except StoreError as exc:
@@ -181,9 +183,20 @@ def notify_payload(job: SweepJob, out: SweepOutcome) -> dict[str, Any]:
     }
 
 
+SECRET_ENV_WORDS = ("PASS", "SECRET", "TOKEN", "KEY", "CRED", "AUTH")
+
+
+def notify_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the ``--notify`` command: fleetdiag's secrets (``FLEETDIAG_PASSPHRASE`` and any
+    other ``FLEETDIAG_*`` that looks like a secret) stay in fleetdiag."""
+    src = dict(os.environ if environ is None else environ)
+    return {k: v for k, v in src.items()
+            if not (k.upper().startswith("FLEETDIAG_") and any(w in k.upper() for w in SECRET_ENV_WORDS))}
+
+
 def run_notify(command: str, payload: dict[str, Any], report: Path | None) -> list[str]:
     """Run the user's command through sh with the JSON on stdin; problems become warnings."""
-    env = dict(os.environ)
+    env = notify_environment()
     if report is not None:
         env["FLEETDIAG_REPORT"] = str(report)
     try:

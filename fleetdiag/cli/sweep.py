@@ -4,7 +4,7 @@ A sweep is safe to run unattended: it takes a lock so two never overlap,
 writes its JSON report first (atomically) so no history problem can lose
 the results, records them in the history store, then prints only the news
 (new, changed, resolved incidents): quiet when nothing changed, so cron
-mails only when there is something to read. Ctrl-C or SIGTERM keeps what
+mails only when there is something to read. Ctrl-C, SIGTERM or SIGHUP keeps what
 was found so far.
 
 The engine (``SweepJob``, ``execute``) lives in ``fleetdiag.sweep``; this
@@ -185,6 +185,8 @@ def print_outcome(env: Env, out: SweepOutcome, fmt: str | None = None, job: Swee
 
 # --------------------------------------------------------------------------- commands
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
 
 @main.command()
 @click.argument("selectors", nargs=-1, required=True)
@@ -229,18 +231,20 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     async def go() -> SweepOutcome:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        try:  # SIGTERM (cron's timeout, systemd) keeps the results so far, like Ctrl-C
-            loop.add_signal_handler(signal.SIGTERM, task.cancel)  # type: ignore[union-attr]
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
+        for sig in STOP_SIGNALS:  # cron's timeout, systemd, a closed terminal: keep the results so far, like Ctrl-C
+            try:
+                loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
         try:
             bar = FleetProgress(ctx.env.err, len(job.hosts), label="sweeping") if job.progress else None
             return await execute(job, bar)
         finally:
-            try:
-                loop.remove_signal_handler(signal.SIGTERM)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
+            for sig in STOP_SIGNALS:
+                try:
+                    loop.remove_signal_handler(sig)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    pass
 
     try:
         out = asyncio.run(go())
