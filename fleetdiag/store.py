@@ -294,6 +294,11 @@ def _is_regular(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
+def _new_private(path: str, _flags: int) -> int:
+    """``open(..., opener=)``: a new 0600 file, never an existing one or a link."""
+    return open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+
+
 def write_private(path: Path | str, data: bytes) -> Path:
     """Write a new private file (0600) in a private directory (0700 when created)."""
     path = Path(path)
@@ -707,8 +712,7 @@ def write_atomic(path: Path | str, text: str) -> Path:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with open(tmp, "w", encoding="utf-8", opener=_new_private) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
