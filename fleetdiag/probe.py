@@ -229,11 +229,10 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
 
 def save_evidence(directory: Path, name: str, raw: bytes) -> Path:
     """Write the raw stage output for one host (local only; the remote is never written)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    from .store import write_private  # 0600 in a 0700 directory: the output may quote secrets from logs
+
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "host"
-    path = directory / f"{safe}.funnel.txt"
-    path.write_bytes(raw)
-    return path
+    return write_private(Path(directory) / f"{safe}.funnel.txt", raw)
 
 
 def _stall_after(host: HostLike, settings: ProbeSettings) -> float:

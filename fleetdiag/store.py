@@ -254,6 +254,61 @@ def _explain(exc: BaseException, path: Path, timeout: float) -> StoreError:
     return StoreError("error", f"history database {path}: {msg}", path)
 
 
+# --------------------------------------------------------------------------- private files
+
+PRIVATE_FILE = 0o600  # reports, history and evidence may quote log lines that hold secrets
+PRIVATE_DIR = 0o700
+
+
+def private_dir(path: Path | str) -> Path:
+    """``mkdir -p`` where every directory it creates is 0700 (existing ones are left as they are)."""
+    path = Path(path)
+    missing: list[Path] = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            pass
+    return path
+
+
+def open_private(path: Path | str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
+    """Open a file for writing, created 0600, never through a symlink at its last component."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE)
+    try:
+        if not _is_regular(fd):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_regular(fd: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _new_private(path: str, _flags: int) -> int:
+    """``open(..., opener=)``: a new 0600 file, never an existing one or a link."""
+    return open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+
+
+def write_private(path: Path | str, data: bytes) -> Path:
+    """Write a new private file (0600) in a private directory (0700 when created)."""
+    path = Path(path)
+    private_dir(path.parent)
+    fd = open_private(path)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
+
+
 # --------------------------------------------------------------------------- the store
 
 _DDL = """
@@ -321,7 +376,9 @@ class Store:
                 self.db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
                 self._check_version(self.db.execute("PRAGMA user_version").fetchone()[0])
             else:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                private_dir(self.path.parent)
+                if not self.path.exists():  # sqlite gives its -wal and -shm files the database's mode
+                    os.close(open_private(self.path, os.O_WRONLY | os.O_CREAT))
                 self.db = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
                 self._setup()
 
@@ -582,8 +639,26 @@ class SweepLock:
         return cls(db.with_name(db.name + ".lock"))
 
     def acquire(self) -> "SweepLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Raises LockBusy when held, StoreError when the lock file cannot be made or is not a plain file.
+
+        Never through a symlink: a planted ``<db>.lock -> ~/.bashrc`` would otherwise be truncated.
+        """
+        try:
+            private_dir(self.path.parent)
+            try:  # O_CREAT|O_EXCL: a new lock file is ours; else open the existing one, never following a link
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             PRIVATE_FILE)
+            except FileExistsError:
+                fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreError("unsafe", f"sweep lock {self.path} is a symbolic link: refusing to follow it; "
+                                 "remove it (fleetdiag creates a plain file)", self.path) from exc
+            raise StoreError("unwritable", f"sweep lock {self.path} cannot be created: {exc.strerror or exc}: "
+                             "pass --db PATH to put the history elsewhere", self.path) from exc
+        if not _is_regular(fd):
+            os.close(fd)
+            raise StoreError("unsafe", f"sweep lock {self.path} is not a plain file: remove it", self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -630,10 +705,14 @@ class SweepLock:
 def write_atomic(path: Path | str, text: str) -> Path:
     """Write a file so readers see the old or the new content, never half of it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        try:  # a stale temp file of a dead sweep with our pid: replace it (never through a link)
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        with open(tmp, "w", encoding="utf-8", opener=_new_private) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

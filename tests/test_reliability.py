@@ -785,13 +785,13 @@ def test_sweep_with_a_locked_history_keeps_the_new_results(sshd, tmp_path, monke
     import functools
     import sqlite3
 
-    from fleetdiag.cli import sweep as sweep_cli
+    from fleetdiag import sweep as sweep_core
     from fleetdiag.store import Store
 
     inv, ssh = _sweep_setup(sshd, tmp_path)
     db, report = tmp_path / "history.db", tmp_path / "report.json"
     Store(db).close()
-    monkeypatch.setattr(sweep_cli, "Store", functools.partial(Store, timeout=0.3))  # production waits 10 s
+    monkeypatch.setattr(sweep_core, "Store", functools.partial(Store, timeout=0.3))  # production waits 10 s
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # e.g. someone's sqlite3 shell, or a backup job
     try:

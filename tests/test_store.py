@@ -249,3 +249,52 @@ def test_readers_do_not_block_a_writer(tmp_path):
     finally:
         reader.db.execute("COMMIT")
         reader.close()
+
+
+def test_history_selection_uses_the_inventory_rules_over_stored_names(tmp_path):
+    """Hosts no longer in any inventory: ``,`` ``!`` ``&``, globs and ranges select as in ``probe``."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from fleetdiag.cli import main
+
+    db = tmp_path / "h.db"
+    with Store(db) as st:
+        st.record_sweep([failed("gpu01", "fpA"), failed("gpu02", "fpA"), failed("cpu01", "fpB")], started=T0)
+
+    def names(*sel: str) -> list[str]:
+        res = CliRunner().invoke(main, ["-i", str(tmp_path / "none.yaml"), "history", *sel, "--db", str(db),
+                                        "--json"])
+        assert res.exit_code == 0, res.output
+        return sorted(i["host"] for i in _json.loads(res.stdout)["incidents"])
+
+    assert names("gpu*,&gpu02") == ["gpu02"]
+    assert names("gpu[01-02],cpu01", "&*01") == ["cpu01", "gpu01"]
+    assert names("all,!gpu*") == ["cpu01"]
+    res = CliRunner().invoke(main, ["-i", str(tmp_path / "none.yaml"), "history", "gpu09", "--db", str(db)])
+    assert res.exit_code == 2 and "gpu09" in res.stderr
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_sweep_lock_refuses_a_symlink_and_never_writes_through_it(tmp_path, dangling):
+    target = tmp_path / "target"
+    if not dangling:
+        target.write_text("keep me\n")
+    lock = tmp_path / "h.db.lock"
+    lock.symlink_to(target)
+    with pytest.raises(StoreError) as e:
+        SweepLock(lock).acquire()
+    assert e.value.kind == "unsafe" and "symbolic link" in str(e.value)
+    assert (target.read_text() == "keep me\n") if not dangling else not target.exists()
+
+
+def test_report_and_history_files_are_private(tmp_path):
+    old = os.umask(0o022)
+    try:
+        rep = write_atomic(tmp_path / "new" / "r.json", "{}\n")
+        Store(tmp_path / "db" / "h.db").close()
+    finally:
+        os.umask(old)
+    assert oct(os.stat(rep).st_mode & 0o777) == "0o600" and oct(os.stat(rep.parent).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(tmp_path / "db" / "h.db").st_mode & 0o777) == "0o600"

@@ -64,6 +64,20 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--fanout`` / ``--per-address`` / ``--deadline``, the same on every command that probes a fleet."""
+    from ..scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS
+
+    fn = click.option("--deadline", type=click.FloatRange(0, min_open=True),
+                      help="Seconds one host may take before it counts as unreachable "
+                           "[default: 2×connect-timeout + timeout + 10].")(fn)
+    fn = click.option("--per-address", type=click.IntRange(0), default=DEFAULT_PER_ADDRESS, show_default=True,
+                      help="Concurrent SSH handshakes per address:port (sshd MaxStartups); 0: no limit.")(fn)
+    fn = click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True,
+                      help="Hosts probed at once.")(fn)
+    return fn
+
+
 def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """How to reach hosts; the defaults are safe (checked host keys, timeouts on)."""
     options = [

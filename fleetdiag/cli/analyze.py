@@ -35,6 +35,8 @@ def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> Non
     tmp = None
     try:
         if path == "-":
+            if getattr(sys.stdin, "buffer", None) is None:  # started with stdin closed (`<&-`)
+                raise click.UsageError("'-' reads the log from stdin, but stdin is closed: pass a file, or pipe one in")
             fd, tmp = tempfile.mkstemp(prefix="fleetdiag-stdin-", suffix=".log")
             with os.fdopen(fd, "wb") as fh:
                 shutil.copyfileobj(sys.stdin.buffer, fh)

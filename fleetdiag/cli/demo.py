@@ -106,7 +106,8 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
     from importlib import resources
 
     from ..store import Store
-    from .sweep import SweepJob, execute, history_table, print_outcome
+    from ..sweep import SweepJob, execute
+    from .sweep import history_table, print_outcome
 
     out = _MarkupConsole(ctx)
     db = tmp / "history.sqlite3"
@@ -115,7 +116,7 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
     cmd = f"fleetdiag -i {fleet.inventory} sweep all --db {db}"
     out.print(Rule("sweep: what cron runs"))
     out.print(f"[bold]{cmd}[/]  (a JSON report, a history, and only the news since the last sweep)\n")
-    first = await execute(job, ctx.out)
+    first = await execute(job)
     print_outcome(ctx.out, first)
     out.print(f"exit code {int(first.exit)} · took {first.finished - first.started:.1f} s: as long as its "
               "slowest host; the next sweep starts that one first\n")
@@ -126,7 +127,7 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
         out.print("Someone relaunches vLLM on uk-node with DP=1; it comes up. The next sweep prints only that:\n")
     out.print(f"[bold]{cmd}[/]")
     try:
-        second = await execute(job, ctx.out)
+        second = await execute(job)
     finally:
         if uk.path is not None and original is not None:  # --serve keeps the fleet as described
             uk.path.write_text(original, "utf-8")

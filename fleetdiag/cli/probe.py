@@ -13,8 +13,8 @@ from ..probe import ProbeSettings
 from ..records import HostResult, report_json
 from ..inventory import fold
 from ..render import FleetProgress, fleet_view, host_card
-from ..scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS, CostMemory, default_deadline, probe_many
-from . import Context, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
+from ..scheduler import CostMemory, default_deadline, probe_many
+from . import Context, fanout_options, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
 
 
 def jump_resolver(inv):
@@ -90,11 +90,7 @@ def cost_memory() -> CostMemory:
 @click.argument("selectors", nargs=-1, required=True)
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
 @click.option("--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi.")
-@click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts probed at once.")
-@click.option("--per-address", type=click.IntRange(0), default=DEFAULT_PER_ADDRESS, show_default=True,
-              help="Concurrent SSH handshakes per address:port (sshd MaxStartups); 0: no limit.")
-@click.option("--deadline", type=click.FloatRange(0, min_open=True),
-              help="Seconds one host may take before it counts as unreachable [default: 2×connect-timeout + timeout + 10].")
+@fanout_options
 @click.option("--save", type=click.Path(file_okay=False), help="Keep the evidence: raw funnel output per host in DIR.")
 @click.option("--all-cards", is_flag=True, help="With several hosts, print every host's card, not one per root cause.")
 @output_options

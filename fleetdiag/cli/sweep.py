@@ -4,23 +4,18 @@ A sweep is safe to run unattended: it takes a lock so two never overlap,
 writes its JSON report first (atomically) so no history problem can lose
 the results, records them in the history store, then prints only the news
 (new, changed, resolved incidents): quiet when nothing changed, so cron
-mails only when there is something to read. Ctrl-C or SIGTERM keeps what
+mails only when there is something to read. Ctrl-C, SIGTERM or SIGHUP keeps what
 was found so far.
 
-``execute`` is a plain coroutine (no click) so ``fleetdiag demo`` runs the
-same sweep inside its own event loop.
+The engine (``SweepJob``, ``execute``) lives in ``fleetdiag.sweep``; this
+module parses options and prints the outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
-import json
-import os
 import signal
-import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -30,20 +25,10 @@ from rich.text import Text
 
 from .. import units
 from ..units import ago
-from ..exitcodes import Exit, exit_for
-from ..probe import ProbeSettings
+from ..exitcodes import Exit
 from ..records import SCHEMA_VERSION, VERDICTS, HostResult
-from ..render import ICON, STYLE, Env, FleetProgress, Output
-from ..scheduler import (
-    DEFAULT_FANOUT,
-    DEFAULT_PER_ADDRESS,
-    INTERNAL,
-    INTERRUPTED,
-    CostMemory,
-    default_deadline,
-    placeholder,
-    probe_many,
-)
+from ..render import ICON, STYLE, FleetProgress, Output
+from ..scheduler import INTERNAL, INTERRUPTED, default_deadline
 from ..store import (
     DEFAULT_KEEP_DAYS,
     Change,
@@ -51,173 +36,21 @@ from ..store import (
     LockBusy,
     Store,
     StoreError,
-    SweepLock,
     default_db_path,
     default_report_path,
     describe,
     group_by_cause,
     incident_key,
-    write_atomic,
 )
-from . import Context, handle_errors, main, pass_ctx, transport_options
-
-NOTIFY_TIMEOUT = 60.0
-
-
-@dataclass
-class SweepJob:
-    """Everything one sweep needs; built by the CLI (or the demo)."""
-
-    hosts: Sequence[Any]
-    settings: ProbeSettings
-    selector: str
-    db: Path
-    report: Path
-    deadline: float | None
-    fanout: int = DEFAULT_FANOUT
-    per_address: int | None = DEFAULT_PER_ADDRESS
-    keep_days: float = DEFAULT_KEEP_DAYS
-    notify: str | None = None
-    progress: bool = False
-    redactor: Any = None  # --redact: the report and the printed news are redacted; the history keeps real names
-
-
-@dataclass
-class SweepOutcome:
-    results: list[HostResult]
-    started: float
-    finished: float
-    interrupted: bool = False
-    changes: Changes | None = None  # None: the history could not be used
-    store_error: StoreError | None = None
-    report: Path | None = None  # None: the report could not be written
-    report_error: str | None = None
-    notes: list[str] = field(default_factory=list)  # warnings for stderr
-
-    @property
-    def exit(self) -> Exit:
-        return exit_for(self.results)
-
-    def meta(self, job: SweepJob) -> dict[str, Any]:
-        return {
-            "started": _iso(self.started),
-            "finished": _iso(self.finished),
-            "selector": job.selector,
-            "hosts": len(self.results),
-            "interrupted": self.interrupted,
-            "deadline": job.deadline,
-            "db": str(job.db),
-        }
-
-
-_iso = units.iso
-
-
-async def execute(job: SweepJob, env: Env) -> SweepOutcome:
-    """Lock, probe, write the report, record history, notify. Raises LockBusy."""
-    with SweepLock.for_db(job.db):
-        store: Store | None = None
-        store_error: StoreError | None = None
-        try:
-            store = Store(job.db)
-            memory = CostMemory(store.costs())
-        except StoreError as exc:
-            store_error, memory = exc, CostMemory()
-        try:
-            started = time.time()
-            results, interrupted = await _probe(job, env, memory)
-            out = SweepOutcome(results, started, time.time(), interrupted, store_error=store_error)
-            doc = {"version": SCHEMA_VERSION, "sweep": out.meta(job), "hosts": [r.to_json() for r in results]}
-            if job.redactor is not None:
-                doc = job.redactor.obj(doc)
-            try:
-                out.report = write_atomic(job.report, json.dumps(doc, indent=1) + "\n")
-            except OSError as exc:
-                out.report_error = f"cannot write the report {job.report}: {exc.strerror or exc}"
-            if store is not None:
-                try:
-                    out.changes = store.record_sweep(
-                        results, started=started, finished=out.finished, selector=job.selector,
-                        report=str(out.report) if out.report else None, interrupted=interrupted,
-                        unknown=[r.host for r in results if r.facts.get("error_kind") == INTERRUPTED],
-                        costs=memory.pairs(), keep_days=job.keep_days,
-                    )
-                except StoreError as exc:
-                    out.store_error = exc
-        finally:
-            if store is not None:
-                store.close()
-        if job.notify and out.changes is not None and (out.changes.new or out.changes.changed):
-            out.notes += run_notify(job.notify, notify_payload(job, out), out.report)
-        elif job.notify and out.changes is None:
-            out.notes.append("--notify skipped: without the history, what is new cannot be known")
-        return out
-
-
-async def _probe(job: SweepJob, env: Env, memory: CostMemory) -> tuple[list[HostResult], bool]:
-    """Probe every host; on cancellation (Ctrl-C, SIGTERM) keep what arrived."""
-    results: list[HostResult] = []
-    interrupted = False
-    with FleetProgress(env.err, len(job.hosts), enabled=job.progress, label="sweeping") as bar:
-        try:
-            async for res in probe_many(
-                job.hosts, job.settings, job.fanout, deadline=job.deadline, per_address=job.per_address,
-                memory=memory, progress=bar if job.progress else None,
-            ):
-                results.append(res)
-        except asyncio.CancelledError:
-            interrupted = True
-            task = asyncio.current_task()
-            if task is not None and hasattr(task, "uncancel"):
-                task.uncancel()
-    seen = {r.host for r in results}
-    for h in job.hosts:
-        if h.name not in seen:
-            results.append(placeholder(h, "interrupted", INTERRUPTED, _log_of(h, job.settings)))
-    order = {h.name: i for i, h in enumerate(job.hosts)}
-    results.sort(key=lambda r: order.get(r.host, len(order)))
-    return results, interrupted
-
-
-def _log_of(host: Any, settings: ProbeSettings) -> str | None:
-    try:
-        return host.log_path(settings.log)[1]
-    except Exception:
-        return None
-
-
-# --------------------------------------------------------------------------- notify
-
-
-def notify_payload(job: SweepJob, out: SweepOutcome) -> dict[str, Any]:
-    """The --notify document (redacted under --redact, like the report)."""
-    assert out.changes is not None
-    doc = {
-        "version": SCHEMA_VERSION,
-        "sweep": out.meta(job),
-        "report": str(out.report) if out.report else None,
-        "new": [c.to_json() for c in out.changes.new],
-        "changed": [c.to_json() for c in out.changes.changed],
-    }
-    return job.redactor.obj(doc) if job.redactor is not None else doc
-
-
-def run_notify(command: str, payload: dict[str, Any], report: Path | None) -> list[str]:
-    """Run the user's command through sh with the JSON on stdin; problems become warnings."""
-    env = dict(os.environ)
-    if report is not None:
-        env["FLEETDIAG_REPORT"] = str(report)
-    try:
-        proc = subprocess.run(command, shell=True, input=json.dumps(payload, indent=1).encode(), env=env,
-                              timeout=NOTIFY_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        return [f"--notify command did not finish within {NOTIFY_TIMEOUT:g}s and was killed: {command}"]
-    except OSError as exc:
-        return [f"--notify command could not run: {exc}"]
-    if proc.returncode != 0:
-        return [f"--notify command exited with status {proc.returncode}: {command}"]
-    return []
-
+from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
+    NOTIFY_TIMEOUT,
+    SweepJob,
+    SweepOutcome,
+    execute,
+    notify_payload,
+    run_notify,
+)
+from . import Context, fanout_options, handle_errors, main, pass_ctx, transport_options
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -348,6 +181,8 @@ def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: S
 
 # --------------------------------------------------------------------------- commands
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
 
 @main.command()
 @click.argument("selectors", nargs=-1, required=True)
@@ -357,11 +192,7 @@ def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: S
               help="Where to write the JSON report, atomically [default: the user state dir].")
 @click.option("--notify", metavar="CMD", help="Run CMD (through sh) with the new incidents as JSON on stdin.")
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
-@click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts probed at once.")
-@click.option("--per-address", type=click.IntRange(0), default=DEFAULT_PER_ADDRESS, show_default=True,
-              help="Concurrent SSH handshakes per address:port (sshd MaxStartups); 0: no limit.")
-@click.option("--deadline", type=click.FloatRange(0, min_open=True),
-              help="Seconds one host may take before it counts as unreachable [default: 2×connect-timeout + timeout + 10].")
+@fanout_options
 @click.option("--keep-days", type=click.FloatRange(0), default=DEFAULT_KEEP_DAYS, show_default=True,
               help="Days of per-sweep results to keep (incidents are kept); 0: keep all.")
 @click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
@@ -396,17 +227,20 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     async def go() -> SweepOutcome:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        try:  # SIGTERM (cron's timeout, systemd) keeps the results so far, like Ctrl-C
-            loop.add_signal_handler(signal.SIGTERM, task.cancel)  # type: ignore[union-attr]
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
-        try:
-            return await execute(job, ctx.out)
-        finally:
+        for sig in STOP_SIGNALS:  # cron's timeout, systemd, a closed terminal: keep the results so far, like Ctrl-C
             try:
-                loop.remove_signal_handler(signal.SIGTERM)
+                loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
+        try:
+            bar = FleetProgress(ctx.out.err, len(job.hosts), label="sweeping") if job.progress else None
+            return await execute(job, bar)
+        finally:
+            for sig in STOP_SIGNALS:
+                try:
+                    loop.remove_signal_handler(sig)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    pass
 
     try:
         out = asyncio.run(go())
@@ -475,30 +309,11 @@ def history_table(incidents: list[Any], path: Path) -> Table:
 
 
 def _select_stored(ctx: Context, selectors: Sequence[str], stored: list[str]) -> list[str]:
-    """Inventory selectors first; else names, globs and ranges over the hosts in the history."""
-    from ..inventory import InventoryError, select, split_selector
+    """Inventory selectors first; else the same selection rules (``,`` ``!`` ``&``, globs, ranges) over the
+    host names in the history, so hosts no longer in the inventory can still be asked about."""
+    from ..inventory import InventoryError, select, select_names
 
     try:
         return [h.name for h in select(ctx.inventory(), selectors)]
-    except InventoryError as first:
-        chosen: list[str] = []
-        for sel in selectors:
-            for part in split_selector(sel):
-                neg = part.startswith("!")
-                names = _match_names(part[1:] if neg else part, stored)
-                chosen = [n for n in chosen if n not in names] if neg else chosen + [n for n in names if n not in chosen]
-        if not chosen:
-            raise first
-        return chosen
-
-
-def _match_names(pattern: str, stored: list[str]) -> list[str]:
-    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
-
-    if any(c in pattern for c in "*?"):
-        return [n for n in stored if fnmatch.fnmatchcase(n, pattern)]
-    try:
-        wanted = set(NodeSet(pattern, resolver=RESOLVER_NOGROUP))
-    except NodeSetException:
-        wanted = {pattern}
-    return [n for n in stored if n in wanted]
+    except InventoryError:
+        return select_names(stored, list(selectors))
