@@ -29,16 +29,16 @@ TRAINING, STARTING, SERVING = "training", "starting", "serving"
 K = 10.0  # silent for this many typical gaps: stalled
 FLOOR = 60.0  # never stalled by silence before this many seconds (a GC pause, a slow eval step)
 FALLBACK = 600.0  # no cadence to judge by (too few time-stamped lines): the fixed limit
-BURST = 0.5  # lines closer than this belong to one burst (a traceback, a multi-line report)
+BURST = 0.05  # lines closer than this belong to one burst (a traceback, a multi-line report, one time stamp)
 RECENT_GAPS = 64  # the cadence is taken over the latest gaps only: the log's current rhythm
 MIN_GAPS = 3  # fewer gaps than this: no cadence
 
 # Progress of a training/fine-tuning loop: "step 120", "global_step=5", "iteration 40/1000", "Epoch 3",
 # "[rank0] step 8 norm", Megatron's " iteration      100/ 1000 |", HF Trainer's "{'loss': 0.52, ...}".
 _PROGRESS = re.compile(
-    r"(?:\b(?:global[_ ]?)?step\b\s*[:=#]?\s*\[?\d+"
+    r"(?:\b(?:global[_ ]?)?step\b\s*[:=#]?\s*\[?\d+(?!\d*\s*:\s*[A-Z])"  # not a script's "Step 1: Launching"
     r"|\biter(?:ation)?s?\b\s*[:=#]?\s*\[?\d+"
-    r"|\bepoch\b\s*[:=#]?\s*\[?\d+"
+    r"|\bepoch\b\s*[:=#]?\s*\[?\d+(?!\d*\s*:\s*[A-Z])"
     r"|['\"]?\bloss['\"]?\s*[:=]\s*[-\d.]+(?:e-?\d+)?\b(?!.*\bHTTP\b)"
     r"|\btrain(?:ing)?[_ ]loss\b)",
     re.IGNORECASE,
@@ -48,6 +48,7 @@ _PROGRESS = re.compile(
 _READY = re.compile(
     r"Application startup complete|Uvicorn running on|The server is fired up and ready to roll"
     r"|Server is ready|Started server process|Running on https?://|Serving on|listening on (?:port|https?://)"
+    r"|Avg prompt throughput|\"(?:GET|POST) /\S* HTTP/1\.[01]\" 200"
 )
 # Still starting: waits, loading, compiling, graph capture.
 _WAITING = re.compile(
@@ -89,21 +90,23 @@ def _quantile(xs: list[float], q: float) -> float:
 def cadence(parsed: Sequence[LogLine], burst: float = BURST, recent: int = RECENT_GAPS) -> tuple[float, float] | None:
     """(p90, median) of the gaps between bursts of the recent time-stamped lines, or None with too few.
 
-    Lines within ``burst`` seconds of the previous one join its burst, so a 5-line report every 30 s has a
-    cadence of 30 s, not 0. A time that goes backwards (interleaved writers, a clock step) is skipped.
+    Lines within ``burst`` seconds of the previous one join its burst, and gaps run from burst start to burst
+    start, so a 5-line report every 30 s has a cadence of 30 s, not 0. A time that goes backwards
+    (interleaved writers, a clock step) is skipped.
     """
     times = [t for t in (time_key(ln.time) for ln in parsed) if t is not None]
     gaps: list[float] = []
     last: float | None = None
+    start: float | None = None
     for t in times:
-        if last is None:
-            last = t
+        if last is None or start is None:
+            last = start = t
             continue
-        d = t - last
-        if d < 0:
+        if t < last:
             continue  # out of order: keep the later reference
-        if d >= burst:
-            gaps.append(d)
+        if t - last >= burst:
+            gaps.append(t - start)
+            start = t
         last = t
     gaps = gaps[-recent:]
     if len(gaps) < MIN_GAPS:
@@ -151,7 +154,7 @@ def judge(lines: Sequence[Line] | Sequence[LogLine], mtime: float | None, now: f
     if silent is None:
         return Silence(False, p90, None, ph, "the log's age is unknown (no mtime or remote clock)", None, med)
     if ph == SERVING:
-        quote = f" ({by.msg.strip()[:80]})" if by is not None else ""
+        quote = f" (last: {by.msg.strip()[:80]})" if by is not None else ""
         return Silence(False, p90, silent, ph,
                        f"serving and idle: start-up completed{quote}; silent for {_fmt(silent)}, which is normal "
                        "for a server without requests", None, med)
