@@ -84,7 +84,7 @@ def _section(pid: int, rank: int, dump: str | None) -> str:
              "@@fd_stacks_cmdline /workspace/venv/bin/python -u train.py ",
              f"@@fd_stacks_environ RANK={rank} LOCAL_RANK=0 WORLD_SIZE=2 "]
     if dump is not None:
-        parts += ["@@fd_stacks_pyspy pid=%d mode=native" % pid, (HANG / dump).read_text().rstrip("\n"),
+        parts += [f"@@fd_stacks_pyspy pid={pid} mode=native", (HANG / dump).read_text().rstrip("\n"),
                   f"@@fd_stacks_pyspy_end pid={pid} rc=0 status=ok"]
     parts += [f"@@fd_stacks_threads pid={pid}", *threads, f"@@fd_stacks_threads_end count={len(threads)}",
               f"@@fd_stacks_end pid={pid}"]
@@ -311,9 +311,10 @@ def test_stacks_sh_finds_the_jobs_python_processes(hung) -> None:
 
 def test_stacks_sh_bounds_and_bad_input(hung, tmp_path: Path) -> None:
     proc, _ = hung
-    threads = subprocess.Popen([sys.executable, "-c", "import threading,time\n"
-                                "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(5)]\n"
-                                "time.sleep(60)"])
+    code = ("import threading,time\n"
+            "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(5)]\n"
+            "time.sleep(60)")
+    threads = subprocess.Popen([sys.executable, "-c", code])
     try:
         time.sleep(1.0)
         out = _run(threads.pid, "12;rm -rf /", 999999999, proc.pid,
@@ -353,7 +354,7 @@ def test_stacks_sh_is_clean_posix_sh() -> None:
     assert r.returncode == 0, r.stdout
     text = SCRIPT.read_text()
     assert "set -e" not in text
-    names = re.findall(r"^(\w+)\(\)", text, re.M)
+    names = re.findall(r"^(\w+)\(\)", text, re.MULTILINE)
     assert names and all(n.startswith("fd_stacks_") for n in names)
 
 

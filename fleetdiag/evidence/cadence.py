@@ -18,8 +18,8 @@ Pure: lines in, a :class:`Silence` out. Times are read with the analyzer's line 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from ..analysis.lines import LogLine, parse_all, time_key
 from ..records import Line
@@ -83,7 +83,7 @@ def _fmt(s: float) -> str:
 
 def _quantile(xs: list[float], q: float) -> float:
     ys = sorted(xs)
-    i = min(len(ys) - 1, max(0, int(round(q * (len(ys) - 1)))))
+    i = min(len(ys) - 1, max(0, round(q * (len(ys) - 1))))
     return ys[i]
 
 
