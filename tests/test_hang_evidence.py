@@ -82,7 +82,7 @@ def _section(pid: int, rank: int, dump: str | None) -> str:
     state, wchan, threads = _procs_threads(pid)
     parts = [f"@@fd_stacks_proc pid={pid} state={state} ppid=1 wchan={wchan} gpu_fds=9",
              "@@fd_stacks_cmdline /workspace/venv/bin/python -u train.py ",
-             f"@@fd_stacks_environ RANK={rank} LOCAL_RANK=0 WORLD_SIZE=2 "]
+             f"@@fd_stacks_environ RANK={rank} LOCAL_RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES={rank} "]
     if dump is not None:
         parts += [f"@@fd_stacks_pyspy pid={pid} mode=native", (HANG / dump).read_text().rstrip("\n"),
                   f"@@fd_stacks_pyspy_end pid={pid} rc=0 status=ok"]
@@ -91,9 +91,23 @@ def _section(pid: int, rank: int, dump: str | None) -> str:
     return "\n".join(parts)
 
 
-def _report(dump0: str | None, dump1: str | None, pyspy: str = "/usr/bin/py-spy") -> str:
+def _gpus() -> str:
+    """The GPU section for the recorded hang: utilisation from nvidia-smi-while-hung.csv, one GPU per rank
+    (the recording ran rank N on GPU N; the bus ids are this test's own)."""
+    util = {}
+    for raw in (HANG / "nvidia-smi-while-hung.csv").read_text().splitlines():
+        m = re.match(r"(\d+), (\d+) %, ", raw)
+        if m:
+            util[int(m.group(1))] = m.group(2)
+    assert util == {0: "100", 1: "0"}
+    return "\n".join(["@@fd_stacks_gpus", f"0, 00000000:19:00.0, {util[0]}", f"1, 00000000:2A:00.0, {util[1]}",
+                      "@@fd_stacks_apps", "662, 00000000:19:00.0", "663, 00000000:2A:00.0", "@@fd_stacks_gpus_end"])
+
+
+def _report(dump0: str | None, dump1: str | None, pyspy: str = "/usr/bin/py-spy", gpus: bool = False) -> str:
     return "\n".join([f"@@fd_stacks_start now=1796062299 uid=0 user=root pyspy={pyspy} ptrace_scope=1",
-                      _section(662, 0, dump0), _section(663, 1, dump1), "@@fd_stacks_done"])
+                      _section(662, 0, dump0), _section(663, 1, dump1), *([_gpus()] if gpus else []),
+                      "@@fd_stacks_done"])
 
 
 def test_recorded_hang_names_the_waiting_rank_and_the_straggler() -> None:
@@ -107,7 +121,7 @@ def test_recorded_hang_names_the_waiting_rank_and_the_straggler() -> None:
     assert [p.pid for p in stragglers(rep.procs)] == [663]
     ev = evidence(rep)
     assert [(e["source"], e["pid"], e["kind"], e["gpu"], e["time"]) for e in ev] == [
-        ("stack", 662, COLLECTIVE, 0, 1796062299.0), ("stack", 663, SLEEP, 0, 1796062299.0)]
+        ("stack", 662, COLLECTIVE, 0, 1796062299.0), ("stack", 663, SLEEP, 1, 1796062299.0)]
     assert set(ev[0]) == {"source", "time", "line", "pid", "gpu", "kind", "code"}
     assert ev[0]["line"].startswith("rank 0 (pid 662) python -u train.py: in a collective / CUDA sync — "
                                     "cuStreamSynchronize, called from <module> (train.py:23)")
@@ -140,6 +154,17 @@ def test_recorded_plain_dumps_fall_back_to_the_kernel_for_what_python_does_not_s
     assert (w0.kind, w0.where) == (st.RUNNING, "<module> (train.py:23)")
     # rank 1 is idle at line 32: the kernel says it sleeps
     assert (w1.kind, w1.at, w1.where, w1.via) == (SLEEP, "hrtimer_nanosleep", "<module> (train.py:32)", "py-spy+wchan")
+
+
+def test_recorded_plain_dumps_and_gpu_utilisation_name_the_straggler() -> None:
+    rep = parse_stacks(_report("pyspy-rank0.txt", "pyspy-rank1.txt", gpus=True))
+    assert rep.gpu_of_pid == {662: 0, 663: 1} and [g.util for g in rep.gpus] == [100.0, 0.0]
+    assert stragglers(rep.procs) == []  # the stacks alone cannot tell
+    ev = evidence(rep)
+    assert ev[0]["line"].endswith("running on the CPU at <module> (train.py:23); GPU 0 at 100 % (busy: a CUDA "
+                                  "sync or an NCCL kernel waiting on a peer)")
+    assert ev[1]["gpu"] == 1 and ev[1]["line"].endswith("; GPU 1 at 0 % — the straggler: its peers wait for it in "
+                                                        "a collective")
 
 
 def test_recorded_hang_without_pyspy_uses_wchan_and_thread_states() -> None:
@@ -293,6 +318,31 @@ def test_ptrace_refused_is_stated_with_the_fix(hung) -> None:
     w = where_waits(p)
     assert w.via == "wchan"  # another user's wait channel reads as 0: said so, not guessed
     assert "wait channel is hidden" in w.what
+
+
+def test_stacks_sh_maps_pids_to_gpus_with_nvidia_smi(hung, tmp_path: Path) -> None:
+    proc, _ = hung
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"  # a stand-in answering the two queries stacks.sh asks
+    smi.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$*" in
+          *--query-gpu=index,pci.bus_id,utilization.gpu*--format=csv,noheader,nounits*)
+            printf '0, 00000000:19:00.0, 100\\n1, 00000000:2A:00.0, 0\\n' ;;
+          *--query-compute-apps=pid,gpu_bus_id*--format=csv,noheader*) printf '{proc.pid}, 00000000:2A:00.0\\n' ;;
+          *) echo "unexpected: $*" >&2; exit 2 ;;
+        esac
+    """))
+    smi.chmod(0o755)
+    rep = parse_stacks(_run(proc.pid, path=f"{bindir}:/usr/bin:/bin"))
+    assert rep.gpu_of_pid == {proc.pid: 1} and rep.gpu_error is None
+    (ev,) = evidence(rep)
+    assert ev["gpu"] == 1 and "; GPU 1 at 0 %" in ev["line"]
+    smi.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                   "driver.\"\nexit 9\n")
+    rep = parse_stacks(_run(proc.pid, path=f"{bindir}:/usr/bin:/bin"))
+    assert rep.gpus == [] and any(n.startswith("nvidia-smi: NVIDIA-SMI has failed") for n in rep.notes())
 
 
 def test_stacks_sh_finds_the_jobs_python_processes(hung) -> None:

@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from .kernel import bus_key
+
 # kinds, in the order they win: a high-level wait anywhere in the stack beats a low-level one inside it
 # (the data loader's queue get ends in a lock; a collective's sync ends in a futex)
 COLLECTIVE, DATA_LOADER, CHECKPOINT, COMPILE = "collective", "data-loader", "checkpoint", "compile"
@@ -186,6 +188,15 @@ class ProcStack:
 
 
 @dataclass
+class GpuUse:
+    """One GPU while the job is stalled: a rank spinning in NCCL keeps its GPU at 100 %, a straggler's idles."""
+
+    index: int
+    bus: str | None
+    util: float | None  # percent
+
+
+@dataclass
 class StackReport:
     """Everything one run of stacks.sh said about one host."""
 
@@ -196,6 +207,13 @@ class StackReport:
     ptrace_scope: str | None = None
     found: int | None = None  # processes found when no PIDs were given
     procs: list[ProcStack] = field(default_factory=list)
+    gpus: list[GpuUse] = field(default_factory=list)
+    gpu_of_pid: dict[int, int] = field(default_factory=dict)  # from nvidia-smi's compute apps
+    gpu_error: str | None = None  # what nvidia-smi said instead of a table
+
+    def util_of_pid(self, pid: int) -> float | None:
+        idx = self.gpu_of_pid.get(pid)
+        return next((g.util for g in self.gpus if g.index == idx), None) if idx is not None else None
 
     def notes(self) -> list[str]:
         """Facts for the card: py-spy missing, ptrace refused (with the fix), processes gone."""
@@ -218,6 +236,8 @@ class StackReport:
         gone = [p.pid for p in self.procs if p.gone]
         if gone:
             out.append(f"pid {', '.join(map(str, gone))} exited before its stack was read")
+        if self.gpu_error:
+            out.append(f"nvidia-smi: {self.gpu_error}")
         if self.found == 0:
             out.append("no Python/torchrun/vLLM/SGLang/Ray process found on this host")
         return out
@@ -323,6 +343,10 @@ def parse_stacks(output: str) -> StackReport:
                                 wchan=None if kv.get("wchan") in (None, "-") else kv["wchan"],
                                 gpu_fds=_int(kv.get("gpu_fds")))
                 rep.procs.append(cur)
+            elif tag in ("gpus", "apps"):
+                mode, cur = tag, None
+            elif tag == "gpus_end":
+                mode = None
             elif tag == "gone" and _int(kv.get("pid")) is not None:
                 rep.procs.append(ProcStack(pid=int(kv["pid"]), gone=True))
             elif cur is None:
@@ -351,6 +375,9 @@ def parse_stacks(output: str) -> StackReport:
                 cur.thread_count = _int(kv.get("count"))
                 mode = None
             continue
+        if mode in ("gpus", "apps"):
+            _gpu_row(rep, mode, raw)
+            continue
         if cur is None:
             continue
         if mode == "pyspy":
@@ -361,6 +388,21 @@ def parse_stacks(output: str) -> StackReport:
                 cur.tstates.append(ThreadState(int(parts[0]), parts[1], None if parts[2] == "-" else parts[2],
                                                parts[3] if len(parts) > 3 else ""))
     return rep
+
+
+def _gpu_row(rep: StackReport, mode: str, raw: str) -> None:
+    """One nvidia-smi CSV row (noheader): 'index, bus, util' or 'pid, bus'; anything else is its error."""
+    cells = [c.strip() for c in raw.split(",")]
+    if mode == "gpus" and len(cells) == 3 and cells[0].isdigit():
+        util = cells[2].rstrip(" %")
+        rep.gpus.append(GpuUse(int(cells[0]), cells[1], float(util) if util.replace(".", "", 1).isdigit() else None))
+    elif mode == "apps" and len(cells) == 2 and cells[0].isdigit():
+        key = bus_key(cells[1])
+        idx = next((g.index for g in rep.gpus if key is not None and bus_key(g.bus) == key), None)
+        if idx is not None:
+            rep.gpu_of_pid[int(cells[0])] = idx
+    elif raw.strip() and rep.gpu_error is None and not raw.lstrip().startswith("No running"):
+        rep.gpu_error = raw.strip()[:200]
 
 
 # ---------------------------------------------------------------- naming the wait
@@ -478,25 +520,47 @@ def describe(p: ProcStack, w: Wait | None = None) -> str:
     return line
 
 
-def stragglers(procs: list[ProcStack]) -> list[ProcStack]:
+BUSY = 90.0  # GPU utilisation (%) of a rank spinning in an NCCL kernel on a peer that never comes
+
+
+def _waits_on_peers(w: Wait, util: float | None) -> bool:
+    """In a collective by its stack, or running with its GPU busy (the plain stack shows only the Python line
+    of the next CUDA sync, which spins; the NCCL kernel keeps the GPU at 100 %)."""
+    return w.kind == COLLECTIVE or (w.kind == RUNNING and util is not None and util >= BUSY)
+
+
+def stragglers(procs: list[ProcStack], util_of_pid: dict[int, float] | None = None) -> list[ProcStack]:
     """Ranks outside any collective while at least one peer waits in one: they hold the others up."""
-    waits = [(p, where_waits(p)) for p in procs if not p.gone]
-    ranked = [(p, w) for p, w in waits if p.rank is not None or (p.gpu_fds or 0) > 0]
-    if not any(w.kind == COLLECTIVE for _, w in ranked):
+    util = util_of_pid or {}
+    ranked = [(p, where_waits(p)) for p in procs
+              if not p.gone and (p.rank is not None or (p.gpu_fds or 0) > 0 or p.pid in util)]
+    waiting = {p.pid for p, w in ranked if _waits_on_peers(w, util.get(p.pid))}
+    if not waiting:
         return []
-    return [p for p, w in ranked if w.kind != COLLECTIVE]
+    return [p for p, _ in ranked if p.pid not in waiting]
 
 
 def evidence(report: StackReport, gpu_of_pid: dict[int, int] | None = None) -> list[dict[str, Any]]:
-    """``evidence`` entries (source ``stack``), one per process, straggler first-named in its line."""
-    late = {p.pid for p in stragglers(report.procs)}
+    """``evidence`` entries (source ``stack``), one per process; the straggler says so in its line.
+
+    The GPU of a process: ``gpu_of_pid`` (the caller's), else nvidia-smi's compute apps from the same trip,
+    else its CUDA_VISIBLE_DEVICES / LOCAL_RANK when it holds a GPU.
+    """
+    of_pid = {**report.gpu_of_pid, **(gpu_of_pid or {})}
+    util_of = {g.index: g.util for g in report.gpus if g.util is not None}
+    util = {p.pid: util_of[of_pid[p.pid]] for p in report.procs if of_pid.get(p.pid) in util_of}
+    late = {p.pid for p in stragglers(report.procs, util)}
     out: list[dict[str, Any]] = []
     for p in report.procs:
         w = where_waits(p) if not p.gone else Wait(UNKNOWN, "exited", via="wchan")
         line = describe(p, w)
+        gpu = of_pid.get(p.pid, p.gpu if (p.gpu_fds or 0) > 0 else None)
+        if p.pid in util:
+            busy = " (busy: a CUDA sync or an NCCL kernel waiting on a peer)" if _waits_on_peers(w, util[p.pid]) \
+                and w.kind == RUNNING else ""
+            line += f"; GPU {gpu} at {util[p.pid]:g} %{busy}"
         if p.pid in late:
             line += " — the straggler: its peers wait for it in a collective"
-        gpu = (gpu_of_pid or {}).get(p.pid, p.gpu if (p.gpu_fds or 0) > 0 or p.env else None)
         out.append({"source": "stack", "time": report.now, "line": line, "pid": p.pid, "gpu": gpu,
                     "kind": w.kind, "code": None})
     return out

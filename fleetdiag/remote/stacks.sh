@@ -2,7 +2,8 @@
 # The second round trip, asked for when a host's log is stalled. Self-contained: functions prefixed fd_stacks_,
 # no global options set. Entry: fd_stacks_main [PID...]; without PIDs, the job's processes (fd_stacks_find).
 # Per process: py-spy dump (native frames when it can) where py-spy is installed, always the /proc view
-# (state, wchan, every thread's state and wchan), RANK/LOCAL_RANK-like variables from its environment (only those).
+# (state, wchan, every thread's state and wchan), RANK/LOCAL_RANK-like variables from its environment (only those);
+# then, where nvidia-smi exists, each GPU's utilisation and which pid uses which GPU.
 # Bounds: FD_STACKS_MAX processes (16), FD_STACKS_THREADS thread lines per process (128), FD_STACKS_BYTES per
 # dump (65536), FD_STACKS_TIMEOUT seconds per dump (20). FD_STACKS_PYSPY: a py-spy not on PATH.
 
@@ -120,6 +121,17 @@ fd_stacks_proc() { # fd_stacks_proc PYSPY PID: one process, every view of it
   echo "@@fd_stacks_end pid=$fd_stacks_p"
 }
 
+fd_stacks_gpus() { # per GPU: index, bus id, utilisation; per compute process: pid, bus id (pid -> GPU)
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  echo '@@fd_stacks_gpus'
+  fd_stacks_to 15 nvidia-smi --query-gpu=index,pci.bus_id,utilization.gpu --format=csv,noheader,nounits 2>&1 |
+    head -n 64 | head -c 8192
+  echo '@@fd_stacks_apps'
+  fd_stacks_to 15 nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader 2>&1 | head -n 512 |
+    head -c 16384
+  echo '@@fd_stacks_gpus_end'
+}
+
 fd_stacks_main() { # fd_stacks_main [PID...]
   renice -n 19 -p $$ >/dev/null 2>&1
   ionice -c3 -p $$ >/dev/null 2>&1
@@ -139,5 +151,6 @@ fd_stacks_main() { # fd_stacks_main [PID...]
     [ "$fd_stacks_k" -gt "${FD_STACKS_MAX:-16}" ] && break
     fd_stacks_proc "$fd_stacks_py" "$fd_stacks_pid"
   done
+  fd_stacks_gpus
   echo '@@fd_stacks_done'
 }
