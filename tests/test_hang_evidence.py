@@ -202,6 +202,13 @@ def _proc(*frames: tuple[str, str | None, int | None], active: bool = False) -> 
      "poll_status (jobs.py:14)"),
     ((("acquire", "threading.py", 90), ("_acquire_restore", "threading.py", 300), ("flush", "ckpt_io.py", 4)),
      LOCK, "acquire", "flush (ckpt_io.py:4)"),
+    ((("select", "selectors.py", 468), ("_run_once", "asyncio/base_events.py", 1898),
+      ("run_forever", "asyncio/base_events.py", 608), ("serve", "uvicorn/server.py", 69)),
+     st.EVENT_LOOP, "_run_once", "serve (uvicorn/server.py:69)"),
+    ((("acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py", 470),
+      ("dequeue", "vllm/distributed/device_communicators/shm_broadcast.py", 520),
+      ("worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 500)),
+     st.QUEUE, "acquire_read", "worker_busy_loop (vllm/v1/executor/multiproc_executor.py:500)"),
 ])
 def test_where_each_kind_of_wait_is_named(frames: tuple, kind: str, at: str, where: str) -> None:
     w = where_waits(_proc(*frames))

@@ -23,6 +23,7 @@ from .kernel import bus_key
 # (the data loader's queue get ends in a lock; a collective's sync ends in a futex)
 COLLECTIVE, DATA_LOADER, CHECKPOINT, COMPILE = "collective", "data-loader", "checkpoint", "compile"
 QUEUE, CHILD, SOCKET, SLEEP, LOCK, IO = "queue", "child", "socket", "sleep", "lock", "io"
+EVENT_LOOP = "event-loop"
 RUNNING, STOPPED, ZOMBIE, UNKNOWN = "running", "stopped", "zombie", "unknown"
 
 WHAT = {
@@ -32,6 +33,7 @@ WHAT = {
     COMPILE: "compiling (torch.compile)",
     QUEUE: "waiting on a queue (another process or thread must put)",
     CHILD: "waiting for a child process",
+    EVENT_LOOP: "idle in its event loop (asyncio: waiting for I/O or a task)",
     SOCKET: "waiting on a socket (network I/O)",
     SLEEP: "sleeping",
     LOCK: "waiting on a lock / event",
@@ -60,9 +62,11 @@ _RULES: list[tuple[str, re.Pattern[str], re.Pattern[str] | None]] = [
                     r"|save_file$|_save_to_disk"), _R(r"serialization|checkpoint|safetensors|trainer|save")),
     (COMPILE, _R(r"compile_fx|_compile|compile_inner|codegen|async_compile"), _R(r"_dynamo|_inductor")),
     (QUEUE, _R(r"(?:^|\.)get$|(?:^|\.)_recv_bytes$|(?:^|\.)poll$"), _R(r"queue|connection\.py|queues\.py")),
+    (QUEUE, _R(r"acquire_read|dequeue|recv_pyobj|recv_multipart"), _R(r"shm_broadcast|zmq|message_queue")),
     (CHILD, _R(r"(?:^|\.)(?:wait|_wait|join|_try_wait|waitpid|communicate)$"),
      _R(r"subprocess|popen_|multiprocessing/process|process\.py")),
     (CHILD, _R(r"^(?:waitpid|wait4|__wait4|waitid)$"), None),
+    (EVENT_LOOP, _R(r"(?:^|\.)(?:_run_once|run_forever|run_until_complete)$"), _R(r"asyncio|uvloop")),
     (SOCKET, _R(r"(?:^|[._])(?:recv|recv_into|recvfrom|recvmsg|accept|connect|readinto|sendall|select|poll"
                 r"|epoll_wait|epoll_pwait|__poll|ppoll|pselect6?)$"), None),
     (SLEEP, _R(r"^(?:clock_nanosleep|nanosleep|__nanosleep|usleep|sleep|time\.sleep|pysleep|time_sleep)$"), None),
@@ -449,10 +453,13 @@ def _from_wchan(state: str | None, wchan: str | None) -> tuple[str, str | None]:
 
 
 def _outer_own(frames: list[Frame], idx: int, f: Frame) -> Frame | None:
-    """The program's frame that called into the telling one: outward, outside the telling frame's package."""
-    root = None if f.native else _module_root(f)
+    """The program's frame that called into the telling one: outward, outside the telling frame's folder
+    (torch's all_reduce wrapper is not where the program waits; the training loop that called it is)."""
+    def folder(g: Frame) -> str:
+        return (g.file or "").rsplit("/", 1)[0]
+    here = None if f.native else folder(f)
     later = [g for g in frames[idx + 1:] if _is_own(g)]
-    return next((g for g in later if root is None or _module_root(g) != root), later[0] if later else None)
+    return next((g for g in later if here is None or folder(g) != here), later[0] if later else None)
 
 
 def where_waits(p: ProcStack) -> Wait:
