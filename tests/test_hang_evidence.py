@@ -303,6 +303,9 @@ def test_real_hang_without_pyspy_falls_back_to_wchan(hung) -> None:
     assert shutil.which("py-spy", path=path) is None
     rep = parse_stacks(_run(proc.pid, path=path, env={"HOME": "/nonexistent"}))
     assert rep.pyspy is None and rep.procs[0].pyspy_status is None
+    # py-spy on PATH but turned off by the caller: the same fallback
+    off = parse_stacks(_run(proc.pid, env={"FD_STACKS_PYSPY": "none"}))
+    assert off.pyspy is None and off.procs[0].threads == [] and where_waits(off.procs[0]).via == "wchan"
     w = where_waits(rep.procs[0])
     assert w.via == "wchan" and w.kind == LOCK and "futex" in (w.at or ""), w  # a threading.Event is a futex
     line = evidence(rep)[0]["line"]

@@ -5,7 +5,7 @@
 # (state, wchan, every thread's state and wchan), RANK/LOCAL_RANK-like variables from its environment (only those);
 # then, where nvidia-smi exists, each GPU's utilisation and which pid uses which GPU.
 # Bounds: FD_STACKS_MAX processes (16), FD_STACKS_THREADS thread lines per process (128), FD_STACKS_BYTES per
-# dump (65536), FD_STACKS_TIMEOUT seconds per dump (20). FD_STACKS_PYSPY: a py-spy not on PATH.
+# dump (65536), FD_STACKS_TIMEOUT seconds per dump (20). FD_STACKS_PYSPY: a py-spy not on PATH (none: do not use one).
 
 fd_stacks_to() { # fd_stacks_to SECONDS CMD...: run under timeout -k where timeout exists, at low priority
   fd_stacks_s=$1; shift
@@ -13,7 +13,10 @@ fd_stacks_to() { # fd_stacks_to SECONDS CMD...: run under timeout -k where timeo
 }
 
 fd_stacks_pyspy_path() { # the py-spy to use, or nothing
-  if [ -n "${FD_STACKS_PYSPY:-}" ] && [ -x "$FD_STACKS_PYSPY" ]; then echo "$FD_STACKS_PYSPY"; return 0; fi
+  if [ -n "${FD_STACKS_PYSPY:-}" ]; then # an explicit choice; one that is not executable (none) turns py-spy off
+    [ -x "$FD_STACKS_PYSPY" ] || return 1
+    echo "$FD_STACKS_PYSPY"; return 0
+  fi
   if command -v py-spy >/dev/null 2>&1; then command -v py-spy; return 0; fi
   for fd_stacks_c in "${HOME:-/nonexistent}/.local/bin/py-spy" /usr/local/bin/py-spy; do
     if [ -x "$fd_stacks_c" ]; then echo "$fd_stacks_c"; return 0; fi
