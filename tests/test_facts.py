@@ -410,7 +410,7 @@ def _run_funnel_locally(log: Path, path_prepend: str | None):
     spec.extra_vars.update(F.snippet_vars(path_prepend))
     mark = funnel.new_mark()
     out = subprocess.run(["sh", "-c", funnel.build_script(spec, mark)], stdin=subprocess.DEVNULL,
-                         capture_output=True, timeout=30)
+                         capture_output=True, timeout=30, check=False)
     fr = funnel.parse_output(out.stdout.decode(), mark)
     return fr, finish("h", fr, rules, facts=F.build(fr.facts.get("raw"))), rules
 

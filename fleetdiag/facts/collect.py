@@ -71,7 +71,7 @@ def snippet_vars(path_prepend: str | None = None, timeout: int = FACTS_TIMEOUT) 
 
 
 def _not_understood(rejected: list[str]) -> str:
-    first = "".join(ch if ch.isprintable() else "?" for ch in rejected[0])[:120]
+    first = rejected[0][:120]  # as read: the output edge escapes it
     return f"output not understood ({len(rejected)} line{'s' if len(rejected) != 1 else ''} not a GPU row): {first}"
 
 

@@ -146,7 +146,7 @@ def _gpu_row(row: Mapping[str, str], columns: Sequence[str]) -> Gpu | None:
     if util is not None and util > 100:
         return None
     name = (row.get("name") or "").strip()
-    if "name" in columns and (not name or any(ord(ch) < 32 for ch in name)):
+    if "name" in columns and not name:
         return None
     return Gpu(index=int(idx), name=name, uuid=uuid or None, memory_used_mib=used, memory_total_mib=total,
                utilization_pct=util)
