@@ -1,8 +1,11 @@
-"""Hints from a signature, filled with facts about the host when they are known.
+"""Hints from a signature: the rule's text, filled with facts about the host when they are known.
 
 A generic hint says what to check; with the host's facts (visible GPUs, the
-parallel sizes from the command line) it can say what is wrong. Missing or
-odd facts fall back to the generic text, never to an error.
+parallel sizes from the command line) it can say what is wrong. This module
+only fills a rule's ``hint_facts`` templates and checks their ``if``; the
+fields and their GPU arithmetic come from ``fleetdiag.facts.hints`` (the one
+engine, shared with the probe's refined hint). Missing or odd facts fall
+back to the generic text, never to an error.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..facts.hints import fields as fact_fields
 from .rules import Signature
 
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -24,45 +28,8 @@ def _as_int(v: Any) -> int | None:
 
 
 def derive(facts: dict[str, Any] | None) -> dict[str, Any]:
-    """Fields a hint can use: tp, dp, pp, workers, visible_gpus, cuda_visible_devices, gpus.
-
-    The facts are the probe's (``fleetdiag.facts``): ``parallel`` already holds
-    the sizes read from the serving command line or the log.
-    """
-    out: dict[str, Any] = {}
-    if not isinstance(facts, dict):
-        return out
-    for k, v in facts.items():
-        if isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool):
-            out[k] = v
-    cvd = facts.get("cuda_visible_devices", facts.get("CUDA_VISIBLE_DEVICES"))
-    if isinstance(cvd, (list, tuple)):
-        cvd = ",".join(str(x) for x in cvd)
-    if isinstance(cvd, str) and cvd.strip():
-        cvd = cvd.strip()
-        out["cuda_visible_devices"] = cvd
-        out["visible_gpus"] = len([x for x in cvd.split(",") if x.strip()])
-    gpus = facts.get("gpus")
-    if isinstance(gpus, (list, tuple)):
-        out["gpus"] = len(gpus)
-        out.setdefault("visible_gpus", len(gpus))
-    elif _as_int(gpus) is not None:
-        out["gpus"] = _as_int(gpus)
-        out.setdefault("visible_gpus", _as_int(gpus))
-    par = facts.get("parallel")
-    sizes: dict[str, int] = {}
-    if isinstance(par, dict):
-        for key in ("tp", "dp", "pp"):
-            n = _as_int(par.get(key))
-            if n is not None and n > 0:
-                sizes[key] = n
-    if sizes:
-        sizes.setdefault("tp", 1)
-        sizes.setdefault("dp", 1)
-        sizes.setdefault("pp", 1)
-        out.update(sizes)
-        out["workers"] = sizes["tp"] * sizes["dp"] * sizes["pp"]
-    return out
+    """Fields a hint can use, from the host's facts: ``fleetdiag.facts.hints.fields`` owns the GPU arithmetic."""
+    return fact_fields(facts)
 
 
 def _holds(cond: str, fields: dict[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 # shellcheck shell=sh disable=SC2209
 # SC2209: a plain word, not a command
-# GPUs and their compute processes (probe and preflight): see fleetdiag/facts.py.
+# GPUs and their compute processes (probe and preflight): see fleetdiag/facts/collect.py.
 
 fd_f() { printf 'F\t%s\t%s\n' "$1" "$2"; }
 # timeout -k: a tool that ignores TERM (a wedged driver) is killed, never left running.

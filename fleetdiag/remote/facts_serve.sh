@@ -1,6 +1,6 @@
 # shellcheck shell=sh disable=SC2086
 # SC2086: $TO/$FTO and stat fields are split on purpose
-# Probe only: the serving process and the latest run parallel settings (see fleetdiag/facts.py).
+# Probe only: the serving process and the latest run parallel settings (see fleetdiag/facts/collect.py).
 
 fd_serve() {
   c=$( { $FTO ps -eo pid=,args= </dev/null 2>/dev/null || for d in /proc/[0-9]*; do
