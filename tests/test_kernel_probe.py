@@ -1,0 +1,183 @@
+"""Kernel and GPU evidence through the product: ``fleetdiag probe`` over a real OpenSSH sshd.
+
+The node's ``dmesg`` / ``journalctl`` / ``nvidia-smi`` are the recorded-output stand-ins of
+tests/standins_kernel, put first on the node's PATH with ``--path-prepend`` (as the demo does); the
+application's log is the corpus case's own, last written when its kernel fault hit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fleetdiag.cli import main
+from fleetdiag.evidence.kernel import Clock, split_time
+from fleetdiag.exitcodes import Exit
+
+from .test_kernel_evidence import (
+    BY_KIND,
+    CASES,
+    CORPUS,
+    FIXTURES,
+    H200_ROW,
+    OTHER,
+    STANDINS,
+    _mode,
+    _smi_spec,
+)
+
+APP_CASES = [p for p in CASES if json.loads(p.read_text(encoding="utf-8")).get("has_app_and_kernel")]
+
+
+def _standin_bin(d: Path, *, mode: str, kern: Path | None, smi: Path | None) -> Path:
+    """A directory of dmesg/journalctl/nvidia-smi that serve this node's recorded output over ssh
+    (sshd passes no environment: each wrapper sets what its stand-in reads)."""
+    d.mkdir(parents=True, exist_ok=True)
+    env = {"FD_STANDIN_MODE": mode, "FD_STANDIN_KERN": str(kern or "/dev/null"), "FD_STANDIN_SMI": str(smi or "")}
+    for tool in ("dmesg", "journalctl", "nvidia-smi"):
+        exe = d / tool
+        exe.write_text("#!/bin/sh\n" + "".join(f"{k}='{v}'; export {k}\n" for k, v in env.items())
+                       + f"exec '{STANDINS / tool}' \"$@\"\n")
+        exe.chmod(0o755)
+    return d
+
+
+def _inventory(sshd, tmp: Path, log: Path, name: str = "node") -> Path:
+    inv = tmp / "inventory.yaml"
+    inv.write_text(f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+                   f"    logs:\n      app: {json.dumps(str(log))}\n")
+    return inv
+
+
+def _probe(sshd, inv: Path, bindir: Path, *extra: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["--no-color", "-i", str(inv), "probe", "all", "--path-prepend", str(bindir),
+                                  "--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key),
+                                  "--ssh-config", str(sshd.ssh_config), *extra],
+                           env={"COLUMNS": "200", "NO_COLOR": "1"})
+    return r.exit_code, r.output
+
+
+def _kernel_time(case: dict, mode: str) -> float:
+    """When the case's decisive kernel line was logged, as the node will report it (the fixture's clock)."""
+    up = float(Path("/proc/uptime").read_text().split()[0])
+    clock = Clock(now=time.time(), uptime=up, tz_offset=0)
+    kern = (CORPUS / case["files"]["kern"]).read_text(encoding="utf-8").splitlines()
+    line = next(ln for ln in kern if case["decisive_kernel_line"] in ln)
+    if mode == "journal":  # the journal stand-in gives syslog stamps the latest year not in the future
+        m = re.match(r"([A-Za-z]{3})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)", line)
+        assert m, line
+        line = f"{m.group(1)} {m.group(2)} {m.group(3)} n kernel: x"
+    t, _ = split_time(line, clock, {})
+    assert t is not None, line
+    return t
+
+
+@pytest.mark.parametrize("path", APP_CASES, ids=[p.stem for p in APP_CASES])
+def test_probe_names_the_kernel_line_and_action_class(sshd, tmp_path: Path, path: Path) -> None:
+    case = json.loads(path.read_text(encoding="utf-8"))
+    mode = _mode(case)
+    assert mode in ("journal", "dmesg")  # the app cases come from the journal or dmesg
+    kern = CORPUS / case["files"]["kern"]
+    bindir = _standin_bin(tmp_path / "bin", mode=mode, kern=kern, smi=_smi_spec(case, tmp_path))
+    log = tmp_path / "app.log"
+    log.write_bytes((CORPUS / case["files"]["app"]).read_bytes())
+    t = _kernel_time(case, mode) + 30  # the job's log ends when the fault hit
+    os.utime(log, (t, t))
+    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
+    doc = json.loads(out)
+    (host,) = doc["hosts"]
+    d = host["decisive"]
+    assert d is not None, host
+    assert d["source"] == "kernel", d
+    assert case["decisive_kernel_line"] in d["line"], d
+    for decoy in case["decoys"]:
+        assert decoy not in d["line"]
+    assert d["category"] == (BY_KIND.get(case["kind"]) or OTHER[case["id"]]), d
+    assert d["hint"] and d["fingerprint"]
+    assert host["verdict"] == "failed" and code == Exit.FAILED
+    assert host["facts"]["kernel_log"]["source"] == {"journal": "journalctl", "dmesg": "dmesg"}[mode]
+    assert any(e["source"] == "kernel" and e["line"] == d["line"] for e in host["evidence"])
+    assert all(set(e) == {"source", "time", "line", "pid", "gpu", "kind", "code"} for e in host["evidence"])
+    if d["consequence"]:  # the log named an error: it is the consequence, first in the evidence
+        assert host["evidence"][0]["source"] == "log" and host["evidence"][0]["line"] == d["consequence"]
+    if case.get("xid") and d["exception_type"].startswith("Xid"):
+        assert d["exception_type"] == f"Xid {case['xid']}"
+
+
+def test_probe_card_shows_the_kernel_cause_and_the_consequence(sshd, tmp_path: Path) -> None:
+    """sirzzang: Xid 48 on the failing GPU; the card puts the app's ECC error under it."""
+    case = json.loads((CORPUS / "sirzzang-rtxpro6000-xid48-dbe.json").read_text(encoding="utf-8"))
+    kern = CORPUS / case["files"]["kern"]
+    bindir = _standin_bin(tmp_path / "bin", mode="journal", kern=kern, smi=_smi_spec(case, tmp_path))
+    log = tmp_path / "app.log"
+    log.write_bytes((CORPUS / case["files"]["app"]).read_bytes())
+    t = _kernel_time(case, "journal") + 30
+    os.utime(log, (t, t))
+    code, out = _probe(sshd, _inventory(sshd, tmp_path, log, "gpu-node-a"), bindir)
+    assert code == Exit.FAILED, out
+    assert "kernel line" in out and "Xid (PCI:0000:55:00): 48" in out
+    assert "kernel log (journalctl)" in out and "Xid 48 · hardware" in out
+    cons = next(ln for ln in out.splitlines() if "consequence" in ln)
+    assert "uncorrectable ECC error" in cons
+
+
+def _benign_bin(tmp: Path, smi_rows: dict) -> Path:
+    kern = tmp / "kern.log"
+    kern.write_text((FIXTURES / "kernel" / "h200-boot-nvrm-benign.txt").read_text(encoding="utf-8"))
+    smi = tmp / "smi.json"
+    smi.write_text(json.dumps(smi_rows))
+    return _standin_bin(tmp / "bin", mode="dmesg", kern=kern, smi=smi)
+
+
+def test_benign_h200_lines_next_to_an_app_error_leave_it_decisive(sshd, tmp_path: Path) -> None:
+    bindir = _benign_bin(tmp_path, {"gpus": [H200_ROW]})
+    log = tmp_path / "app.log"
+    log.write_text("INFO 05-15 08:57:29 [engine.py:10] starting\n"
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                   "capacity of 139.81 GiB of which 1.00 GiB is free.\n")
+    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
+    (host,) = json.loads(out)["hosts"]
+    assert host["verdict"] == "failed" and code == Exit.FAILED
+    d = host["decisive"]
+    assert d["source"] == "log" and d["consequence"] is None and "CUDA out of memory" in d["line"]
+    assert host["facts"]["kernel_log"]["source"] == "dmesg" and host["facts"]["kernel_log"]["lines"] >= 5
+    assert [e["source"] for e in host["evidence"]] == ["log"]  # benign lines are never evidence
+
+
+def test_lost_gpu_with_a_healthy_log_is_degraded(sshd, tmp_path: Path) -> None:
+    lost = (CORPUS / "pubsum-k80-xid79.smi.txt").read_text(encoding="utf-8").splitlines()[0]
+    bindir = _benign_bin(tmp_path, {"gpus": [{**H200_ROW, "index": 1, "pci.bus_id": "00000000:2A:00.0"}],
+                                    "lost": [lost]})
+    log = tmp_path / "app.log"
+    log.write_text((Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "healthy.log")
+                   .read_text(encoding="utf-8"))
+    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
+    (host,) = json.loads(out)["hosts"]
+    assert code == Exit.FAILED and host["verdict"] == "degraded", host
+    assert host["decisive"] is None
+    assert "GPU lost: nvidia-smi cannot reach it" in host["summary"]
+    assert any(e["source"] == "gpu" and e["kind"] == "lost" for e in host["evidence"])
+    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir)
+    assert code == Exit.FAILED
+    assert "DEGRADED" in out and "GPU health" in out and "GPU lost" in out
+
+
+def test_unreadable_kernel_log_is_a_fact_with_its_fix_on_the_card(sshd, tmp_path: Path) -> None:
+    bindir = _standin_bin(tmp_path / "bin", mode="denied", kern=None, smi=None)
+    log = tmp_path / "app.log"
+    log.write_text("RuntimeError: shapes mismatch\n")
+    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
+    (host,) = json.loads(out)["hosts"]
+    fact = host["facts"]["kernel_log"]
+    assert fact["kernel_log"] == "unreadable" and "systemd-journal" in fact["fix"]
+    assert host["decisive"]["source"] == "log" and code == Exit.FAILED
+    _, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir)
+    assert "kernel log" in out and "unreadable" in out
+    fix = next(ln for ln in out.splitlines() if re.search(r"│ fix\b", ln))
+    assert "usermod -aG adm,systemd-journal" in fix
