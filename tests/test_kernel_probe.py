@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
+from fleetdiag.evidence.host import app_time
 from fleetdiag.evidence.kernel import Clock, split_time
 from fleetdiag.exitcodes import Exit
+from fleetdiag.probe import finish
+from fleetdiag.records import FunnelResult, Line
+from fleetdiag.store import incident_key
 
 from .test_kernel_evidence import (
     BY_KIND,
@@ -181,3 +186,111 @@ def test_unreadable_kernel_log_is_a_fact_with_its_fix_on_the_card(sshd, tmp_path
     assert "kernel log" in out and "unreadable" in out
     fix = next(ln for ln in out.splitlines() if re.search(r"│ fix\b", ln))
     assert "usermod -aG adm,systemd-journal" in fix
+
+
+# ---------------------------------------------------------------- the decision step alone (probe.finish, no SSH)
+
+NOW = 1_780_000_000.0  # the node's clock
+HEALTH_HEAD = ("index, pci.bus_id, uuid, ecc.errors.uncorrected.volatile.total, remapped_rows.failure, "
+               "pcie.link.width.current, pcie.link.width.max")
+
+
+def _kernel_records(lines: list[str], health: list[str] | None, unreadable: bool = False) -> list[str]:
+    out = [f"@@fd_kernel_clock now={NOW:.0f} uptime=100000.5 tz=+0000"]
+    if unreadable:
+        out.append("@@fd_kernel_unreadable dmesg_restrict=1 user=alice groups=alice")
+    else:
+        out += ["@@fd_kernel_source source=dmesg", *lines, "@@fd_kernel_end"]
+    if health is not None:
+        out += ["@@fd_gpu_health status=ok fields=x", HEALTH_HEAD, *health, "@@fd_gpu_health_end"]
+    return out
+
+
+def _fr(log: list[str] | None, kernel: list[str], idle: float = 5.0) -> FunnelResult:
+    fr = FunnelResult(path="/w/run.log", status="ok" if log is not None else "missing", mtime=NOW - idle, now=NOW)
+    pos = 0
+    for text in log or []:
+        fr.tail.append(Line(pos, text, None))
+        pos += len(text) + 1
+    fr.kernel = kernel
+    return fr
+
+
+def _boot(t: float) -> str:
+    """A dmesg stamp for epoch ``t`` on the node above."""
+    return f"[{t - (NOW - 100000.5):12.6f}]"
+
+
+GPUS = [f"{i}, 00000000:{0x18 + i:02X}:00.0, GPU-{i}, 0, No, 16, 16" for i in range(4)]
+
+
+def test_rank_maps_to_its_gpu_through_cuda_visible_devices() -> None:
+    """rank 1 under CUDA_VISIBLE_DEVICES=2,3 runs on host GPU 3 (bus 1b:00): the Xid there is the cause,
+    not the one on GPU 2 logged at the same moment."""
+    t = NOW - 8
+    kern = [f"{_boot(t)} NVRM: Xid (PCI:0000:1b:00): 48, An uncorrectable double bit error (DBE) has been detected",
+            f"{_boot(t)} NVRM: Xid (PCI:0000:1a:00): 48, An uncorrectable double bit error (DBE) has been detected"]
+    log = ["[rank1]: Traceback (most recent call last):",
+           '[rank1]:   File "train.py", line 9, in <module>',
+           "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+    facts = {"cuda_visible_devices": "2,3", "gpus": [{"index": i, "uuid": f"GPU-{i}"} for i in range(4)]}
+    res = finish("n", _fr(log, _kernel_records(kern, GPUS)), load_rules(), facts=facts)
+    d = res.decisive
+    assert res.verdict == "failed" and d.source == "kernel" and d.category == "hardware"
+    assert "(PCI:0000:1b:00): 48" in d.line and "GPU 1b:00" in d.reason
+    assert d.consequence == log[-1] and d.exception_type == "Xid 48"
+    kernel_ev = [e for e in res.evidence if e["source"] == "kernel"]
+    assert [e["gpu"] for e in kernel_ev] == [3, 2]  # bus ids become GPU indices through nvidia-smi
+
+
+def test_faulty_gpu_of_the_failing_rank_is_the_cause_when_the_kernel_log_is_unreadable() -> None:
+    health = [*GPUS[:1], "1, 00000000:19:00.0, GPU-1, 7, No, 16, 16"]
+    log = ["[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    res = finish("n", _fr(log, _kernel_records([], health, unreadable=True)), load_rules(), facts={})
+    d = res.decisive
+    assert d.source == "gpu" and d.category == "hardware" and "GPU 1: 7 uncorrectable ECC errors" in d.line
+    assert d.consequence == log[0] and res.verdict == "failed"
+    assert res.facts["kernel_log"]["kernel_log"] == "unreadable"
+
+
+def test_silent_log_stopped_by_the_oom_killer_fails_with_the_kernel_cause() -> None:
+    """No error in the log; it fell silent 5 min ago, when the kernel killed the trainer."""
+    stop = NOW - 300
+    kern = [f"{_boot(stop - 2)} python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
+            f"{_boot(stop - 1)} Out of memory: Killed process 4242 (python) total-vm:9kB, anon-rss:8kB"]
+    log = ["epoch 3 step 100 loss 1.25", "epoch 3 step 200 loss 1.21"]
+    res = finish("n", _fr(log, _kernel_records(kern, GPUS), idle=300), load_rules(), facts={})
+    d = res.decisive
+    assert res.verdict == "failed" and d.source == "kernel" and d.category == "host-oom"
+    assert "Killed process 4242" in d.line and d.consequence is None and "fell silent" in d.reason
+    # the same lines an hour before the log's end are history, not the cause
+    res = finish("n", _fr(log, _kernel_records(kern, GPUS), idle=300 - 3600), load_rules(), facts={})
+    assert res.verdict == "healthy" and res.decisive is None
+    assert any(e["kind"] == "oom-kill" for e in res.evidence)
+
+
+def test_a_live_log_is_not_failed_by_an_old_kernel_event() -> None:
+    kern = [f"{_boot(NOW - 30)} NVRM: Xid (PCI:0000:18:00): 13, pid=99, name=other, Graphics Exception"]
+    res = finish("n", _fr(["serving 200 OK"], _kernel_records(kern, GPUS), idle=2), load_rules(), facts={})
+    assert res.verdict == "healthy" and res.decisive is None
+
+
+def test_idle_node_without_a_log_but_with_a_lost_gpu_is_degraded_and_an_incident() -> None:
+    health = [*GPUS[:1], "Unable to determine the device handle for GPU 0000:19:00.0: Unknown Error"]
+    res = finish("n", _fr(None, _kernel_records([], health)), load_rules(), facts={})
+    assert res.verdict == "degraded" and "log not found" in (res.error or "")
+    assert "GPU lost" in res.summary
+    key = incident_key(res)
+    assert key and key.startswith("degraded:")
+    again = finish("n2", _fr(None, _kernel_records([], health)), load_rules(), facts={})
+    assert incident_key(again) == key  # the same fault on two nodes: one cause
+
+
+def test_app_time_reads_the_log_stamps_on_the_host_clock() -> None:
+    assert app_time("2026-05-15T08:57:36.5Z", NOW) == 1_778_835_456.5
+    assert app_time("2026-05-15 10:57:36", NOW, 7200) == 1_778_835_456.0
+    assert app_time("05-15 08:57:36", NOW) == 1_778_835_456.0  # vLLM: no year
+    assert app_time("0515 08:57:36.000001", NOW) == pytest.approx(1_778_835_456.0)  # glog
+    assert app_time("May 15 08:57:36", NOW) == 1_778_835_456.0
+    assert app_time("12-31 23:00:00", NOW) == app_time("2025-12-31 23:00:00", NOW)  # not in the future
+    assert app_time("soon", NOW) is None and app_time(None, NOW) is None

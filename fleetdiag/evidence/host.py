@@ -146,6 +146,14 @@ def app_error(d: Decisive, facts: dict[str, Any], when: float | None) -> AppErro
         ordinal = int(next(g for g in m.groups() if g is not None))
     elif d.rank is not None:
         ordinal = d.rank
+    else:  # a vLLM worker's tag: Worker_TP1, Worker_DP1_TP0 (its local device is dp × tp_size + tp)
+        tp = re.search(r"TP(\d+)", proc)
+        dp = re.search(r"DP(\d+)", proc)
+        if tp:
+            ordinal = int(tp.group(1))
+            size = (facts.get("parallel") or {}).get("tp")
+            if dp and isinstance(size, int):
+                ordinal += int(dp.group(1)) * size
     uuid = _UUID.search(text)
     pci = _PCI.search(text)
     return AppError(line=d.line, time=when, pid=pid, process=name, gpu=_host_gpu(ordinal, facts),
