@@ -20,10 +20,11 @@ from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
 from fleetdiag.evidence.host import app_time
 from fleetdiag.evidence.kernel import Clock, split_time
-from fleetdiag.exitcodes import Exit
+from fleetdiag.exitcodes import Exit, exit_for
 from fleetdiag.probe import finish
 from fleetdiag.records import FunnelResult, Line
-from fleetdiag.store import incident_key
+from fleetdiag.render import fleet_view
+from fleetdiag.store import Store, incident_key
 
 from .test_kernel_evidence import (
     BY_KIND,
@@ -275,7 +276,7 @@ def test_a_live_log_is_not_failed_by_an_old_kernel_event() -> None:
     assert res.verdict == "healthy" and res.decisive is None
 
 
-def test_idle_node_without_a_log_but_with_a_lost_gpu_is_degraded_and_an_incident() -> None:
+def test_idle_node_without_a_log_but_with_a_lost_gpu_is_degraded_and_an_incident(tmp_path: Path) -> None:
     health = [*GPUS[:1], "Unable to determine the device handle for GPU 0000:19:00.0: Unknown Error"]
     res = finish("n", _fr(None, _kernel_records([], health)), load_rules(), facts={})
     assert res.verdict == "degraded" and "log not found" in (res.error or "")
@@ -284,6 +285,17 @@ def test_idle_node_without_a_log_but_with_a_lost_gpu_is_degraded_and_an_incident
     assert key and key.startswith("degraded:")
     again = finish("n2", _fr(None, _kernel_records([], health)), load_rules(), facts={})
     assert incident_key(again) == key  # the same fault on two nodes: one cause
+    ok = finish("n3", _fr(["serving 200 OK"], _kernel_records([], GPUS)), load_rules(), facts={})
+    assert ok.verdict == "healthy"
+    assert exit_for([ok, res]) is Exit.FAILED
+    assert fleet_view([res, again, ok]).title == "3 hosts: 2 degraded · 1 healthy"
+    with Store(tmp_path / "h.sqlite3") as st:  # a sweep raises it as an incident, then sees it resolved
+        first = st.record_sweep([res, ok], started=NOW)
+        assert [(c.host, c.verdict) for c in first.new] == [("n", "degraded")]
+        fixed = finish("n", _fr(None, _kernel_records([], GPUS)), load_rules(), facts={})
+        assert fixed.verdict == "no-log"
+        second = st.record_sweep([fixed, ok], started=NOW + 60)
+        assert [c.host for c in second.changed] == ["n"] and second.changed[0].previous.verdict == "degraded"
 
 
 def test_app_time_reads_the_log_stamps_on_the_host_clock() -> None:
