@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ class DemoNode:
     idle_seconds: float = 0.0  # how long ago the log was last written
     busy_gpu: bool = False  # its simulated nvidia-smi shows another process holding GPU 1
     expect: str = "failed"  # the verdict its story should get: the demo checks itself
+    kernel: str = "h200-boot.txt"  # its kernel log (fleetdiag/data/demo/kernel), served by a stand-in dmesg
+    gpu_lost: bool = False  # its simulated nvidia-smi cannot reach GPU 1 (it fell off the bus)
     port: int = 0
     path: Path | None = None
 
@@ -46,6 +49,9 @@ def default_nodes() -> list[DemoNode]:
         DemoNode("de-node", "stalled.log", 80, "de",
                  "the launch script waits for a server that never came up", idle_seconds=1500,
                  expect="stalled"),
+        DemoNode("jp-node", "gpu_fault.log", 150, "jp",
+                 "serving, until a worker dies of a CUDA error: its GPU fell off the bus (kernel: Xid 79)",
+                 idle_seconds=40, kernel="gpu_fault.txt", gpu_lost=True),
     ]
 
 
@@ -140,6 +146,7 @@ class DemoFleet:
             lines.append(f"[127.0.0.1]:{proxy.port} {pub}\n")
             node.path = self._write_log(node)
             self._write_gpus(node)
+            self._write_kernel(node, self.workdir / "nodes" / node.name / "bin")
         self.known_hosts = self.workdir / "known_hosts"
         self.known_hosts.write_text("".join(lines))
         self.inventory = self.workdir / "inventory.yaml"
@@ -150,11 +157,34 @@ class DemoFleet:
         d.mkdir(parents=True, exist_ok=True)
         path = d / "vllm.log"
         text = resources.files("fleetdiag").joinpath("data", "demo", node.log).read_text(encoding="utf-8")
+        end = time.time() - node.idle_seconds
+        # @T-30@: a vLLM time stamp 30 s before the log's last write (logs whose story needs today's clock)
+        text = re.sub(r"@T([+-]\d+)@", lambda m: time.strftime("%m-%d %H:%M:%S", time.localtime(end + int(m[1]))),
+                      text)
         path.write_text(text, encoding="utf-8")
         if node.idle_seconds:
-            t = time.time() - node.idle_seconds
-            os.utime(path, (t, t))
+            os.utime(path, (end, end))
         return path
+
+    def _write_kernel(self, node: DemoNode, bindir: Path) -> None:
+        """Stand-in dmesg and journalctl: the node's kernel log in plain dmesg form (seconds since boot).
+        ``@B-3.4@`` in the data is 3.4 s before the log's last write, on this machine's boot clock.
+        journalctl shows no kernel lines (as for a user outside systemd-journal), so dmesg is read."""
+        try:
+            with open("/proc/uptime", encoding="ascii") as fh:
+                boot = time.time() - float(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            boot = time.time()
+        end = time.time() - node.idle_seconds
+        text = resources.files("fleetdiag").joinpath("data", "demo", "kernel", "h200-boot.txt").read_text("utf-8")
+        if node.kernel != "h200-boot.txt":
+            text += resources.files("fleetdiag").joinpath("data", "demo", "kernel", node.kernel).read_text("utf-8")
+        text = re.sub(r"@B([+-]\d+(?:\.\d+)?)@", lambda m: f"[{max(0.0, end - boot + float(m[1])):12.6f}]", text)
+        (bindir / "dmesg.txt").write_text(text, encoding="utf-8")
+        for name, body in (("dmesg", 'cat "$d/dmesg.txt"\n'), ("journalctl", "exit 0\n")):
+            exe = bindir / name
+            exe.write_text(f"#!/bin/sh\nd={shlex.quote(str(bindir))}\n{body}")
+            exe.chmod(0o755)
 
     def _write_gpus(self, node: DemoNode) -> None:
         """A stand-in nvidia-smi printing real output of a 2× H200 host."""
@@ -162,16 +192,23 @@ class DemoFleet:
         bindir.mkdir(parents=True, exist_ok=True)
         smi = resources.files("fleetdiag").joinpath("data", "demo", "nvidia-smi")
         for name in ("nvidia-smi-query.csv", "nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv",
-                     "nvidia-smi-L.txt", "nvidia-smi.txt"):
+                     "nvidia-smi-L.txt", "nvidia-smi.txt", "nvidia-smi-health.csv", "nvidia-smi-health-lost.csv",
+                     "nvidia-smi-help-query-gpu.txt"):
             (bindir / name).write_bytes(smi.joinpath(name).read_bytes())
         query, apps = ("nvidia-smi-query-busy.csv", "cat \"$d/nvidia-smi-apps.csv\"") if node.busy_gpu \
             else ("nvidia-smi-query.csv", ":")
+        query_cmd, health = f'cat "$d/{query}"', "nvidia-smi-health.csv"
+        if node.gpu_lost:  # a GPU has left the bus: every query names it, and the GPU list query fails
+            health = "nvidia-smi-health-lost.csv"
+            query_cmd = f'head -n 1 "$d/{health}"; exit 15'
         exe = bindir / "nvidia-smi"
         exe.write_text(
             "#!/bin/sh\n"
             f"d={shlex.quote(str(bindir))}\n"
             'case "$*" in\n'
-            f'  *--query-gpu=*) cat "$d/{query}" ;;\n'
+            '  *--help-query-gpu*) cat "$d/nvidia-smi-help-query-gpu.txt" ;;\n'
+            f'  *--query-gpu=*pci.bus_id*) cat "$d/{health}" ;;\n'
+            f"  *--query-gpu=*) {query_cmd} ;;\n"
             f"  *--query-compute-apps=*) {apps} ;;\n"
             '  -L*) cat "$d/nvidia-smi-L.txt" ;;\n'
             '  *) cat "$d/nvidia-smi.txt" ;;\n'

@@ -5,12 +5,12 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, Iterable
 
-from .records import FAILED, NO_LOG, STALLED, UNREACHABLE, CheckStatus, HostResult
+from .records import DEGRADED, FAILED, NO_LOG, STALLED, UNREACHABLE, CheckStatus, HostResult
 
 
 class Exit(IntEnum):
     OK = 0  # every selected host is healthy or starting
-    FAILED = 1  # at least one host failed or stalled
+    FAILED = 1  # at least one host failed, stalled or is degraded (a faulty GPU)
     USAGE = 2  # bad arguments, inventory or selector
     UNREACHABLE = 3  # no failure found, but some host was unreachable or had no readable log
     INTERNAL = 4  # a bug in fleetdiag
@@ -19,7 +19,7 @@ class Exit(IntEnum):
 
 def exit_for(results: Iterable[HostResult]) -> Exit:
     verdicts = {r.verdict for r in results}
-    if verdicts & {FAILED, STALLED}:
+    if verdicts & {FAILED, STALLED, DEGRADED}:
         return Exit.FAILED
     if verdicts & {UNREACHABLE, NO_LOG}:
         return Exit.UNREACHABLE

@@ -162,6 +162,8 @@ def parse_output(out: str, mark: str) -> FunnelResult:
         elif kind == "F":
             key, _, value = rest.partition("\t")
             res.facts.setdefault("raw", {}).setdefault(key, []).append(value)
+        elif kind == "K":  # kernel evidence (remote/kernel.sh), one of its lines per record
+            res.kernel.append(rest)
     if not ended:
         res.markers.append(CUT)
     return res

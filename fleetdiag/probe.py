@@ -16,6 +16,7 @@ from .units import ago
 from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, analyze, load_rules
+from .evidence import host as evidence_mod
 from .records import (
     FAILED,
     HEALTHY,
@@ -60,6 +61,7 @@ class ProbeSettings:
     jump_resolver: Callable[[str], tuple[str, int | None, str | None]] | None = None
     save_dir: Path | None = None  # keep each host's raw funnel output (the evidence)
     path_prepend: str | None = None  # a remote dir put before PATH for the facts (nvidia-smi in an odd place)
+    kernel: bool = True  # the kernel log and GPU health, in the same exec (fleetdiag/remote/kernel.sh)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
 
@@ -95,7 +97,22 @@ def finish(
     timing: Timing | None = None,
     facts: dict[str, Any] | None = None,
 ) -> HostResult:
-    """Turn one funnel result into a verdict: the step probe, analyze and watch share."""
+    """Turn one funnel result into a verdict: the step probe, analyze and watch share.
+
+    The log decides first; then the kernel and GPU evidence the same round trip brought (when it did)
+    may name the cause below it, or find the host ``degraded`` (``fleetdiag.evidence.host``)."""
+    res = _finish_log(host, fr, rules, stall_after, timing, facts)
+    return evidence_mod.apply(res, fr)
+
+
+def _finish_log(
+    host: str,
+    fr: FunnelResult,
+    rules: Rules,
+    stall_after: float,
+    timing: Timing | None,
+    facts: dict[str, Any] | None,
+) -> HostResult:
     res = HostResult(host=host, verdict=NO_LOG, log=fr.path, timing=timing or Timing(), markers=list(fr.markers))
     res.timing.bytes = fr.payload_bytes
     res.idle_seconds = fr.idle_seconds
@@ -186,6 +203,9 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         if settings.facts:  # same exec: the facts snippet runs after the funnel
             spec.extra += facts_mod.SNIPPET
             spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
+        if settings.kernel:  # same exec: kernel log and GPU health after the facts
+            spec.extra += evidence_mod.SCRIPT
+            spec.extra_vars.update(evidence_mod.script_vars(settings.path_prepend))
         mark = funnel_mod.new_mark()
         command = funnel_mod.remote_command(funnel_mod.build_script(spec, mark))
         partial = None

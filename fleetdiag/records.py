@@ -30,6 +30,7 @@ class Verdict(StrEnum):
 
     FAILED = "failed"
     STALLED = "stalled"
+    DEGRADED = "degraded"  # no failing job, but a GPU is faulty (lost, uncorrectable ECC, remap failure, narrow link)
     UNREACHABLE = "unreachable"
     NO_LOG = "no-log"
     STARTING = "starting"
@@ -90,6 +91,7 @@ class CheckStatus(StrEnum):
 
 FAILED = Verdict.FAILED
 STALLED = Verdict.STALLED
+DEGRADED = Verdict.DEGRADED
 UNREACHABLE = Verdict.UNREACHABLE
 NO_LOG = Verdict.NO_LOG
 STARTING = Verdict.STARTING
@@ -132,6 +134,7 @@ class FunnelResult:
     facts: dict[str, Any] = field(default_factory=dict)
     payload_bytes: int = 0
     remote_ms: float | None = None
+    kernel: list[str] = field(default_factory=list)  # kernel.sh's output (its marked sections), as sent
 
     def lines(self) -> list[Line]:
         """All lines from every stage, merged by position, each once."""
@@ -169,6 +172,8 @@ class Decisive:
     reason: str = ""
     rank: int | None = None
     rule: str | None = None
+    source: str = "log"  # where the line came from: log | kernel | gpu
+    consequence: str | None = None  # source kernel/gpu: the application's error this caused (its log line)
 
 
 @dataclass
@@ -208,6 +213,8 @@ class HostResult:
     idle_seconds: float | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     markers: list[str] = field(default_factory=list)
+    # what the decision saw: {source: log|kernel|gpu, time, line, pid, gpu, kind, code}
+    evidence: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -35,20 +35,33 @@ from rich.text import Text
 from . import units
 from .units import ago
 from .facts import summary_lines
-from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult, WatchState
+from .records import (
+    DEGRADED,
+    FAILED,
+    HEALTHY,
+    NO_LOG,
+    STALLED,
+    STARTING,
+    UNREACHABLE,
+    VERDICTS,
+    HostResult,
+    WatchState,
+)
 
 STYLE = {
     FAILED: "bold red",
     STALLED: "bold yellow",
+    DEGRADED: "bold dark_orange",
     UNREACHABLE: "bold magenta",
     NO_LOG: "yellow",
     STARTING: "cyan",
     HEALTHY: "bold green",
 }
-ICON = {FAILED: "✗", STALLED: "⏸", UNREACHABLE: "⚠", NO_LOG: "?", STARTING: "…", HEALTHY: "✓"}
+ICON = {FAILED: "✗", STALLED: "⏸", DEGRADED: "▼", UNREACHABLE: "⚠", NO_LOG: "?", STARTING: "…", HEALTHY: "✓"}
 EXPLAIN = {
     FAILED: "the log names an error that stopped the run",
     STALLED: "the log stopped moving while waiting to start",
+    DEGRADED: "no job failed, but a GPU is faulty: drain the node before the next job lands on it",
     UNREACHABLE: "fleetdiag could not reach the host",
     NO_LOG: "fleetdiag reached the host but could not read its log",
     STARTING: "still starting up",
@@ -223,7 +236,9 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
     d = res.decisive
-    if d is not None:
+    if d is not None and d.source != "log":
+        _below_the_log(grid, res)
+    elif d is not None:
         grid.add_row("cause", Text(d.message or d.line, style="bold"))
         where = [p for p in (d.process, d.time) if p]
         loc = f"line {d.lineno}" if d.lineno else (f"byte {d.pos}" if d.pos is not None else "")
@@ -252,6 +267,15 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         grid.add_row("cascade", Text(cascade))
     for label, text in summary_lines(res.facts or {}):  # the host's GPUs and the launch, two rows at most
         grid.add_row(label, Text(text, style="cyan"))
+    kernel_log = (res.facts or {}).get("kernel_log")
+    if isinstance(kernel_log, dict) and kernel_log.get("kernel_log") == "unreadable":
+        grid.add_row("kernel log", Text(f"unreadable: {kernel_log.get('why', '')}", style="yellow"))
+        grid.add_row("fix", Text(str(kernel_log.get("fix", "")), style="green"))
+    faults = [e for e in res.evidence if e.get("source") == "gpu"]
+    if faults and (d is None or d.source != "gpu"):
+        grid.add_row("GPU health", Text("; ".join(f"GPU {e.get('gpu')}: {e.get('line')}" for e in faults[:6])
+                                        + (f"; … {len(faults) - 6} more" if len(faults) > 6 else ""),
+                                        style="bold dark_orange" if res.verdict == DEGRADED else "yellow"))
     parts: list[Any] = [grid]
     if d is not None and d.traceback:
         tb = _strip_common_prefix(d.traceback)
@@ -259,12 +283,36 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             keep = traceback_lines // 2
             tb = tb[:keep] + [f"… {len(tb) - 2 * keep} frames (see --json for all) …"] + tb[-keep:]
         body = Text("\n".join(tb), style="white", overflow="fold")
-        parts.append(Panel(body, title=Text(f"traceback of {d.process or 'the failing process'}"), title_align="left",
+        owner = "the consequence" if d.source != "log" else (d.process or "the failing process")
+        parts.append(Panel(body, title=Text(f"traceback of {owner}"), title_align="left",
                            border_style="dim", padding=(0, 1)))
     for m in res.markers:
         parts.append(Text(f"note: {m}", style="dim yellow"))
     parts.append(Text(found_text(res), style="dim"))
     return Panel(Group(*parts), title=title, title_align="left", border_style=style, padding=(0, 1))
+
+
+def _below_the_log(grid: Table, res: HostResult) -> None:
+    """The rows of a cause found below the application (a kernel line or the GPU's health), its
+    application error shown under it as the consequence."""
+    d = res.decisive
+    assert d is not None
+    grid.add_row("cause", Text(d.message or d.line, style="bold"))
+    where = "kernel log" if d.source == "kernel" else "nvidia-smi"
+    src = (res.facts or {}).get("kernel_log")
+    if d.source == "kernel" and isinstance(src, dict) and src.get("source"):
+        where += f" ({src['source']})"
+    grid.add_row("where", Text(" · ".join(p for p in (where, d.process, d.time) if p)))
+    if d.source == "kernel":
+        grid.add_row("kernel line", Text(d.line, style="dim"))
+    kind = " · ".join(x for x in (d.exception_type, d.category) if x)
+    grid.add_row("kind", Text(f"{kind} · confidence {d.confidence:.0%}"))
+    if d.reason:
+        grid.add_row("why this", Text(d.reason))
+    if d.hint:
+        grid.add_row("hint", Text(d.hint, style="green"))
+    if d.consequence:
+        grid.add_row("consequence", Text(d.consequence + (f"  (in {res.log})" if res.log else "")))
 
 
 def found_text(res: HostResult) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from .records import FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
+from .records import DEGRADED, FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
 
 SCHEMA_VERSION = 1
 DB_NAME = "history.sqlite3"
@@ -73,6 +73,11 @@ def incident_key(res: HostResult) -> str | None:
         return f"failed:{(d.exception_type if d else None) or 'unknown'}"
     if res.verdict == STALLED:
         return f"stalled:{d.fingerprint}" if d is not None and d.fingerprint else "stalled"
+    if res.verdict == DEGRADED:  # the same faults on the same GPUs: one incident until they change
+        from .analysis.fingerprint import fingerprint
+
+        faults = sorted(str(e.get("line")) for e in res.evidence if e.get("source") == "gpu")
+        return f"degraded:{fingerprint('gpu-health', '; '.join(faults))}" if faults else "degraded"
     kind = res.facts.get("error_kind")
     if res.verdict == UNREACHABLE:
         return f"unreachable:{kind or 'error'}"

@@ -59,12 +59,13 @@ def test_formats():
 
 
 def test_str_enums_are_the_schema_strings():
-    assert [str(v) for v in VERDICTS] == ["failed", "stalled", "unreachable", "no-log", "starting", "healthy"]
+    assert [str(v) for v in VERDICTS] == ["failed", "stalled", "degraded", "unreachable", "no-log", "starting", "healthy"]
     assert FAILED is Verdict.FAILED and FAILED == "failed" and f"{FAILED:<8}|" == "failed  |"
     res = HostResult(host="h", verdict=Verdict.STALLED)
     doc = json.loads(json.dumps(res.to_json()))
     assert doc["verdict"] == "stalled" and host_result_from_json(doc).verdict == Verdict.STALLED
-    assert [s.value for s in WatchState][:4] == [v.value for v in VERDICTS][:4]
+    # a watch follows the log only (no kernel evidence): its states are the verdicts but degraded
+    assert [s.value for s in WatchState][:4] == [v.value for v in VERDICTS if v != Verdict.DEGRADED][:4]
     assert LogStatus("no-match") is LogStatus.NO_MATCH and CheckStatus("pass") is PASS
 
 
@@ -77,6 +78,7 @@ def test_exit_codes_live_in_exitcodes():
     assert preflight_exit(pre("unreachable", FAIL)) is Exit.FAILED
     assert exit_code(pre(WARN)) == 0 and exit_code(pre(FAIL)) == 1  # the old name still answers
     assert exit_for([HostResult(host="a", verdict="no-log")]) is Exit.UNREACHABLE
+    assert exit_for([HostResult(host="a", verdict="unreachable"), HostResult(host="b", verdict="degraded")]) is Exit.FAILED
 
 
 def test_bad_duration_on_the_command_line_is_a_usage_error(tmp_path):

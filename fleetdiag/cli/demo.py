@@ -42,7 +42,8 @@ def demo(ctx: Context, serve: bool) -> None:
             async with DemoFleet(Path(tmp)) as fleet:
                 out.print(Rule("fleetdiag demo"))
                 out.print(
-                    "A local SSH server on 127.0.0.1 plays four GPU nodes, each behind a simulated network delay.\n"
+                    f"A local SSH server on 127.0.0.1 plays {len(fleet.nodes)} GPU nodes, each behind a simulated "
+                    "network delay.\n"
                     "Each node's vLLM log tells a different story:\n"
                 )
                 for n in fleet.nodes:
