@@ -22,6 +22,12 @@ CLOSED = "closed"
 JUMP = "jump"
 NETWORK = "network"
 KEY = "client-key"
+OVERSIZE = "output-cap"  # the host sent more than MAX_OUTPUT: reading stopped
+
+# The most fleetdiag reads from one host for one command (the funnel's own
+# output is tens of KB by design). A host that prints without end (a login
+# banner loop, ``exec yes`` as ForceCommand) is cut here, never buffered whole.
+MAX_OUTPUT = 8 * 1024 * 1024
 
 PASSPHRASE_ENV = "FLEETDIAG_PASSPHRASE"  # unlocks encrypted key files; never printed
 

@@ -13,6 +13,8 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,9 @@ from .reach import (  # noqa: F401  (re-exported: the options and errors live wi
     HOSTKEY_UNKNOWN,
     JUMP,
     KEY,
+    MAX_OUTPUT,
     NETWORK,
+    OVERSIZE,
     PASSPHRASE_ENV,
     REFUSED,
     TIMEOUT,
@@ -107,10 +111,13 @@ class Connection:
 
     STDERR_KEEP = 4096
 
-    async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]:
+    async def run(
+        self, command: str, timeout: float | None, cap: int = MAX_OUTPUT
+    ) -> tuple[bytes, int | None, float, float]:
         """Run one command; returns (stdout, exit status, open+exec ms, total ms).
 
-        Raises HostError when the command could not start, PartialOutput
+        Raises HostError when the command could not start or its output
+        passed ``cap`` bytes (reading stops there), PartialOutput
         (with what arrived) when its output was cut by the timeout or a
         dropped connection.
         """
@@ -144,11 +151,16 @@ class Connection:
 
         async def drain() -> None:
             err_task = asyncio.ensure_future(drain_err())
+            got = 0
             try:
                 while True:
                     data = await proc.stdout.read(65536)
                     if not data:
                         break
+                    got += len(data)
+                    if got > cap:
+                        proc.close()
+                        raise HostError(OVERSIZE, too_much(cap, self.where))
                     chunks.append(data)
                 await err_task
             finally:
@@ -157,6 +169,10 @@ class Connection:
 
         try:
             await asyncio.wait_for(drain(), left)
+        except HostError:
+            self.last_stderr = b"".join(err)
+            chunks.clear()
+            raise
         except (asyncio.TimeoutError, TimeoutError):
             proc.close()
             got = sum(map(len, chunks))
@@ -178,10 +194,86 @@ class Connection:
         self.last_status = proc.exit_status
         return b"".join(chunks), proc.exit_status, (t_open - t0) * 1000, (t1 - t0) * 1000
 
+    @asynccontextmanager
+    async def stream(self, command: str, cap: int | None = MAX_OUTPUT) -> AsyncIterator[LineStream]:
+        """Start a long-running command and read its stdout line by line (watch's follower).
+
+        Stderr is discarded. The command is closed when the block ends.
+        Raises HostError when the command could not start.
+        """
+        try:
+            proc = await self.conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL,
+                                                  stderr=asyncssh.DEVNULL)
+        except (asyncssh.Error, OSError) as exc:
+            raise explain(exc) from exc
+        ls = LineStream(proc, self.where, cap)
+        try:
+            yield ls
+        finally:
+            proc.close()
+
     def close(self) -> None:
         self.conn.close()
         if self.tunnel is not None:
             self.tunnel.close()
+
+
+def too_much(cap: int, where: str) -> str:
+    """The status of a host that sent more than ``cap`` bytes."""
+    return (f"{where} sent more than {cap // (1024 * 1024) or 1} MiB of output: reading stopped "
+            "(does its login print without end? check the shell's startup files or a ForceCommand)")
+
+
+class LineStream:
+    """Lines from a running remote command, with a bound on what is held.
+
+    ``cap`` bounds the bytes read while it is set (the snapshot phase) and,
+    always, the length of one line: a host that prints without a newline or
+    without end raises HostError(OVERSIZE) instead of filling memory.
+    Set ``cap = None`` after the bounded phase to read records for hours.
+    """
+
+    CHUNK = 65536
+
+    def __init__(self, proc: Any, where: str, cap: int | None = MAX_OUTPUT):
+        self.proc = proc
+        self.where = where
+        self.cap = cap
+        self.read_bytes = 0
+        self._buf = bytearray()
+        self._eof = False
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.proc.exit_status
+
+    async def readline(self) -> bytes:
+        """The next line with its newline; the unfinished tail at the end; b"" at EOF."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[: nl + 1])
+                del self._buf[: nl + 1]
+                return line
+            if len(self._buf) > MAX_OUTPUT:
+                self.proc.close()
+                raise HostError(OVERSIZE, too_much(MAX_OUTPUT, self.where))
+            if self._eof:
+                line = bytes(self._buf)
+                self._buf.clear()
+                return line
+            try:
+                data = await self.proc.stdout.read(self.CHUNK)
+            except (asyncssh.Error, OSError) as exc:
+                raise explain(exc) from exc
+            if not data:
+                self._eof = True
+                continue
+            self.read_bytes += len(data)
+            if self.cap is not None and self.read_bytes > self.cap:
+                self.proc.close()
+                raise HostError(OVERSIZE, too_much(self.cap, self.where))
+            self._buf += data
 
 
 def _size(n: int) -> str:

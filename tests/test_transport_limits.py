@@ -1,0 +1,58 @@
+"""Limits that protect the controller from a host: output cap, local fd limit, jump chains, file names.
+
+Each test goes through a real OpenSSH sshd on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+
+import pytest
+
+from fleetdiag.reach import MAX_OUTPUT, OVERSIZE
+from fleetdiag.records import UNREACHABLE
+from fleetdiag.watch import Watch
+
+from .sshd import start_sshd
+from .test_reliability import make_host, probe, write_log
+from .test_watch import Run, inventory, settings
+
+
+@pytest.fixture(scope="module")
+def spam_sshd(tmp_path_factory: pytest.TempPathFactory):
+    """A host whose login prints without end, as ``ForceCommand exec yes spam`` does."""
+    server = start_sshd(tmp_path_factory.mktemp("spam"), extra_config="ForceCommand exec yes spam\n")
+    yield server
+    server.stop()
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_probe_of_a_host_that_prints_without_end_is_capped(spam_sshd, tmp_path):
+    log = write_log(tmp_path / "v.log", b"INFO fine\n")
+    before = _rss_mib()
+    res = probe(make_host(spam_sshd.port, log), spam_sshd.opts(command_timeout=60))
+    grown = _rss_mib() - before
+    assert res.verdict == UNREACHABLE
+    assert res.facts["error_kind"] == OVERSIZE
+    assert "MiB of output" in (res.error or "") and "reading stopped" in (res.error or "")
+    assert grown < 8 * MAX_OUTPUT / (1024 * 1024), f"peak RSS grew {grown:.0f} MiB"
+
+
+def test_watch_reports_a_host_that_prints_without_end_as_unreachable(spam_sshd, tmp_path):
+    log = tmp_path / "v.log"
+    log.write_text("INFO fine\n")
+    inv = inventory(spam_sshd, {"spam": {"log": log}})
+
+    async def go() -> None:
+        async with Run(Watch(list(inv.hosts.values()), settings(spam_sshd, grace=60.0))) as run:
+            await run.state("spam", UNREACHABLE)
+            view = run.watch.views["spam"]
+            assert "MiB of output" in view.reason
+
+    before = _rss_mib()
+    asyncio.run(go())
+    assert _rss_mib() - before < 8 * MAX_OUTPUT / (1024 * 1024)
