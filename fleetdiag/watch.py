@@ -34,15 +34,31 @@ import math
 import random
 import secrets
 import time
-from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
-from .units import ago
 from . import follow as follow_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, load_rules
-from .probe import DEFAULT_STALL_AFTER, HostLike, ProbeSettings, finish, open_host, spec_for
+from .probe import (
+    DEFAULT_STALL_AFTER,
+    HostLike,
+    ProbeSettings,
+    finish,
+    open_host,
+    spec_for,
+)
+from .reach import (
+    AUTH,
+    CLOSED,
+    HOSTKEY_CHANGED,
+    HOSTKEY_UNKNOWN,
+    KEY,
+    OVERSIZE,
+    TIMEOUT,
+    HostError,
+    TransportOptions,
+)
 from .records import (
     FAILED,
     HEALTHY,
@@ -57,8 +73,9 @@ from .records import (
     Line,
     Timing,
 )
-from .reach import AUTH, CLOSED, HOSTKEY_CHANGED, HOSTKEY_UNKNOWN, KEY, OVERSIZE, TIMEOUT, HostError, TransportOptions
+from .scheduler import HandshakeGate
 from .transport import explain
+from .units import ago
 
 CONNECTING = "connecting"
 RECOVERED = "recovered"
@@ -651,7 +668,7 @@ class Watch:
         self.session = secrets.token_hex(6)
         self._queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
         self._seq = 0
-        gate = _handshake_gate(settings.connect_fanout, settings.per_address, settings.jump_resolver)
+        gate = HandshakeGate(max(1, settings.per_address), settings.jump_resolver, total=max(1, settings.connect_fanout))
         self.watchers = [HostWatcher(h, settings, self._on_change, self.session, gate) for h in hosts]
         self.views: dict[str, HostView] = {w.view.host: w.view for w in self.watchers}
 
@@ -693,28 +710,6 @@ class Watch:
     def results(self) -> list[HostResult]:
         """Every host as a probe-shaped result (the final summary and exit code)."""
         return [w.view.to_result() for w in self.watchers]
-
-
-def _handshake_gate(fanout: int, per_address: int,
-                    resolve: Callable[[str], tuple[str, int | None, str | None]] | None) -> Callable[[HostLike], Any]:
-    """Bound concurrent handshakes fleet-wide and per first-hop address (sshd's MaxStartups)."""
-    from .probe import parse_jump
-
-    total = asyncio.Semaphore(max(1, fanout))
-    per: dict[tuple[str, int], asyncio.Semaphore] = {}
-
-    @asynccontextmanager
-    async def gate(host: HostLike) -> AsyncIterator[None]:
-        if host.jump:
-            addr, port, _user = (resolve or parse_jump)(host.jump)
-            key = (addr, port or 22)
-        else:
-            key = (host.target, host.port or 22)
-        sem = per.setdefault(key, asyncio.Semaphore(max(1, per_address)))
-        async with total, sem:
-            yield
-
-    return gate
 
 
 def summary_counts(views: Iterable[HostView]) -> dict[str, int]:
