@@ -368,12 +368,36 @@ async def _open(
         raise explain(exc, target, port) from exc
     except asyncssh.PermissionDenied as exc:
         raise HostError(AUTH, _auth_reason(where, opts)) from exc
-    except (asyncssh.Error, OSError, ValueError) as exc:
+    except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as exc:
+        raise HostError(KEY, _key_reason(opts, exc)) from exc
+    except ValueError as exc:
+        if "known hosts" in str(exc).lower():  # asyncssh quotes the offending line: never show it
+            raise HostError(HOSTKEY_UNKNOWN, _known_hosts_reason(opts)) from exc
+        he = explain(exc, target, port)
+        raise HostError(he.kind, _scrub(str(he), opts)) from exc
+    except (asyncssh.Error, OSError) as exc:
         he = explain(exc, target, port)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     if client.new_key is not None:
         _remember(client, target, port)
     return conn
+
+
+def _known_hosts_reason(opts: TransportOptions) -> str:
+    """A known_hosts file that does not parse, named but never quoted (it may not be a known_hosts file at all)."""
+    name = opts.known_hosts or "the known_hosts file of your ssh config"
+    return f"{name} is not a valid known_hosts file (its contents are not shown); pass the right file to --known-hosts"
+
+
+def _key_reason(opts: TransportOptions, exc: BaseException) -> str:
+    """A client key that does not load, named but never quoted (the file may hold anything)."""
+    files = ", ".join(opts.client_keys) if opts.client_keys else "a key from the agent, ~/.ssh or IdentityFile"
+    locked = isinstance(exc, asyncssh.KeyEncryptionError) or "passphrase" in str(exc).lower()
+    if locked:
+        return (f"cannot load a client key ({files}): it is encrypted and the passphrase is missing or wrong "
+                f"(put it in ${PASSPHRASE_ENV}, or use an ssh-agent)")
+    return (f"cannot load a client key ({files}): not a valid private key file (its contents are not shown); "
+            f"an encrypted key needs its passphrase in ${PASSPHRASE_ENV}, or an ssh-agent")
 
 
 def _auth_reason(where: str, opts: TransportOptions) -> str:
@@ -423,8 +447,7 @@ def explain(exc: BaseException, target: str = "", port: int | None = None) -> Ho
     if isinstance(exc, asyncssh.PermissionDenied):
         return HostError(AUTH, f"authentication refused by {where}: no offered key or agent identity was accepted")
     if isinstance(exc, (asyncssh.KeyImportError, asyncssh.KeyEncryptionError)):
-        return HostError(KEY, f"cannot load a client key: {_scrub(str(exc))} "
-                              f"(an encrypted key needs its passphrase in ${PASSPHRASE_ENV}, or an ssh-agent)")
+        return HostError(KEY, _key_reason(TransportOptions(), exc))
     if isinstance(exc, asyncssh.ConnectionLost):
         return HostError(CLOSED, f"connection to {where} lost: {exc}")
     if isinstance(exc, asyncssh.DisconnectError):

@@ -9,7 +9,9 @@ import asyncio
 import resource
 
 import pytest
+from click.testing import CliRunner
 
+from fleetdiag.cli import main
 from fleetdiag.reach import MAX_OUTPUT, OVERSIZE
 from fleetdiag.records import UNREACHABLE
 from fleetdiag.watch import Watch
@@ -56,3 +58,41 @@ def test_watch_reports_a_host_that_prints_without_end_as_unreachable(spam_sshd, 
     before = _rss_mib()
     asyncio.run(go())
     assert _rss_mib() - before < 8 * MAX_OUTPUT / (1024 * 1024)
+
+
+SECRET = "hunter2-SECRET-PW"
+
+
+@pytest.mark.parametrize(("content", "unparsable"), [(f"{SECRET}\n", True), (f"@{SECRET} host key\n", True),
+                                                     (f"machine example.com login bob password {SECRET}\n", False)])
+def test_a_wrong_known_hosts_file_is_named_never_quoted(sshd, tmp_path, content, unparsable):
+    netrc = tmp_path / "netrc"
+    netrc.write_text(content)
+    res = probe(make_host(sshd.port, tmp_path / "v.log"), sshd.opts(known_hosts=str(netrc)))
+    assert res.verdict == UNREACHABLE
+    assert SECRET not in (res.error or "")
+    if unparsable:  # else asyncssh skips the lines it cannot use: the key is unknown
+        assert str(netrc) in (res.error or "") and "not a valid known_hosts file" in (res.error or "")
+
+
+def test_a_wrong_known_hosts_file_through_the_cli_prints_no_contents(sshd, tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"{SECRET}\n")
+    log = write_log(tmp_path / "v.log", b"INFO fine\n")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+                   f"    logs:\n      v: {log}\n")
+    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "h", "--known-hosts", str(netrc),
+                                  "-k", str(sshd.client_key)])
+    assert SECRET not in r.output, r.output
+    assert "not a valid known_hosts file" in r.output
+
+
+@pytest.mark.parametrize("content", [f"{SECRET}\n", f"-----BEGIN OPENSSH PRIVATE KEY-----\n{SECRET}\n"])
+def test_a_wrong_identity_file_is_named_never_quoted(sshd, tmp_path, content):
+    netrc = tmp_path / "netrc"
+    netrc.write_text(content)
+    res = probe(make_host(sshd.port, tmp_path / "v.log"), sshd.opts(client_keys=[str(netrc)]))
+    assert res.verdict == UNREACHABLE
+    assert SECRET not in (res.error or "")
+    assert str(netrc) in (res.error or "") and "not a valid private key file" in (res.error or "")
