@@ -22,6 +22,7 @@ CLOSED = "closed"
 JUMP = "jump"
 NETWORK = "network"
 KEY = "client-key"
+LOCAL = "local"  # a limit of this machine (file descriptors), never the host's status by choice
 OVERSIZE = "output-cap"  # the host sent more than MAX_OUTPUT: reading stopped
 
 # The most fleetdiag reads from one host for one command (the funnel's own

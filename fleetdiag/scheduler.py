@@ -231,6 +231,27 @@ def _log_of(host: HostLike, settings: ProbeSettings) -> str | None:
         return None
 
 
+FDS_PER_HOST = 3  # a socket, plus a jump tunnel's, plus slack for the event loop
+FD_HEADROOM = 64  # stdin/out/err, the history store, logs, the terminal
+
+
+def fd_bound() -> int:
+    """How many hosts may be open at once within this process's file-descriptor limit.
+
+    Past it, connections fail locally (EMFILE) and a host would be blamed for
+    a limit of this machine: the fanout is bounded here instead.
+    """
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1 << 30
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 1 << 30
+    return max(1, (soft - FD_HEADROOM) // FDS_PER_HOST)
+
+
 def deadline_error(seconds: float) -> str:
     return f"no answer within {seconds:g}s (deadline)"
 
@@ -333,7 +354,7 @@ async def probe_many(
         except Exception as exc:  # e.g. a progress callback's bug: raise it to the caller, never hang
             out.put_nowait(exc)
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(max(1, fanout), total))]
+    workers = [asyncio.ensure_future(worker()) for _ in range(min(max(1, fanout), fd_bound(), total))]
     try:
         for _ in range(total):
             item = await out.get()

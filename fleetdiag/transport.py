@@ -10,6 +10,7 @@ trust-on-first-use and never applies to a key that changed.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import time
@@ -29,6 +30,7 @@ from .reach import (  # noqa: F401  (re-exported: the options and errors live wi
     HOSTKEY_UNKNOWN,
     JUMP,
     KEY,
+    LOCAL,
     MAX_OUTPUT,
     NETWORK,
     OVERSIZE,
@@ -456,6 +458,9 @@ def explain(exc: BaseException, target: str = "", port: int | None = None) -> Ho
         return HostError(CLOSED, f"{where} refused a session channel: {exc.reason or exc}")
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return HostError(TIMEOUT, f"{where} timed out")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return HostError(LOCAL, f"this machine ran out of file descriptors ({exc.strerror}); "
+                                "not the host's fault: raise `ulimit -n` or lower --fanout")
     if isinstance(exc, OSError):
         return HostError(NETWORK, f"{where}: {exc.strerror or exc}")
     return HostError(NETWORK, f"{where}: {type(exc).__name__}: {_scrub(str(exc))}")

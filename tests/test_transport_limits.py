@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -96,3 +97,39 @@ def test_a_wrong_identity_file_is_named_never_quoted(sshd, tmp_path, content):
     assert res.verdict == UNREACHABLE
     assert SECRET not in (res.error or "")
     assert str(netrc) in (res.error or "") and "not a valid private key file" in (res.error or "")
+
+
+FD_SCRIPT = r"""
+import asyncio, json, resource, socket, sys
+from fleetdiag.inventory import Host
+from fleetdiag.probe import ProbeSettings
+from fleetdiag.reach import TransportOptions
+from fleetdiag.scheduler import probe_many
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(4096)  # never accepts: each connection holds a socket until the connect timeout
+port = srv.getsockname()[1]
+hosts = [Host(name=f"h{i}", address="127.0.0.1", port=port, logs={"v": "/tmp/x"}) for i in range(400)]
+opts = TransportOptions(known_hosts="/dev/null", client_keys=[], ssh_config=[], connect_timeout=1.5)
+async def go():
+    return [r async for r in probe_many(hosts, ProbeSettings(transport=opts), fanout=2000, per_address=2000)]
+res = asyncio.run(go())
+print(json.dumps([[r.host, r.facts.get("error_kind"), r.error] for r in res]))
+"""
+
+
+def test_local_fd_limit_is_never_a_host_status(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    out = subprocess.run([sys.executable, "-c", FD_SCRIPT], capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(rows) == 400
+    blamed = [r for r in rows if "file descriptors" in (r[2] or "") or "Too many open files" in (r[2] or "")]
+    assert not blamed, blamed[:3]
+    assert {r[1] for r in rows} == {"timeout"}, {r[1] for r in rows}
