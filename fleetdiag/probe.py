@@ -27,7 +27,7 @@ from .records import (
     HostResult,
     Timing,
 )
-from .reach import HostError, PartialOutput, TransportOptions
+from .reach import JUMP, HostError, JumpHop, PartialOutput, TransportOptions, parse_jump_chain
 
 if TYPE_CHECKING:
     from .transport import Connection
@@ -143,14 +143,33 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
-        jump = resolve(host.jump)
+        try:
+            hops = parse_jump_chain(host.jump)
+        except ValueError as exc:
+            raise HostError(JUMP, str(exc)) from None
+        # each hop may name an inventory host; a chain is connected through in order
+        jump = [resolve(_hop_text(h)) for h in hops]
     if settings.connect_gate is None:
         return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
     async with settings.connect_gate(host):
         return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
 
 
+def _hop_text(h: JumpHop) -> str:
+    addr = f"[{h.host}]" if ":" in h.host else h.host
+    return f"{h.user + '@' if h.user else ''}{addr}{':' + str(h.port) if h.port else ''}"
+
+
 def parse_jump(text: str) -> tuple[str, int | None, str | None]:
+    """The first hop of a ProxyJump value as (host, port, user): the address whose sshd gates the handshake."""
+    try:
+        h = parse_jump_chain(text)[0]
+    except ValueError:
+        return text, None, None
+    return h.host, h.port, h.user
+
+
+def _parse_jump_legacy(text: str) -> tuple[str, int | None, str | None]:
     """``user@host:port`` (user and port optional), as ProxyJump writes it."""
     user = None
     if "@" in text:

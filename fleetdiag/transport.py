@@ -110,6 +110,7 @@ class Connection:
     where: str = "host"
     last_stderr: bytes = field(default=b"", init=False, repr=False)
     last_status: int | None = field(default=None, init=False)
+    hops: list[Any] = field(default_factory=list, init=False, repr=False)  # every jump connection, first hop first
 
     STDERR_KEEP = 4096
 
@@ -216,8 +217,8 @@ class Connection:
 
     def close(self) -> None:
         self.conn.close()
-        if self.tunnel is not None:
-            self.tunnel.close()
+        for t in reversed(self.hops or ([self.tunnel] if self.tunnel is not None else [])):
+            t.close()
 
 
 def too_much(cap: int, where: str) -> str:
@@ -311,25 +312,34 @@ async def connect(
     port: int | None = None,
     user: str | None = None,
     opts: TransportOptions | None = None,
-    jump: tuple[str, int | None, str | None] | None = None,
+    jump: tuple[str, int | None, str | None] | list[tuple[str, int | None, str | None]] | None = None,
 ) -> Connection:
-    """Open and authenticate a connection, or raise HostError with plain words."""
+    """Open and authenticate a connection, or raise HostError with plain words.
+
+    ``jump`` is one hop or a chain of hops (ProxyJump ``a,b``), connected through in order.
+    """
     opts = opts or TransportOptions()
+    hops = [jump] if isinstance(jump, tuple) else list(jump or [])
     tunnel = None
+    opened: list[Any] = []
     t0 = time.perf_counter()
-    if jump is not None:
-        jt, jp, ju = jump
-        try:
-            tunnel = await _open(jt, jp, ju, opts, None)
-        except HostError as exc:
-            raise HostError(JUMP, f"jump host {jt}:{jp or 22}: {exc}") from exc
+    via = None
     try:
-        conn = await _open(target, port, user, opts, tunnel, via=f"{jump[0]}:{jump[1] or 22}" if jump else None)
+        for jt, jp, ju in hops:
+            try:
+                tunnel = await _open(jt, jp, ju, opts, tunnel, via=via)
+            except HostError as exc:
+                raise HostError(JUMP, f"jump host {jt}:{jp or 22}: {exc}") from exc
+            opened.append(tunnel)
+            via = f"{jt}:{jp or 22}"
+        conn = await _open(target, port, user, opts, tunnel, via=via)
     except BaseException:
-        if tunnel is not None:
-            tunnel.close()
+        for t in reversed(opened):
+            t.close()
         raise
-    return Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=f"{target}:{port or 22}")
+    c = Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=f"{target}:{port or 22}")
+    c.hops = opened
+    return c
 
 
 async def _open(

@@ -133,3 +133,22 @@ def test_local_fd_limit_is_never_a_host_status(tmp_path):
     blamed = [r for r in rows if "file descriptors" in (r[2] or "") or "Too many open files" in (r[2] or "")]
     assert not blamed, blamed[:3]
     assert {r[1] for r in rows} == {"timeout"}, {r[1] for r in rows}
+
+
+def test_parse_jump_chain_reads_hops_in_order():
+    from fleetdiag.reach import JumpHop, parse_jump_chain
+
+    assert parse_jump_chain("a,bob@b:2222,[::1]:22,c@[fe80::1]") == [
+        JumpHop("a"), JumpHop("b", 2222, "bob"), JumpHop("::1", 22), JumpHop("fe80::1", None, "c")]
+    for bad in ("a,,b", "a:xx", "[::1", "@a", "a:70000", ""):
+        with pytest.raises(ValueError):
+            parse_jump_chain(bad)
+
+
+def test_two_hop_jump_chain_connects_and_probes(sshd, tmp_path):
+    log = write_log(tmp_path / "v.log", b"INFO fine\n")
+    hop = f"{sshd.user}@127.0.0.1:{sshd.port}"
+    res = probe(make_host(sshd.port, log, user=sshd.user, jump=f"{hop},{hop}"), sshd.opts())
+    assert res.verdict != UNREACHABLE, res.error
+    bad = probe(make_host(sshd.port, log, user=sshd.user, jump=f"{hop},127.0.0.1:1"), sshd.opts())
+    assert bad.verdict == UNREACHABLE and "127.0.0.1:1" in (bad.error or ""), bad.error
