@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
-from .units import ago
 from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, analyze, load_rules
+from .reach import (
+    JUMP,
+    HostError,
+    JumpHop,
+    PartialOutput,
+    TransportOptions,
+    parse_jump_chain,
+)
 from .records import (
     FAILED,
     HEALTHY,
@@ -27,7 +34,7 @@ from .records import (
     HostResult,
     Timing,
 )
-from .reach import JUMP, HostError, JumpHop, PartialOutput, TransportOptions, parse_jump_chain
+from .units import ago
 
 if TYPE_CHECKING:
     from .transport import Connection
@@ -167,24 +174,6 @@ def parse_jump(text: str) -> tuple[str, int | None, str | None]:
     except ValueError:
         return text, None, None
     return h.host, h.port, h.user
-
-
-def _parse_jump_legacy(text: str) -> tuple[str, int | None, str | None]:
-    """``user@host:port`` (user and port optional), as ProxyJump writes it."""
-    user = None
-    if "@" in text:
-        user, text = text.rsplit("@", 1)
-    port = None
-    if text.startswith("[") and "]" in text:
-        addr, _, rest = text[1:].partition("]")
-        if rest.startswith(":") and rest[1:].isdigit():
-            port = int(rest[1:])
-        return addr, port, user
-    if text.count(":") == 1:
-        addr, _, p = text.partition(":")
-        if p.isdigit():
-            return addr, int(p), user
-    return text, port, user
 
 
 async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:
