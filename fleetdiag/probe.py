@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
-from .units import ago
 from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, analyze, load_rules
 from .evidence import host as evidence_mod
+from .reach import (
+    JUMP,
+    HostError,
+    JumpHop,
+    PartialOutput,
+    TransportOptions,
+    parse_jump_chain,
+)
 from .records import (
     FAILED,
     HEALTHY,
@@ -28,7 +35,7 @@ from .records import (
     HostResult,
     Timing,
 )
-from .reach import HostError, PartialOutput, TransportOptions
+from .units import ago
 
 if TYPE_CHECKING:
     from .transport import Connection
@@ -160,29 +167,30 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
-        jump = resolve(host.jump)
+        try:
+            hops = parse_jump_chain(host.jump)
+        except ValueError as exc:
+            raise HostError(JUMP, str(exc)) from None
+        # each hop may name an inventory host; a chain is connected through in order
+        jump = [resolve(_hop_text(h)) for h in hops]
     if settings.connect_gate is None:
         return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
     async with settings.connect_gate(host):
         return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
 
 
+def _hop_text(h: JumpHop) -> str:
+    addr = f"[{h.host}]" if ":" in h.host else h.host
+    return f"{h.user + '@' if h.user else ''}{addr}{':' + str(h.port) if h.port else ''}"
+
+
 def parse_jump(text: str) -> tuple[str, int | None, str | None]:
-    """``user@host:port`` (user and port optional), as ProxyJump writes it."""
-    user = None
-    if "@" in text:
-        user, text = text.rsplit("@", 1)
-    port = None
-    if text.startswith("[") and "]" in text:
-        addr, _, rest = text[1:].partition("]")
-        if rest.startswith(":") and rest[1:].isdigit():
-            port = int(rest[1:])
-        return addr, port, user
-    if text.count(":") == 1:
-        addr, _, p = text.partition(":")
-        if p.isdigit():
-            return addr, int(p), user
-    return text, port, user
+    """The first hop of a ProxyJump value as (host, port, user): the address whose sshd gates the handshake."""
+    try:
+        h = parse_jump_chain(text)[0]
+    except ValueError:
+        return text, None, None
+    return h.host, h.port, h.user
 
 
 async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:

@@ -22,6 +22,13 @@ CLOSED = "closed"
 JUMP = "jump"
 NETWORK = "network"
 KEY = "client-key"
+LOCAL = "local"  # a limit of this machine (file descriptors), never the host's status by choice
+OVERSIZE = "output-cap"  # the host sent more than MAX_OUTPUT: reading stopped
+
+# The most fleetdiag reads from one host for one command (the funnel's own
+# output is tens of KB by design). A host that prints without end (a login
+# banner loop, ``exec yes`` as ForceCommand) is cut here, never buffered whole.
+MAX_OUTPUT = 8 * 1024 * 1024
 
 PASSPHRASE_ENV = "FLEETDIAG_PASSPHRASE"  # unlocks encrypted key files; never printed
 
@@ -65,3 +72,52 @@ class PartialOutput(HostError):
     def __init__(self, data: bytes, message: str):
         super().__init__(CLOSED, message)
         self.data = data
+
+
+@dataclass(frozen=True)
+class JumpHop:
+    """One ProxyJump hop: ``[user@]host[:port]`` (IPv6 in brackets)."""
+
+    host: str
+    port: int | None = None
+    user: str | None = None
+
+
+def parse_jump_chain(text: str) -> list[JumpHop]:
+    """The one ProxyJump parser: a comma-separated chain of hops, first hop first.
+
+    Used for inventory ``jump:`` values, the transport and ssh config ProxyJump.
+    Raises ValueError with a plain-words message for an empty or malformed hop.
+    """
+    hops = []
+    for part in text.split(","):
+        item = part.strip()
+        if not item:
+            raise ValueError(f"jump '{text}': an empty hop (a stray comma?)")
+        user = None
+        if "@" in item:
+            user, item = item.rsplit("@", 1)
+            if not user:
+                raise ValueError(f"jump '{text}': empty user name before '@'")
+        port: int | None = None
+        if item.startswith("["):
+            addr, close, rest = item[1:].partition("]")
+            if not close or not addr:
+                raise ValueError(f"jump '{text}': unclosed '[' in '{item}'")
+            if rest:
+                if not rest.startswith(":") or not rest[1:].isdigit():
+                    raise ValueError(f"jump '{text}': bad port after ']' in '{item}'")
+                port = int(rest[1:])
+        elif item.count(":") == 1:
+            addr, _, p = item.partition(":")
+            if not p.isdigit():
+                raise ValueError(f"jump '{text}': port '{p}' is not a number")
+            port = int(p)
+        else:
+            addr = item
+        if not addr:
+            raise ValueError(f"jump '{text}': a hop has no host")
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"jump '{text}': port {port} out of range")
+        hops.append(JumpHop(addr, port, user))
+    return hops

@@ -29,7 +29,7 @@ import traceback
 from collections import Counter, deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from .probe import HostLike, ProbeSettings, parse_jump, probe_host
 from .records import NO_LOG, UNREACHABLE, HostResult
@@ -151,10 +151,13 @@ class HandshakeGate:
     recognised as the same sshd.
     """
 
-    def __init__(self, limit: int | None, resolve_jump: Callable[[str], tuple[str, int | None, str | None]] | None = None):
+    def __init__(self, limit: int | None, resolve_jump: Callable[[str], tuple[str, int | None, str | None]] | None = None,
+                 total: int | None = None):
         self.limit = limit if limit and limit > 0 else None
         self.resolve_jump = resolve_jump or parse_jump
         self._sems: dict[tuple[str, int], asyncio.Semaphore] = {}
+        # fleet-wide bound on handshakes in flight (watch: its connect fanout); None: per address only
+        self._total = asyncio.Semaphore(total) if total and total > 0 else None
 
     def key(self, host: HostLike) -> tuple[str, int]:
         if host.jump:
@@ -170,27 +173,44 @@ class HandshakeGate:
             self._sems[k] = asyncio.Semaphore(self.limit)
         return self._sems[k]
 
+    @asynccontextmanager
+    async def slot(self, host: HostLike, track: _Track | None = None) -> AsyncIterator[None]:
+        """Hold a handshake slot for ``host`` (fleet-wide, then its first hop's) while the block runs."""
+        sem = self._sem(host)
+        if track is not None:
+            track.waiting_since = time.monotonic()
+        got_total = False
+        try:
+            if self._total is not None:
+                await self._total.acquire()
+                got_total = True
+            if sem is not None:
+                await sem.acquire()
+        except BaseException:
+            if got_total:
+                self._total.release()  # type: ignore[union-attr]
+            raise
+        finally:
+            if track is not None and track.waiting_since is not None:
+                track.waited += time.monotonic() - track.waiting_since
+                track.waiting_since = None
+        try:
+            yield
+        finally:
+            if track is not None:
+                track.connected = True
+            if sem is not None:
+                sem.release()
+            if got_total:
+                self._total.release()  # type: ignore[union-attr]
+
+    def __call__(self, host: HostLike) -> Any:
+        """The gate as a plain ``gate(host)`` context manager (watch's connect gate)."""
+        return self.slot(host)
+
     def for_host(self, track: _Track) -> Callable[[HostLike], object]:
         """The ``ProbeSettings.connect_gate`` for one host: holds a slot for the handshake only."""
-
-        @asynccontextmanager
-        async def gate(host: HostLike) -> AsyncIterator[None]:
-            sem = self._sem(host)
-            if sem is not None:
-                track.waiting_since = time.monotonic()
-                try:
-                    await sem.acquire()
-                finally:
-                    track.waited += time.monotonic() - track.waiting_since
-                    track.waiting_since = None
-            try:
-                yield
-            finally:
-                track.connected = True
-                if sem is not None:
-                    sem.release()
-
-        return gate
+        return lambda host: self.slot(host, track)
 
 
 # --------------------------------------------------------------------------- results made here
@@ -209,6 +229,27 @@ def _log_of(host: HostLike, settings: ProbeSettings) -> str | None:
         return host.log_path(settings.log)[1]
     except Exception:
         return None
+
+
+FDS_PER_HOST = 3  # a socket, plus a jump tunnel's, plus slack for the event loop
+FD_HEADROOM = 64  # stdin/out/err, the history store, logs, the terminal
+
+
+def fd_bound() -> int:
+    """How many hosts may be open at once within this process's file-descriptor limit.
+
+    Past it, connections fail locally (EMFILE) and a host would be blamed for
+    a limit of this machine: the fanout is bounded here instead.
+    """
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1 << 30
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 1 << 30
+    return max(1, (soft - FD_HEADROOM) // FDS_PER_HOST)
 
 
 def deadline_error(seconds: float) -> str:
@@ -313,7 +354,7 @@ async def probe_many(
         except Exception as exc:  # e.g. a progress callback's bug: raise it to the caller, never hang
             out.put_nowait(exc)
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(max(1, fanout), total))]
+    workers = [asyncio.ensure_future(worker()) for _ in range(min(max(1, fanout), fd_bound(), total))]
     try:
         for _ in range(total):
             item = await out.get()

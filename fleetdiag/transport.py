@@ -10,9 +10,12 @@ trust-on-first-use and never applies to a key that changed.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,10 @@ from .reach import (  # noqa: F401  (re-exported: the options and errors live wi
     HOSTKEY_UNKNOWN,
     JUMP,
     KEY,
+    LOCAL,
+    MAX_OUTPUT,
     NETWORK,
+    OVERSIZE,
     PASSPHRASE_ENV,
     REFUSED,
     TIMEOUT,
@@ -104,13 +110,17 @@ class Connection:
     where: str = "host"
     last_stderr: bytes = field(default=b"", init=False, repr=False)
     last_status: int | None = field(default=None, init=False)
+    hops: list[Any] = field(default_factory=list, init=False, repr=False)  # every jump connection, first hop first
 
     STDERR_KEEP = 4096
 
-    async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]:
+    async def run(
+        self, command: str, timeout: float | None, cap: int = MAX_OUTPUT
+    ) -> tuple[bytes, int | None, float, float]:
         """Run one command; returns (stdout, exit status, open+exec ms, total ms).
 
-        Raises HostError when the command could not start, PartialOutput
+        Raises HostError when the command could not start or its output
+        passed ``cap`` bytes (reading stops there), PartialOutput
         (with what arrived) when its output was cut by the timeout or a
         dropped connection.
         """
@@ -144,11 +154,16 @@ class Connection:
 
         async def drain() -> None:
             err_task = asyncio.ensure_future(drain_err())
+            got = 0
             try:
                 while True:
                     data = await proc.stdout.read(65536)
                     if not data:
                         break
+                    got += len(data)
+                    if got > cap:
+                        proc.close()
+                        raise HostError(OVERSIZE, too_much(cap, self.where))
                     chunks.append(data)
                 await err_task
             finally:
@@ -157,6 +172,10 @@ class Connection:
 
         try:
             await asyncio.wait_for(drain(), left)
+        except HostError:
+            self.last_stderr = b"".join(err)
+            chunks.clear()
+            raise
         except (asyncio.TimeoutError, TimeoutError):
             proc.close()
             got = sum(map(len, chunks))
@@ -178,10 +197,86 @@ class Connection:
         self.last_status = proc.exit_status
         return b"".join(chunks), proc.exit_status, (t_open - t0) * 1000, (t1 - t0) * 1000
 
+    @asynccontextmanager
+    async def stream(self, command: str, cap: int | None = MAX_OUTPUT) -> AsyncIterator[LineStream]:
+        """Start a long-running command and read its stdout line by line (watch's follower).
+
+        Stderr is discarded. The command is closed when the block ends.
+        Raises HostError when the command could not start.
+        """
+        try:
+            proc = await self.conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL,
+                                                  stderr=asyncssh.DEVNULL)
+        except (asyncssh.Error, OSError) as exc:
+            raise explain(exc) from exc
+        ls = LineStream(proc, self.where, cap)
+        try:
+            yield ls
+        finally:
+            proc.close()
+
     def close(self) -> None:
         self.conn.close()
-        if self.tunnel is not None:
-            self.tunnel.close()
+        for t in reversed(self.hops or ([self.tunnel] if self.tunnel is not None else [])):
+            t.close()
+
+
+def too_much(cap: int, where: str) -> str:
+    """The status of a host that sent more than ``cap`` bytes."""
+    return (f"{where} sent more than {cap // (1024 * 1024) or 1} MiB of output: reading stopped "
+            "(does its login print without end? check the shell's startup files or a ForceCommand)")
+
+
+class LineStream:
+    """Lines from a running remote command, with a bound on what is held.
+
+    ``cap`` bounds the bytes read while it is set (the snapshot phase) and,
+    always, the length of one line: a host that prints without a newline or
+    without end raises HostError(OVERSIZE) instead of filling memory.
+    Set ``cap = None`` after the bounded phase to read records for hours.
+    """
+
+    CHUNK = 65536
+
+    def __init__(self, proc: Any, where: str, cap: int | None = MAX_OUTPUT):
+        self.proc = proc
+        self.where = where
+        self.cap = cap
+        self.read_bytes = 0
+        self._buf = bytearray()
+        self._eof = False
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.proc.exit_status
+
+    async def readline(self) -> bytes:
+        """The next line with its newline; the unfinished tail at the end; b"" at EOF."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[: nl + 1])
+                del self._buf[: nl + 1]
+                return line
+            if len(self._buf) > MAX_OUTPUT:
+                self.proc.close()
+                raise HostError(OVERSIZE, too_much(MAX_OUTPUT, self.where))
+            if self._eof:
+                line = bytes(self._buf)
+                self._buf.clear()
+                return line
+            try:
+                data = await self.proc.stdout.read(self.CHUNK)
+            except (asyncssh.Error, OSError) as exc:
+                raise explain(exc) from exc
+            if not data:
+                self._eof = True
+                continue
+            self.read_bytes += len(data)
+            if self.cap is not None and self.read_bytes > self.cap:
+                self.proc.close()
+                raise HostError(OVERSIZE, too_much(self.cap, self.where))
+            self._buf += data
 
 
 def _size(n: int) -> str:
@@ -217,25 +312,34 @@ async def connect(
     port: int | None = None,
     user: str | None = None,
     opts: TransportOptions | None = None,
-    jump: tuple[str, int | None, str | None] | None = None,
+    jump: tuple[str, int | None, str | None] | list[tuple[str, int | None, str | None]] | None = None,
 ) -> Connection:
-    """Open and authenticate a connection, or raise HostError with plain words."""
+    """Open and authenticate a connection, or raise HostError with plain words.
+
+    ``jump`` is one hop or a chain of hops (ProxyJump ``a,b``), connected through in order.
+    """
     opts = opts or TransportOptions()
+    hops = [jump] if isinstance(jump, tuple) else list(jump or [])
     tunnel = None
+    opened: list[Any] = []
     t0 = time.perf_counter()
-    if jump is not None:
-        jt, jp, ju = jump
-        try:
-            tunnel = await _open(jt, jp, ju, opts, None)
-        except HostError as exc:
-            raise HostError(JUMP, f"jump host {jt}:{jp or 22}: {exc}") from exc
+    via = None
     try:
-        conn = await _open(target, port, user, opts, tunnel, via=f"{jump[0]}:{jump[1] or 22}" if jump else None)
+        for jt, jp, ju in hops:
+            try:
+                tunnel = await _open(jt, jp, ju, opts, tunnel, via=via)
+            except HostError as exc:
+                raise HostError(JUMP, f"jump host {jt}:{jp or 22}: {exc}") from exc
+            opened.append(tunnel)
+            via = f"{jt}:{jp or 22}"
+        conn = await _open(target, port, user, opts, tunnel, via=via)
     except BaseException:
-        if tunnel is not None:
-            tunnel.close()
+        for t in reversed(opened):
+            t.close()
         raise
-    return Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=f"{target}:{port or 22}")
+    c = Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=f"{target}:{port or 22}")
+    c.hops = opened
+    return c
 
 
 async def _open(
@@ -276,12 +380,36 @@ async def _open(
         raise explain(exc, target, port) from exc
     except asyncssh.PermissionDenied as exc:
         raise HostError(AUTH, _auth_reason(where, opts)) from exc
-    except (asyncssh.Error, OSError, ValueError) as exc:
+    except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as exc:
+        raise HostError(KEY, _key_reason(opts, exc)) from exc
+    except ValueError as exc:
+        if "known hosts" in str(exc).lower():  # asyncssh quotes the offending line: never show it
+            raise HostError(HOSTKEY_UNKNOWN, _known_hosts_reason(opts)) from exc
+        he = explain(exc, target, port)
+        raise HostError(he.kind, _scrub(str(he), opts)) from exc
+    except (asyncssh.Error, OSError) as exc:
         he = explain(exc, target, port)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     if client.new_key is not None:
         _remember(client, target, port)
     return conn
+
+
+def _known_hosts_reason(opts: TransportOptions) -> str:
+    """A known_hosts file that does not parse, named but never quoted (it may not be a known_hosts file at all)."""
+    name = opts.known_hosts or "the known_hosts file of your ssh config"
+    return f"{name} is not a valid known_hosts file (its contents are not shown); pass the right file to --known-hosts"
+
+
+def _key_reason(opts: TransportOptions, exc: BaseException) -> str:
+    """A client key that does not load, named but never quoted (the file may hold anything)."""
+    files = ", ".join(opts.client_keys) if opts.client_keys else "a key from the agent, ~/.ssh or IdentityFile"
+    locked = isinstance(exc, asyncssh.KeyEncryptionError) or "passphrase" in str(exc).lower()
+    if locked:
+        return (f"cannot load a client key ({files}): it is encrypted and the passphrase is missing or wrong "
+                f"(put it in ${PASSPHRASE_ENV}, or use an ssh-agent)")
+    return (f"cannot load a client key ({files}): not a valid private key file (its contents are not shown); "
+            f"an encrypted key needs its passphrase in ${PASSPHRASE_ENV}, or an ssh-agent")
 
 
 def _auth_reason(where: str, opts: TransportOptions) -> str:
@@ -331,8 +459,7 @@ def explain(exc: BaseException, target: str = "", port: int | None = None) -> Ho
     if isinstance(exc, asyncssh.PermissionDenied):
         return HostError(AUTH, f"authentication refused by {where}: no offered key or agent identity was accepted")
     if isinstance(exc, (asyncssh.KeyImportError, asyncssh.KeyEncryptionError)):
-        return HostError(KEY, f"cannot load a client key: {_scrub(str(exc))} "
-                              f"(an encrypted key needs its passphrase in ${PASSPHRASE_ENV}, or an ssh-agent)")
+        return HostError(KEY, _key_reason(TransportOptions(), exc))
     if isinstance(exc, asyncssh.ConnectionLost):
         return HostError(CLOSED, f"connection to {where} lost: {exc}")
     if isinstance(exc, asyncssh.DisconnectError):
@@ -341,6 +468,9 @@ def explain(exc: BaseException, target: str = "", port: int | None = None) -> Ho
         return HostError(CLOSED, f"{where} refused a session channel: {exc.reason or exc}")
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return HostError(TIMEOUT, f"{where} timed out")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return HostError(LOCAL, f"this machine ran out of file descriptors ({exc.strerror}); "
+                                "not the host's fault: raise `ulimit -n` or lower --fanout")
     if isinstance(exc, OSError):
         return HostError(NETWORK, f"{where}: {exc.strerror or exc}")
     return HostError(NETWORK, f"{where}: {type(exc).__name__}: {_scrub(str(exc))}")

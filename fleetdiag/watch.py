@@ -34,17 +34,31 @@ import math
 import random
 import secrets
 import time
-from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
-import asyncssh
-
-from .units import ago
 from . import follow as follow_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, load_rules
-from .probe import DEFAULT_STALL_AFTER, HostLike, ProbeSettings, finish, open_host, spec_for
+from .probe import (
+    DEFAULT_STALL_AFTER,
+    HostLike,
+    ProbeSettings,
+    finish,
+    open_host,
+    spec_for,
+)
+from .reach import (
+    AUTH,
+    CLOSED,
+    HOSTKEY_CHANGED,
+    HOSTKEY_UNKNOWN,
+    KEY,
+    OVERSIZE,
+    TIMEOUT,
+    HostError,
+    TransportOptions,
+)
 from .records import (
     FAILED,
     HEALTHY,
@@ -59,7 +73,9 @@ from .records import (
     Line,
     Timing,
 )
-from .transport import AUTH, CLOSED, HOSTKEY_CHANGED, HOSTKEY_UNKNOWN, KEY, TIMEOUT, HostError, TransportOptions, explain
+from .scheduler import HandshakeGate
+from .transport import explain
+from .units import ago
 
 CONNECTING = "connecting"
 RECOVERED = "recovered"
@@ -69,7 +85,7 @@ TROUBLE = (FAILED, STALLED, UNREACHABLE, NO_LOG)
 # What a watch state is in the shared verdict vocabulary (cards, JSON, exit codes).
 VERDICT_OF = {CONNECTING: STARTING, RECOVERED: HEALTHY}
 # No retry fixes these, and repeating a refused login can get the client banned.
-PERMANENT = (AUTH, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, KEY)
+PERMANENT = (AUTH, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, KEY, OVERSIZE)
 
 DEFAULT_WAIT_LIMIT = 900.0
 
@@ -375,7 +391,7 @@ class HostWatcher:
                 err = "the follower stopped"
             except HostError as exc:
                 err, kind = str(exc), exc.kind
-            except (asyncssh.Error, OSError) as exc:
+            except OSError as exc:
                 he = explain(exc, self.host.target, self.host.port)
                 err, kind = str(he), he.kind
             except Exception as exc:  # a bug here must not freeze this host's row silently
@@ -426,50 +442,48 @@ class HostWatcher:
         dog = _Watchdog(self._now, conn.close)
         dog.arm(s.transport.connect_timeout + s.transport.command_timeout, "no answer to the follower's exec request")
         dog_task = asyncio.ensure_future(dog.run())
-        proc = None
         try:
             t0 = time.perf_counter()
-            proc = await conn.conn.create_process(command, encoding=None, stderr=asyncssh.DEVNULL)
-            self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
-            await self._read(proc, mark, dog)
-        except (asyncssh.Error, OSError):
+            async with conn.stream(command) as stream:
+                self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
+                await self._read(stream, mark, dog)
+        except (HostError, OSError):
             if dog.fired:
                 raise HostError(TIMEOUT, dog.fired) from None
             raise
         finally:
             dog_task.cancel()
-            if proc is not None:
-                proc.close()
         if dog.fired:
             raise HostError(TIMEOUT, dog.fired)
 
-    async def _read(self, proc: Any, mark: str, dog: "_Watchdog") -> None:
+    async def _read(self, stream: Any, mark: str, dog: "_Watchdog") -> None:
         s = self.settings
         end = (mark + " end").encode()
-        raw: list[bytes] = []
+        raw = bytearray()
         dog.arm(s.transport.command_timeout, f"no snapshot within {s.transport.command_timeout:g}s")
-        while True:  # the funnel's snapshot: exactly what probe would have read
-            line = await self._line(proc, dog)
-            raw.append(line)
+        while True:  # the funnel's snapshot: exactly what probe would have read, bounded like probe's
+            line = await self._line(stream, dog)
+            raw += line
             if line.rstrip(b"\r\n") == end:
                 break
-        fr = funnel_mod.parse_output(b"".join(raw).decode("utf-8", "replace"), mark)
+        stream.cap = None  # records follow for hours; each line is still bounded
+        fr = funnel_mod.parse_output(raw.decode("utf-8", "replace"), mark)
         self._snapshot(fr)
         silent = f"no heartbeat for {s.silence_limit:g}s: connection presumed dead"
         while True:
             dog.arm(s.silence_limit, silent)
-            line = await self._line(proc, dog)
+            line = await self._line(stream, dog)
             rec = follow_mod.parse_record(line.decode("utf-8", "replace").rstrip("\n"))
             if rec is not None:
                 self._record(rec)
 
     @staticmethod
-    async def _line(proc: Any, dog: "_Watchdog") -> bytes:
-        line = await proc.stdout.readline()
+    async def _line(stream: Any, dog: "_Watchdog") -> bytes:
+        line = await stream.readline()
         if not line:
             if dog.fired:
                 raise HostError(TIMEOUT, dog.fired)
-            status = proc.exit_status
+            status = stream.exit_status
             raise HostError(CLOSED, "the remote follower ended" + (f" (exit status {status})" if status else ""))
         return line
 
@@ -654,7 +668,7 @@ class Watch:
         self.session = secrets.token_hex(6)
         self._queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
         self._seq = 0
-        gate = _handshake_gate(settings.connect_fanout, settings.per_address, settings.jump_resolver)
+        gate = HandshakeGate(max(1, settings.per_address), settings.jump_resolver, total=max(1, settings.connect_fanout))
         self.watchers = [HostWatcher(h, settings, self._on_change, self.session, gate) for h in hosts]
         self.views: dict[str, HostView] = {w.view.host: w.view for w in self.watchers}
 
@@ -696,28 +710,6 @@ class Watch:
     def results(self) -> list[HostResult]:
         """Every host as a probe-shaped result (the final summary and exit code)."""
         return [w.view.to_result() for w in self.watchers]
-
-
-def _handshake_gate(fanout: int, per_address: int,
-                    resolve: Callable[[str], tuple[str, int | None, str | None]] | None) -> Callable[[HostLike], Any]:
-    """Bound concurrent handshakes fleet-wide and per first-hop address (sshd's MaxStartups)."""
-    from .probe import parse_jump
-
-    total = asyncio.Semaphore(max(1, fanout))
-    per: dict[tuple[str, int], asyncio.Semaphore] = {}
-
-    @asynccontextmanager
-    async def gate(host: HostLike) -> AsyncIterator[None]:
-        if host.jump:
-            addr, port, _user = (resolve or parse_jump)(host.jump)
-            key = (addr, port or 22)
-        else:
-            key = (host.target, host.port or 22)
-        sem = per.setdefault(key, asyncio.Semaphore(max(1, per_address)))
-        async with total, sem:
-            yield
-
-    return gate
 
 
 def summary_counts(views: Iterable[HostView]) -> dict[str, int]:

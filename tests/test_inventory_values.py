@@ -135,7 +135,7 @@ def test_good_jumps(good: str) -> None:
 
 def test_jump_hops_are_parsed() -> None:
     hops = parse_jump_hops("ops@b1:2222,[::1]:22,b3")
-    assert [(h.user, h.host, h.port) for h in hops] == [("ops", "b1", 2222), (None, "[::1]", 22), (None, "b3", None)]
+    assert [(h.user, h.host, h.port) for h in hops] == [("ops", "b1", 2222), (None, "::1", 22), (None, "b3", None)]
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,12 +15,12 @@ import re
 import unicodedata
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..reach import JumpHop, parse_jump_chain
 from ..units import parse_duration
 from .model import FUNNEL_KEYS, Host, Inventory, InventoryError, did_you_mean
 from .selection import SelectorError, _evaluate, _expand_range, _NoMatch, split_selector
@@ -121,57 +121,27 @@ def user_problem(v: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class JumpHop:
-    """One hop of a ProxyJump chain: ``[user@]host[:port]``."""
-
-    host: str
-    port: int | None = None
-    user: str | None = None
-
-
 def parse_jump_hops(spec: str) -> list[JumpHop]:
-    """Split and validate a ProxyJump chain ``[user@]host[:port][,...]``; ValueError says which hop is bad.
+    """Validate a ProxyJump chain ``[user@]host[:port][,...]``; ValueError says which hop is bad.
 
-    The one place the inventory reads jump values: swap it for the transport's
-    chain parser when there is one, keeping this signature.
+    The syntax is read by the one ProxyJump parser (``reach.parse_jump_chain``,
+    the same the transport connects with); here each hop's values are checked
+    like any host and user that reaches ssh.
     """
     r = _hidden_reason(spec)
     if r:
         raise ValueError(r)
-    hops = spec.split(",")
-    out: list[JumpHop] = []
+    hops = parse_jump_chain(spec)
     for i, hop in enumerate(hops):
-        where = f"hop {i + 1} '{hop}': " if len(hops) > 1 else ""
-        user = None
-        rest = hop
-        if "@" in hop:
-            user, rest = hop.rsplit("@", 1)
-            p = user_problem(user)
+        where = f"hop {i + 1} '{spec.split(',')[i].strip()}': " if len(hops) > 1 else ""
+        if hop.user is not None:
+            p = user_problem(hop.user)
             if p:
-                raise ValueError(f"{where}user '{user}' {p}")
-        port_s = None
-        if rest.startswith("["):
-            host, sep, tail = rest.partition("]")
-            host += sep
-            if tail:
-                if not tail.startswith(":"):
-                    raise ValueError(f"{where}expected ':port' after ']'")
-                port_s = tail[1:]
-        elif rest.count(":") == 1:
-            host, _, port_s = rest.partition(":")
-        else:
-            host = rest
-        p = host_problem(host)
+                raise ValueError(f"{where}user '{hop.user}' {p}")
+        p = host_problem(hop.host)
         if p:
-            raise ValueError(f"{where}host '{host}' {p}")
-        port = None
-        if port_s is not None:
-            if not (port_s.isascii() and port_s.isdigit()) or not 1 <= int(port_s) <= 65535:
-                raise ValueError(f"{where}port '{port_s}' is not a port number 1-65535")
-            port = int(port_s)
-        out.append(JumpHop(host, port, user))
-    return out
+            raise ValueError(f"{where}host '{hop.host}' {p}")
+    return hops
 
 
 # --------------------------------------------------------------------------- sizes, durations
