@@ -124,7 +124,7 @@ def test_traceback_and_fields(path: Path, rules):
     _check_line(label, dec.line)
     assert dec.line in dec.traceback
     lines = text.split("\n")
-    assert dec.lineno is not None and lines[dec.lineno - 1].rstrip("\r").endswith(dec.line.strip()[-40:])
+    assert dec.lineno is not None and lines[dec.lineno - 1].rstrip().endswith(dec.line.strip()[-40:])
     assert len(dec.fingerprint) == 12
     assert 0.0 < dec.confidence <= 1.0
     assert dec.reason

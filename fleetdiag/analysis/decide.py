@@ -97,6 +97,43 @@ def _lifted(ev: Event, rules: Rules) -> list[Event]:
     return out
 
 
+RESTATED = "bare exception restated with a message by the next in its chain"
+
+
+def _restated_by_chain(ev: Event, events: list[Event]) -> bool:
+    """A message-less exception (``TimeoutError``) re-raised as one that says what timed out.
+
+    ``raise TimeoutError(f"RPC call to {method} timed out.") from e`` prints the
+    bare cause first; the chained exception is the same failure with the words
+    an operator needs, so it speaks for both.
+    """
+    if ev.kind != "exception" or ev.message or not ev.block:
+        return False
+    for other in events:
+        if (other is not ev and other.kind == "exception" and other.block is ev.block
+                and other.chain > ev.chain and other.message):
+            return True
+    return False
+
+
+def _raising_frames(ev: Event, n: int = 4) -> list[str]:
+    """The last frame lines above a message-less exception: where it was raised names it."""
+    frames: list[str] = []
+    for ln in reversed(ev.block):
+        if ln is ev.line:
+            continue
+        if ln.index > ev.line.index:
+            continue
+        text = ln.msg.strip()
+        if text.startswith(("Traceback", "The above exception", "During handling")):
+            break
+        if text:
+            frames.append(text)
+        if len(frames) >= n:
+            break
+    return frames
+
+
 def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[int] = frozenset()) -> list[Judged]:
     """Primary vs secondary for every event, repeats folded, quoting wrappers promoted.
 
@@ -137,8 +174,13 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         if ev.kind == "incomplete":
             out.append(Judged(ev, "primary", INCOMPLETE, "traceback without its final line"))
             continue
+        if _restated_by_chain(ev, events):
+            out.append(Judged(ev, "secondary", ONLY_SECONDARY, RESTATED))
+            continue
         detail = [d for d in ev.detail[:20] if not rules.is_benign(d)]
         sig = rules.signature_for(text, *detail) or ev.signature
+        if sig is None and ev.kind == "exception" and not ev.message:
+            sig = rules.signature_for(text, *_raising_frames(ev))
         weak = ev.weak
         if ev.kind == "error" and sig is not None and not sig.weak:
             weak = False  # an error-level line naming a known error shape is a real error
