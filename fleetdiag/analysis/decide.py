@@ -206,6 +206,61 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
     return out
 
 
+SURVIVED = "handled errors (the process went on normally)"
+SURVIVAL_LINES = 3  # normal lines the same process must log after an error for it to count as survived
+_ENDING = re.compile(r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process")
+_UNWINDING = re.compile(r"-> \d+(?: \[[^]]*\])?\s*$")  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
+
+
+def _normal(ln: LogLine, rules: Rules) -> bool:
+    """A line that shows a process at work: info-level, not error-shaped, not winding down."""
+    m = ln.msg.strip()
+    if not m or ln.severity > SEVERITY["INFO"] or m[0] in "|+^~":
+        return False
+    if ln.level is None and (ln.msg[:1].isspace() or not rules.is_ready(ln.raw) and not ln.tags and not ln.time):
+        return False  # an unlabelled line could be anything (a traceback's tail, a print)
+    if rules.is_ready(ln.raw):
+        return True
+    if rules.is_keyword(m) or _ENDING.search(m) or _UNWINDING.search(m) or rules.secondary_for(m) is not None:
+        return False
+    return True
+
+
+def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[int, bool]:
+    """Primary errors after which the same process went on normally (a retry, a fallback, one bad request).
+
+    A process that logs ordinary progress after an error handled it; the
+    error that ended the run (or nothing, on a server still serving) decides.
+    Returns {index in judged: True when a server answered a request after it}.
+    """
+    out: dict[int, bool] = {}
+    if not run:
+        return out
+    offset = run[0].index
+    in_block: set[int] = set()
+    for j in judged:
+        for ln in j.ev.block:
+            in_block.add(ln.index)
+    for k, j in enumerate(judged):
+        if j.role != "primary" or j.tier > WEAK:
+            continue
+        ev = j.ev
+        end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
+        seen = 0
+        for ln in run[end - offset + 1:]:
+            if ln.process != ev.process or ln.index in in_block:
+                continue
+            if rules.is_serving(ln.raw):
+                out[k] = True  # the server answered a request after it
+                break
+            if _normal(ln, rules):
+                seen += 1
+                if seen >= SURVIVAL_LINES:
+                    out[k] = False
+                    break
+    return out
+
+
 def _simultaneous(a: Event, b: Event) -> bool:
     ta, tb = time_key(a.line.time), time_key(b.line.time)
     return ta is not None and tb is not None and abs(ta - tb) <= SIMULTANEOUS_S
@@ -367,9 +422,21 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
     run = parsed[latest_run(parsed, rules):]
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
+    handled = survivors(judged, run, rules)
+    for k in handled:
+        judged[k].role, judged[k].kind = "secondary", SURVIVED
     best = choose(judged, rules)
+    if best is not None and best.kind == SURVIVED:
+        best = None  # every error was handled and nothing ended the run
     if best is None:
         verdict, summary = _summary(run, rules)
+        if handled:
+            summary = summary.replace("no error", "no fatal error", 1)
+            served = sum(1 for v in handled.values() if v)
+            if served:
+                summary += f"; request errors: {served} (the server answered requests after each)"
+            if len(handled) > served:
+                summary += f"; handled errors: {len(handled) - served} (the process went on after each)"
         return Diagnosis(verdict=verdict, summary=summary)
     counts = _cascade(judged, best, run, rules)
     cascade = sum(counts.values())
