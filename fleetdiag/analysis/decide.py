@@ -197,13 +197,27 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             seen[j.fp] = j
         out.append(j)
     known = " \n ".join(_norm(j.ev.text + " " + " ".join(j.ev.detail)) for j in out if j.role == "primary")
+    quoting: dict[str, Judged] = {}
     for j in out:
         if j.role == "secondary" and j.cause and _norm(j.cause) not in known:
             # the wrapper is the only line that names the cause: the worker's own traceback is missing
+            outer = quoting.get(_norm(j.cause))
+            if outer is not None and not _nested(outer.ev, j.ev):
+                continue  # the same cause quoted again later, elsewhere: the first quote stands
+            if outer is not None:
+                outer.role, outer.tier = "secondary", ONLY_SECONDARY  # re-raised outward: the inner quote is nearer the cause
+            quoting[_norm(j.cause)] = j
             j.role, j.tier = "primary", STRONG
             j.sig = rules.signature_for(j.cause, j.ev.text)
             j.fp = fingerprint("quoted", j.cause)
     return out
+
+
+def _nested(outer: Event, inner: Event) -> bool:
+    """Is ``inner`` printed as part of ``outer`` (Ray prints the remote task's traceback right after its wrapper)?"""
+    end = max(ln.index for ln in outer.block) if outer.block else outer.line.index
+    start = min(ln.index for ln in inner.block) if inner.block else inner.line.index
+    return inner.process == outer.process and 0 <= start - end <= 2
 
 
 SURVIVED = "handled errors (the process went on normally)"
