@@ -48,6 +48,45 @@ def latest_run(lines: list[LogLine], rules: Rules) -> int:
     return 0
 
 
+_STAGE_TAG = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+_NOT_STAGE = re.compile(r"^(?:rank|default|TP|PP|DP|EP)\d+$|^\d+$")
+
+
+def _stage(ln: LogLine) -> str | None:
+    """The outermost tag when it names a service or host (a docker-compose service, a pdsh host).
+
+    Process tags (a pid, which a restart changes) and rank tags (the same ranks
+    come back in the next run) are not stages.
+    """
+    if not ln.tags:
+        return None
+    tag = ln.tags[0]
+    return tag if _STAGE_TAG.match(tag) and not _NOT_STAGE.match(tag) else None
+
+
+def current_lines(lines: list[LogLine], rules: Rules) -> list[LogLine]:
+    """The latest run's lines, plus the lines of other stages logged before it started.
+
+    A run-start banner resets the analysis for its own stage only: when several
+    services or stages share one log (a prefill and a decode instance, engines
+    in docker-compose services, hosts under pdsh), a later stage starting up
+    healthy does not erase an earlier stage's failure.
+    """
+    start = latest_run(lines, rules)
+    if start == 0:
+        return lines
+    banner = _stage(lines[start])
+    stages = {_stage(ln) for ln in lines[start:]}
+    earlier = [ln for ln in lines[:start] if _stage(ln) is not None and _stage(ln) != banner
+               and (_stage(ln) not in stages or not _restarted(lines, start, _stage(ln), rules))]
+    return earlier + lines[start:] if earlier else lines[start:]
+
+
+def _restarted(lines: list[LogLine], start: int, stage: str | None, rules: Rules) -> bool:
+    """Did this stage print its own run-start banner after ``start`` too?"""
+    return any(_stage(ln) == stage and rules.is_run_start(ln.raw) for ln in lines[start:])
+
+
 def _norm(s: str) -> str:
     return " ".join(s.split())
 
@@ -250,7 +289,7 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
     out: dict[int, bool] = {}
     if not run:
         return out
-    offset = run[0].index
+    pos = {ln.index: k for k, ln in enumerate(run)}
     in_block: set[int] = set()
     for j in judged:
         for ln in j.ev.block:
@@ -261,7 +300,7 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
         ev = j.ev
         end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
         seen = 0
-        for ln in run[end - offset + 1:]:
+        for ln in run[pos.get(end, len(run)) + 1:]:
             if ln.process != ev.process or ln.index in in_block:
                 continue
             if rules.is_serving(ln.raw):
@@ -347,8 +386,8 @@ def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rule
             in_block.discard(hl.index)  # a wrapper header ("EngineCore failed to start.") counts on its own
     start = best.ev.block[0].index if best.ev.block else best.ev.line.index
     headers = {j.ev.header_line.index for j in judged if j.ev.header_line is not None}
-    offset = run[0].index if run else 0
-    for ln in run[max(0, start - offset):]:
+    pos = {ln.index: k for k, ln in enumerate(run)}
+    for ln in run[pos.get(start, 0):]:
         if ln.index in in_block or ln.index in mine:
             continue
         hit = rules.secondary_for(ln.msg.strip())
@@ -356,7 +395,9 @@ def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rule
             counts[hit[0].kind] += 1
     for idx in sorted(headers):
         if idx < start and idx not in mine:
-            hit = rules.secondary_for(run[idx - offset].msg.strip())
+            if idx not in pos:
+                continue
+            hit = rules.secondary_for(run[pos[idx]].msg.strip())
             if hit is not None:
                 counts[hit[0].kind] += 1
     return counts
@@ -433,7 +474,7 @@ def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
 def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
     """The whole analysis of one log's lines (sparse, ordered by position)."""
     parsed = parse_all(lines, rules.tag_peelers)
-    run = parsed[latest_run(parsed, rules):]
+    run = current_lines(parsed, rules)
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
     handled = survivors(judged, run, rules)
