@@ -354,6 +354,9 @@ _FALLBACK = "An error line with no known signature: the lines around it from the
 
 def _fallback_hint(best: Judged) -> str:
     """A hint for an error no signature knows, so the answer always says what to look at next."""
+    if best.cause is not None and best.tier == STRONG:
+        return (f"Only a wrapper names the cause ({best.cause[:120]}): the failing task's own traceback, with the "
+                "full message, is in that worker's own log (for Ray, the worker's log file on its node).")
     return _FALLBACK_HINTS.get(best.tier) or _FALLBACK_BY_KIND.get(best.ev.kind, _FALLBACK)
 
 
