@@ -246,8 +246,8 @@ def test_exception_group_gutter_is_peeled():
 def test_asyncio_task_exception_never_retrieved(rules):
     text = "\n".join([
         "ERROR:asyncio:Task exception was never retrieved",
-        "future: <Task finished name='Task-12' coro=<Scheduler.loop() done, defined at /srv/sched.py:40> "
-        "exception=ConnectionRefusedError(111, \"Connect call failed ('10.0.0.3', 29500)\")>",
+        ("future: <Task finished name='Task-12' coro=<Scheduler.loop() done, defined at /srv/sched.py:40> "
+         "exception=ConnectionRefusedError(111, \"Connect call failed ('10.0.0.3', 29500)\")>"),
         "Traceback (most recent call last):",
         '  File "/srv/sched.py", line 44, in loop',
         "    await self.connect()",

@@ -274,9 +274,7 @@ def _normal(ln: LogLine, rules: Rules) -> bool:
         return False  # an unlabelled line could be anything (a traceback's tail, a print)
     if rules.is_ready(ln.raw):
         return True
-    if rules.is_keyword(m) or _ENDING.search(m) or _UNWINDING.search(m) or rules.secondary_for(m) is not None:
-        return False
-    return True
+    return not (rules.is_keyword(m) or _ENDING.search(m) or _UNWINDING.search(m) or rules.secondary_for(m) is not None)
 
 
 def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[int, bool]:
