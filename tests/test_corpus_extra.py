@@ -36,9 +36,16 @@ def _label(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _params():
+def _healthy(path: Path) -> bool:
+    """A label with ``"verdict": "healthy"``: a server that logged request errors and kept serving."""
+    return _label(path).get("verdict", "failed") != "failed"
+
+
+def _params(healthy: bool = False):
     out = []
     for p in CASES:
+        if _healthy(p) != healthy:
+            continue
         why = _label(p).get("known_wrong")
         marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
         out.append(pytest.param(p, id=p.stem, marks=marks))
@@ -46,6 +53,7 @@ def _params():
 
 
 PARAMS = _params()
+HEALTHY_PARAMS = _params(healthy=True)
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +92,12 @@ def test_labels_are_well_formed():
         assert keys <= set(label), p.stem
         assert label["id"] == p.stem
         assert label["source"] not in dev_sources, f"{p.stem} duplicates a dev corpus source"
+        if _healthy(p):
+            assert label["verdict"] == "healthy" and label["decisive"] is None, p.stem
+            assert label["decoys"], f"{p.stem}: a healthy case names the error lines that must not fail it"
+            for d in label["decoys"]:
+                assert d in text, (p.stem, d)
+            continue
         assert label["category"] in ("config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other")
         for a in _accepted(label):
             assert a in text, (p.stem, a)
@@ -124,7 +138,7 @@ def test_traceback_and_fields(path: Path, rules):
     _check_line(label, dec.line)
     assert dec.line in dec.traceback
     lines = text.split("\n")
-    assert dec.lineno is not None and lines[dec.lineno - 1].rstrip("\r").endswith(dec.line.strip()[-40:])
+    assert dec.lineno is not None and lines[dec.lineno - 1].rstrip().endswith(dec.line.strip()[-40:])
     assert len(dec.fingerprint) == 12
     assert 0.0 < dec.confidence <= 1.0
     assert dec.reason
@@ -167,3 +181,22 @@ def test_funnel_keywords_reach_the_decisive_line(path: Path, rules):
     assert fr.status == "ok"
     texts = [ln.text for ln in fr.hits + fr.context]
     assert any(any(a in t for a in _accepted(label)) for t in texts), "the funnel's keywords/tags miss the decisive line"
+
+
+@pytest.mark.parametrize("path", HEALTHY_PARAMS)
+def test_serving_with_request_errors_is_healthy(path: Path, rules):
+    """A server that logged an error for one request and went on answering is not a failed node."""
+    label, text = _case(path)
+    diag = _analyze(split_text(text), rules)
+    assert diag.verdict == label["verdict"], (diag.verdict, diag.decisive and diag.decisive.line)
+    assert diag.decisive is None
+    assert label.get("summary_has", "errors:") in diag.summary
+
+
+@needs_sh
+@pytest.mark.parametrize("path", HEALTHY_PARAMS)
+def test_serving_with_request_errors_through_the_funnel(path: Path, rules):
+    label, _ = _case(path)
+    fr, res = _through_funnel(path, rules)
+    assert fr.status == "ok"
+    assert res.verdict == label["verdict"], res.decisive and res.decisive.line

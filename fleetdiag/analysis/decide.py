@@ -48,6 +48,45 @@ def latest_run(lines: list[LogLine], rules: Rules) -> int:
     return 0
 
 
+_STAGE_TAG = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+_NOT_STAGE = re.compile(r"^(?:rank|default|TP|PP|DP|EP)\d+$|^\d+$")
+
+
+def _stage(ln: LogLine) -> str | None:
+    """The outermost tag when it names a service or host (a docker-compose service, a pdsh host).
+
+    Process tags (a pid, which a restart changes) and rank tags (the same ranks
+    come back in the next run) are not stages.
+    """
+    if not ln.tags:
+        return None
+    tag = ln.tags[0]
+    return tag if _STAGE_TAG.match(tag) and not _NOT_STAGE.match(tag) else None
+
+
+def current_lines(lines: list[LogLine], rules: Rules) -> list[LogLine]:
+    """The latest run's lines, plus the lines of other stages logged before it started.
+
+    A run-start banner resets the analysis for its own stage only: when several
+    services or stages share one log (a prefill and a decode instance, engines
+    in docker-compose services, hosts under pdsh), a later stage starting up
+    healthy does not erase an earlier stage's failure.
+    """
+    start = latest_run(lines, rules)
+    if start == 0:
+        return lines
+    banner = _stage(lines[start])
+    stages = {_stage(ln) for ln in lines[start:]}
+    earlier = [ln for ln in lines[:start] if _stage(ln) is not None and _stage(ln) != banner
+               and (_stage(ln) not in stages or not _restarted(lines, start, _stage(ln), rules))]
+    return earlier + lines[start:] if earlier else lines[start:]
+
+
+def _restarted(lines: list[LogLine], start: int, stage: str | None, rules: Rules) -> bool:
+    """Did this stage print its own run-start banner after ``start`` too?"""
+    return any(_stage(ln) == stage and rules.is_run_start(ln.raw) for ln in lines[start:])
+
+
 def _norm(s: str) -> str:
     return " ".join(s.split())
 
@@ -97,6 +136,43 @@ def _lifted(ev: Event, rules: Rules) -> list[Event]:
     return out
 
 
+RESTATED = "bare exception restated with a message by the next in its chain"
+
+
+def _restated_by_chain(ev: Event, events: list[Event]) -> bool:
+    """A message-less exception (``TimeoutError``) re-raised as one that says what timed out.
+
+    ``raise TimeoutError(f"RPC call to {method} timed out.") from e`` prints the
+    bare cause first; the chained exception is the same failure with the words
+    an operator needs, so it speaks for both.
+    """
+    if ev.kind != "exception" or ev.message or not ev.block:
+        return False
+    for other in events:
+        if (other is not ev and other.kind == "exception" and other.block is ev.block
+                and other.chain > ev.chain and other.message):
+            return True
+    return False
+
+
+def _raising_frames(ev: Event, n: int = 4) -> list[str]:
+    """The last frame lines above a message-less exception: where it was raised names it."""
+    frames: list[str] = []
+    for ln in reversed(ev.block):
+        if ln is ev.line:
+            continue
+        if ln.index > ev.line.index:
+            continue
+        text = ln.msg.strip()
+        if text.startswith(("Traceback", "The above exception", "During handling")):
+            break
+        if text:
+            frames.append(text)
+        if len(frames) >= n:
+            break
+    return frames
+
+
 def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[int] = frozenset()) -> list[Judged]:
     """Primary vs secondary for every event, repeats folded, quoting wrappers promoted.
 
@@ -137,8 +213,13 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         if ev.kind == "incomplete":
             out.append(Judged(ev, "primary", INCOMPLETE, "traceback without its final line"))
             continue
+        if _restated_by_chain(ev, events):
+            out.append(Judged(ev, "secondary", ONLY_SECONDARY, RESTATED))
+            continue
         detail = [d for d in ev.detail[:20] if not rules.is_benign(d)]
         sig = rules.signature_for(text, *detail) or ev.signature
+        if sig is None and ev.kind == "exception" and not ev.message:
+            sig = rules.signature_for(text, *_raising_frames(ev))
         weak = ev.weak
         if ev.kind == "error" and sig is not None and not sig.weak:
             weak = False  # an error-level line naming a known error shape is a real error
@@ -155,12 +236,79 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             seen[j.fp] = j
         out.append(j)
     known = " \n ".join(_norm(j.ev.text + " " + " ".join(j.ev.detail)) for j in out if j.role == "primary")
+    quoting: dict[str, Judged] = {}
     for j in out:
         if j.role == "secondary" and j.cause and _norm(j.cause) not in known:
             # the wrapper is the only line that names the cause: the worker's own traceback is missing
+            outer = quoting.get(_norm(j.cause))
+            if outer is not None and not _nested(outer.ev, j.ev):
+                continue  # the same cause quoted again later, elsewhere: the first quote stands
+            if outer is not None:
+                outer.role, outer.tier = "secondary", ONLY_SECONDARY  # re-raised outward: the inner quote is nearer the cause
+            quoting[_norm(j.cause)] = j
             j.role, j.tier = "primary", STRONG
             j.sig = rules.signature_for(j.cause, j.ev.text)
             j.fp = fingerprint("quoted", j.cause)
+    return out
+
+
+def _nested(outer: Event, inner: Event) -> bool:
+    """Is ``inner`` printed as part of ``outer`` (Ray prints the remote task's traceback right after its wrapper)?"""
+    end = max(ln.index for ln in outer.block) if outer.block else outer.line.index
+    start = min(ln.index for ln in inner.block) if inner.block else inner.line.index
+    return inner.process == outer.process and 0 <= start - end <= 2
+
+
+SURVIVED = "handled errors (the process went on normally)"
+SURVIVAL_LINES = 3  # normal lines the same process must log after an error for it to count as survived
+_ENDING = re.compile(r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process")
+_UNWINDING = re.compile(r"-> \d+(?: \[[^]]*\])?\s*$")  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
+
+
+def _normal(ln: LogLine, rules: Rules) -> bool:
+    """A line that shows a process at work: info-level, not error-shaped, not winding down."""
+    m = ln.msg.strip()
+    if not m or ln.severity > SEVERITY["INFO"] or m[0] in "|+^~":
+        return False
+    if ln.level is None and (ln.msg[:1].isspace() or not rules.is_ready(ln.raw) and not ln.tags and not ln.time):
+        return False  # an unlabelled line could be anything (a traceback's tail, a print)
+    if rules.is_ready(ln.raw):
+        return True
+    return not (rules.is_keyword(m) or _ENDING.search(m) or _UNWINDING.search(m) or rules.secondary_for(m) is not None)
+
+
+def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[int, bool]:
+    """Primary errors after which the same process went on normally (a retry, a fallback, one bad request).
+
+    A process that logs ordinary progress after an error handled it; the
+    error that ended the run (or nothing, on a server still serving) decides.
+    Returns {index in judged: True when a server answered a request after it}.
+    """
+    out: dict[int, bool] = {}
+    if not run:
+        return out
+    pos = {ln.index: k for k, ln in enumerate(run)}
+    in_block: set[int] = set()
+    for j in judged:
+        for ln in j.ev.block:
+            in_block.add(ln.index)
+    for k, j in enumerate(judged):
+        if j.role != "primary" or j.tier > WEAK:
+            continue
+        ev = j.ev
+        end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
+        seen = 0
+        for ln in run[pos.get(end, len(run)) + 1:]:
+            if ln.process != ev.process or ln.index in in_block:
+                continue
+            if rules.is_serving(ln.raw):
+                out[k] = True  # the server answered a request after it
+                break
+            if _normal(ln, rules):
+                seen += 1
+                if seen >= SURVIVAL_LINES:
+                    out[k] = False
+                    break
     return out
 
 
@@ -204,6 +352,9 @@ _FALLBACK = "An error line with no known signature: the lines around it from the
 
 def _fallback_hint(best: Judged) -> str:
     """A hint for an error no signature knows, so the answer always says what to look at next."""
+    if best.cause is not None and best.tier == STRONG:
+        return (f"Only a wrapper names the cause ({best.cause[:120]}): the failing task's own traceback, with the "
+                "full message, is in that worker's own log (for Ray, the worker's log file on its node).")
     return _FALLBACK_HINTS.get(best.tier) or _FALLBACK_BY_KIND.get(best.ev.kind, _FALLBACK)
 
 
@@ -236,8 +387,8 @@ def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rule
             in_block.discard(hl.index)  # a wrapper header ("EngineCore failed to start.") counts on its own
     start = best.ev.block[0].index if best.ev.block else best.ev.line.index
     headers = {j.ev.header_line.index for j in judged if j.ev.header_line is not None}
-    offset = run[0].index if run else 0
-    for ln in run[max(0, start - offset):]:
+    pos = {ln.index: k for k, ln in enumerate(run)}
+    for ln in run[pos.get(start, 0):]:
         if ln.index in in_block or ln.index in mine:
             continue
         hit = rules.secondary_for(ln.msg.strip())
@@ -245,7 +396,9 @@ def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rule
             counts[hit[0].kind] += 1
     for idx in sorted(headers):
         if idx < start and idx not in mine:
-            hit = rules.secondary_for(run[idx - offset].msg.strip())
+            if idx not in pos:
+                continue
+            hit = rules.secondary_for(run[pos[idx]].msg.strip())
             if hit is not None:
                 counts[hit[0].kind] += 1
     return counts
@@ -322,12 +475,24 @@ def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
 def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
     """The whole analysis of one log's lines (sparse, ordered by position)."""
     parsed = parse_all(lines, rules.tag_peelers)
-    run = parsed[latest_run(parsed, rules):]
+    run = current_lines(parsed, rules)
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
+    handled = survivors(judged, run, rules)
+    for k in handled:
+        judged[k].role, judged[k].kind = "secondary", SURVIVED
     best = choose(judged, rules)
+    if best is not None and best.kind == SURVIVED:
+        best = None  # every error was handled and nothing ended the run
     if best is None:
         verdict, summary = _summary(run, rules)
+        if handled:
+            summary = summary.replace("no error", "no fatal error", 1)
+            served = sum(1 for v in handled.values() if v)
+            if served:
+                summary += f"; request errors: {served} (the server answered requests after each)"
+            if len(handled) > served:
+                summary += f"; handled errors: {len(handled) - served} (the process went on after each)"
         return Diagnosis(verdict=verdict, summary=summary)
     counts = _cascade(judged, best, run, rules)
     cascade = sum(counts.values())

@@ -147,6 +147,27 @@ def clean(text: str) -> str:
 _TAG_TRIM = re.compile(r"^[\s(\[<]+|[\s)\]>:|]+$")
 
 
+# Python 3.11 exception groups draw a gutter: "  + Exception Group Traceback", "  | " before every line
+# of a (sub-)traceback, "+-+---- 1 ----" between sub-exceptions and "+------" after the last one.
+_EG_GATE = re.compile(r"\s*(?:\| |\|$|\+-|\+ Exception Group Traceback)")
+_EG_SEPARATOR = re.compile(r"^\s*\+(?:-\+)*-+(?: (?:\d+|\.\.\.)(?: and \d+ more exceptions)? -+)?\s*$")
+_EG_PIPE = re.compile(r"^\s*\| ?")
+_EG_HEAD = re.compile(r"^\s*\+ Exception Group (Traceback \(most recent call last\):)")
+
+
+def _exception_group_gutter(msg: str) -> str:
+    """The message inside an exception group's gutter; its separators read as blank lines."""
+    if _EG_SEPARATOR.match(msg):
+        return ""
+    m = _EG_HEAD.match(msg)
+    if m:
+        return m.group(1)
+    out = _EG_PIPE.sub("", msg, count=1)
+    if out.startswith("Exception Group Traceback"):
+        out = out[len("Exception Group "):]
+    return out
+
+
 def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str], bool]] = ()) -> LogLine:
     """Peel every prefix off one line. Never raises on odd input.
 
@@ -221,6 +242,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 source = v
         i = m.end()
     msg = (s[i:] if i else s).rstrip()
+    if msg[:1] in " |+" and _EG_GATE.match(msg):
+        msg = _exception_group_gutter(msg)
     if msg.endswith("cluster]") and "[repeated " in msg:
         msg = _RAY_REPEAT.sub("", msg)
     if level is None and "NCCL " in msg[:200]:

@@ -25,7 +25,7 @@ except ImportError:  # Python 3.10
 
 CATEGORIES = ("config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other")
 ERE_SECTIONS = ("keywords", "run_start", "tags", "waiting", "ready")
-LIST_SECTIONS = ERE_SECTIONS + ("benign",)
+LIST_SECTIONS = ERE_SECTIONS + ("benign", "serving")
 
 
 class RulesError(ValueError):
@@ -204,6 +204,7 @@ class Rules:
     waiting: list[str] = field(default_factory=list)
     ready: list[str] = field(default_factory=list)
     benign: list[str] = field(default_factory=list)
+    serving: list[str] = field(default_factory=list)  # a server answering requests: errors before it were survived
     processes: list[ProcessRule] = field(default_factory=list)
     secondary: list[SecondaryRule] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
@@ -220,6 +221,7 @@ class Rules:
         self.waiting_pats = [Pat(p) for p in self.waiting]
         self.ready_pats = [Pat(p) for p in self.ready]
         self.benign_pats = [Pat(p) for p in self.benign]
+        self.serving_pats = [Pat(p) for p in self.serving]
         self._line_rules = [r for r in self.secondary if not r.header]
         self._header_rules = [r for r in self.secondary if r.header]
         self._standalone = [s for s in self.signatures if s.standalone]
@@ -228,6 +230,7 @@ class Rules:
             name: gate(pats) for name, pats in (
                 ("keywords", self.keyword_pats), ("run_start", self.run_start_pats),
                 ("waiting", self.waiting_pats), ("ready", self.ready_pats), ("benign", self.benign_pats),
+                ("serving", self.serving_pats),
                 ("secondary", [r.pat for r in self._line_rules]),
                 ("signatures", [x.pat for x in self.signatures]),
                 ("standalone", [x.pat for x in self._standalone]),
@@ -304,6 +307,9 @@ class Rules:
 
     def is_ready(self, text: str) -> bool:
         return _any(self.ready_pats, self._gates["ready"], text)
+
+    def is_serving(self, text: str) -> bool:
+        return _any(self.serving_pats, self._gates["serving"], text)
 
     def is_keyword(self, text: str) -> bool:
         return _any(self.keyword_pats, self._gates["keywords"], text)
@@ -537,7 +543,7 @@ def _build(merged: dict[str, Any], sources: list[str], extra_tags: list[str]) ->
                               weak=bool(s.get("weak"))))
     return Rules(
         keywords=merged["keywords"], run_start=merged["run_start"], tags=merged["tags"],
-        waiting=merged["waiting"], ready=merged["ready"], benign=merged["benign"],
+        waiting=merged["waiting"], ready=merged["ready"], benign=merged["benign"], serving=merged["serving"],
         processes=[ProcessRule(p["pattern"], int(p["depth"]), str(p.get("role", ""))) for p in merged["processes"]],
         secondary=[SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False))) for s in merged["secondary"]],
         signatures=sigs, sources=sources, extra_tags=extra_tags,
