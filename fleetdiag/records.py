@@ -117,7 +117,7 @@ class FunnelResult:
     """What one run of the funnel script reported about one log."""
 
     path: str | None = None
-    status: str = "ok"  # ok | missing | unreadable | empty | binary | no-match
+    status: str = "ok"  # ok | missing | unreadable | empty | binary | no-match | no-source
     size: int | None = None
     mtime: float | None = None
     inode: int | None = None
@@ -208,6 +208,8 @@ class HostResult:
     idle_seconds: float | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     markers: list[str] = field(default_factory=list)
+    # Where the log was read: {kind: file|journal|docker|slurm|command, detail, found_by}.
+    log_source: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,6 +30,7 @@ from .fields import (
     parse_duration,
     parse_jump_hops,
     parse_size,
+    source_problem,
     user_problem,
     visible,
 )
@@ -43,6 +44,7 @@ from .model import (
     Inventory,
     InventoryError,
     InventoryNotFound,
+    LogSource,
     SelectorError,
 )
 from .native import NativeParser
@@ -62,6 +64,7 @@ __all__ = [
     "InventoryError",
     "InventoryNotFound",
     "JumpHop",
+    "LogSource",
     "SelectorError",
     "find_inventory",
     "fold",
@@ -75,6 +78,7 @@ __all__ = [
     "range_size",
     "select",
     "select_names",
+    "source_problem",
     "split_selector",
     "user_inventory_path",
     "user_problem",
