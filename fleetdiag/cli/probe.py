@@ -30,6 +30,27 @@ def jump_resolver(inv):
     return resolve
 
 
+def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
+    """The inventory's hosts; with no inventory anywhere (no -i, no FLEETDIAG_INVENTORY, no file
+    found), the selectors themselves as ``[user@]host[:port]`` or ssh aliases."""
+    from ..inventory import ENV_VAR, InventoryError, InventoryNotFound, select
+    from ..inventory.adhoc import adhoc_inventory
+
+    try:
+        inv = ctx.inventory()
+    except InventoryNotFound as missing:
+        if ctx.inventory_arg or os.environ.get(ENV_VAR):
+            raise
+        try:
+            inv = adhoc_inventory(selectors)
+        except InventoryError as bad:
+            raise InventoryError(f"{missing}; and '{bad.key}' is not a host to probe without one: {bad.message}") from None
+        if ctx.redactor is not None:
+            ctx.redactor.seed_inventory(inv)
+        return inv, list(inv)
+    return inv, select(inv, selectors)
+
+
 def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
     return ProbeSettings(
         log=kw.pop("log", None),
@@ -109,10 +130,7 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     With several hosts, hosts with the same root cause share one card and the
     fleet view folds them into a range (gpu[01-04,07]).
     """
-    from ..inventory import select
-
-    inv = ctx.inventory()
-    hosts = select(inv, selectors)
+    inv, hosts = inventory_or_adhoc(ctx, selectors)
     settings = settings_from(ctx, inv, kw)
     settings.save_dir = Path(save) if save else None
     t = settings.transport

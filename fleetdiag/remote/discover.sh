@@ -121,8 +121,8 @@ fd_json() {
       return sprintf("%c%c%c", 224 + int(c / 4096), 128 + int(c / 64) % 64, 128 + c % 64) }
     BEGIN { for (i = 0; i < 16; i++) hv[substr("0123456789abcdef", i + 1, 1)] = i
       for (i = 10; i < 16; i++) hv[substr("ABCDEF", i - 9, 1)] = i }
-    { i = index($0, "\"log\":\""); if (i == 0) next
-      s = substr($0, i + 7); o = ""
+    { if (!match($0, /"log"[ ]*:[ ]*"/)) next
+      s = substr($0, RSTART + RLENGTH); o = ""
       while (match(s, /[\\"]/)) {
         o = o substr(s, 1, RSTART - 1); c = substr(s, RSTART, 1)
         if (c == "\"") { s = ""; break }
