@@ -16,6 +16,7 @@ from .units import ago
 from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, analyze, load_rules
+from .inventory.model import DISCOVER, LogSource
 from .records import (
     FAILED,
     HEALTHY,
@@ -28,7 +29,6 @@ from .records import (
     Timing,
 )
 from .reach import HostError, PartialOutput, TransportOptions
-from .inventory.model import DISCOVER, LogSource
 
 if TYPE_CHECKING:
     from .transport import Connection

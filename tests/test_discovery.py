@@ -62,9 +62,10 @@ def probe(sshd, inv_text: str, name: str, **settings):
 def card_text(res) -> str:
     from rich.console import Console
 
-    con = Console(width=200, record=True, file=open(os.devnull, "w"))
-    con.print(host_card(res))
-    return con.export_text()
+    with open(os.devnull, "w") as sink:
+        con = Console(width=200, record=True, file=sink)
+        con.print(host_card(res))
+        return con.export_text()
 
 
 @pytest.fixture
@@ -406,3 +407,55 @@ def test_adhoc_probe_with_no_inventory_anywhere(sshd, tmp_path, monkeypatch):
     # a value that is not a host is refused before anything connects
     r = CliRunner().invoke(main, ["probe", "gpu01;reboot", "--log", str(log), *common])
     assert r.exit_code != 0 and "not a host to probe" in r.output
+
+
+# --------------------------------------------------------------------------- Slurm and the working directory
+
+
+def piped_vllm(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A vllm whose stdout is a pipe (as under srun or a supervisor), so /proc/PID/fd/1 is no file."""
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
+    exe.chmod(0o755)
+    return subprocess.Popen([str(exe), "serve", "m"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+
+
+def test_slurm_job_stdout_from_scontrol(sshd, tmp_path):
+    out = tmp_path / "spool" / "slurm-4242.out"
+    out.parent.mkdir()
+    out.write_text(case_log())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # stand-in scontrol: `scontrol show job ID`, one line of Key=Value words as the real one prints
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/sh\n[ "$1 $2" = "show job" ] && [ "$3" = 4242 ] || { echo "slurm_load_jobs error: Invalid job id" >&2; exit 1; }\n'
+        f'echo "JobId=4242 JobName=serve UserId=u(1000) JobState=RUNNING WorkDir={tmp_path} StdErr={out} StdIn=/dev/null StdOut={out}"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    proc = piped_vllm(tmp_path, {"SLURM_JOB_ID": "4242"})
+    try:
+        time.sleep(0.3)
+        res = probe(sshd, "hosts:\n" + host_entry(sshd, "gpu07"), "gpu07", path_prepend=str(bin_dir))
+        assert res.verdict == FAILED, (res.error, res.markers)
+        assert DECISIVE in res.decisive.line
+        assert res.log_source == {"kind": "slurm", "detail": str(out),
+                                  "found_by": f"pid {proc.pid} (vllm serve) is Slurm job 4242: its StdOut"}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_newest_log_in_the_working_directory(sshd, tmp_path):
+    (tmp_path / "old.log").write_text("INFO nothing\n")
+    os.utime(tmp_path / "old.log", (time.time() - 600, time.time() - 600))
+    (tmp_path / "server.log").write_text(case_log())
+    proc = piped_vllm(tmp_path)
+    try:
+        time.sleep(0.3)
+        res = probe(sshd, "hosts:\n" + host_entry(sshd, "gpu08"), "gpu08")
+        assert res.verdict == FAILED, (res.error, res.markers)
+        assert res.log == str(tmp_path / "server.log")
+        assert res.log_source["found_by"] == f"newest *.log in the working directory of pid {proc.pid} (vllm serve)"
+    finally:
+        proc.kill()
+        proc.wait()
