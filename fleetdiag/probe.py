@@ -146,10 +146,22 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
         jump = resolve(host.jump)
+    opts = host_transport(host, settings.transport)
     if settings.connect_gate is None:
-        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+        return await connect(host.target, host.port, host.user, opts, jump=jump)
     async with settings.connect_gate(host):
-        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+        return await connect(host.target, host.port, host.user, opts, jump=jump)
+
+
+def host_transport(host: Any, opts: TransportOptions) -> TransportOptions:
+    """A host's own key (``identity_file``, Ansible's ``ansible_ssh_private_key_file``) first."""
+    key = getattr(host, "identity_file", None)
+    if not key:
+        return opts
+    import dataclasses
+    import os
+
+    return dataclasses.replace(opts, client_keys=[os.path.expanduser(key), *(opts.client_keys or [])])
 
 
 def parse_jump(text: str) -> tuple[str, int | None, str | None]:

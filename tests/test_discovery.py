@@ -459,3 +459,81 @@ def test_newest_log_in_the_working_directory(sshd, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+# --------------------------------------------------------------------------- Ansible INI and --list JSON
+
+ANSIBLE_INI = """# an Ansible INI inventory, as teams keep it
+gpu00 ansible_host=10.0.0.9
+
+[gpu]
+gpu[01:03] ansible_user=ubuntu
+uk-node ansible_host=127.0.0.1 ansible_port={port} ansible_user={user} ansible_ssh_private_key_file={key} rack=r7
+
+[gpu:vars]
+fleetdiag_logs={log}
+ansible_become=true
+
+[dc:children]
+gpu
+"""
+
+
+def test_ansible_ini_inventory(tmp_path):
+    inv = parse_inventory(ANSIBLE_INI.format(port=2222, user="alice", key="~/.ssh/uk.pem", log="/l/v.log"), "hosts.ini")
+    assert list(inv.hosts) == ["gpu00", "gpu01", "gpu02", "gpu03", "uk-node"]
+    uk = inv.hosts["uk-node"]
+    assert (uk.address, uk.port, uk.user, uk.identity_file) == ("127.0.0.1", 2222, "alice", "~/.ssh/uk.pem")
+    assert inv.hosts["gpu01"].user == "ubuntu" and inv.hosts["gpu01"].logs == {"default": "/l/v.log"}
+    assert inv.hosts["gpu00"].address == "10.0.0.9" and inv.hosts["gpu00"].log_source()[0] == "discover"
+    assert inv.groups["dc"] == ["gpu01", "gpu02", "gpu03", "uk-node"]
+    assert any("hosts.ini:6: ignored vars fleetdiag does not use: rack" in w for w in inv.warnings)
+    assert any("ansible_become noted: fleetdiag never escalates" in w for w in inv.warnings)
+
+
+def test_ansible_ini_errors_are_located():
+    with pytest.raises(InventoryError) as e:
+        parse_inventory("[gpu]\nok-host\nbad;host ansible_port=22\n[gpu:weird]\n", "h.ini")
+    msgs = [str(x) for x in e.value.errors]
+    assert any(m.startswith("h.ini:3:") and "bad;host" in m for m in msgs), msgs
+    assert any(m.startswith("h.ini:4:") and "unknown section kind" in m for m in msgs), msgs
+
+
+def test_ansible_inventory_list_json():
+    doc = {"_meta": {"hostvars": {
+        "a1": {"ansible_host": "10.0.0.1", "ansible_port": 2200, "ansible_ssh_private_key_file": "/k/a.pem",
+               "weird_var": 1},
+        "b1": {"ansible_user": "bob", "ansible_ssh_port": 2201}}},
+        "all": {"children": ["ungrouped", "gpu"]},
+        "gpu": {"hosts": ["a1"], "vars": {"fleetdiag_logs": {"serve": {"journal": "vllm.service"}}}},
+        "ungrouped": {"hosts": ["b1"]}}
+    inv = parse_inventory(json.dumps(doc, indent=1), "list.json")
+    a1, b1 = inv.hosts["a1"], inv.hosts["b1"]
+    assert (a1.address, a1.port, a1.identity_file) == ("10.0.0.1", 2200, "/k/a.pem")
+    assert a1.log_source() == ("serve", LogSource("journal", "vllm.service"))
+    assert (b1.user, b1.port) == ("bob", 2201)
+    assert inv.groups == {"ungrouped": ["b1"], "gpu": ["a1"]}
+    assert inv.warnings and "weird_var" in inv.warnings[0] and inv.warnings[0].startswith("list.json:")
+
+
+def test_ansible_private_key_file_is_used_to_log_in(sshd, tmp_path):
+    """`check` may pass with the default keys; the probe must log in with the inventory's key."""
+    from .sshd import keygen
+
+    log = tmp_path / "v.log"
+    log.write_text(case_log())
+    wrong = keygen(tmp_path / "wrong_ed25519")
+    inv = parse_inventory(ANSIBLE_INI.format(port=sshd.port, user=sshd.user, key=sshd.client_key, log=log), "h.ini")
+    settings = ProbeSettings(transport=sshd.opts(client_keys=[str(wrong)]))
+    res = run(probe_host(inv.hosts["uk-node"], settings))
+    assert res.verdict == FAILED, res.error
+    inv.hosts["uk-node"].identity_file = None  # without it, the wrong key alone is refused
+    res = run(probe_host(inv.hosts["uk-node"], ProbeSettings(transport=sshd.opts(client_keys=[str(wrong)]))))
+    assert res.verdict == "unreachable"
+
+
+def test_native_identity_file_key():
+    inv = parse_inventory("hosts:\n  a:\n    identity_file: ~/.ssh/a.pem\n", "i.yaml")
+    assert inv.hosts["a"].identity_file == "~/.ssh/a.pem"
+    with pytest.raises(InventoryError, match="i.yaml:3: hosts.a.identity_file: expected the path"):
+        parse_inventory("hosts:\n  a:\n    identity_file: 3\n", "i.yaml")

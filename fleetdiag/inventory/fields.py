@@ -286,6 +286,7 @@ def _make_host(name: str, s: dict[str, Any]) -> Host:
         region=s.get("region"),
         tags=list(s.get("tags") or []),
         funnel={k: v for k, v in (s.get("funnel") or {}).items() if v is not None},
+        identity_file=s.get("identity_file"),
     )
 
 
@@ -661,6 +662,12 @@ class FieldParser:
             self.err(line, key, f"expected a log path or glob, got {_describe(p)}")
             return False
         return True
+
+    def v_identity_file(self, v: Any, key: str, line: int) -> Any:
+        if not isinstance(v, str) or not v.strip() or "\0" in v:
+            self.err(line, key, f"expected the path of a private key file, got {_describe(v)}")
+            return _BAD
+        return v
 
     def v_funnel(self, v: Any, key: str, line: int) -> Any:
         m = self.mapping(v, key, line, null_ok=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 TOP_KEYS = ("defaults", "hosts", "groups")
-HOST_KEYS = ("address", "port", "user", "jump", "logs", "gpus", "region", "tags", "funnel")
+HOST_KEYS = ("address", "port", "user", "jump", "logs", "gpus", "region", "tags", "funnel", "identity_file")
 FUNNEL_KEYS = ("tail_lines", "scan_bytes", "run_start", "stall_after", "timeout")
 ALL = "all"
 # A log entry is a path or glob, or one of these streams: ``{journal: UNIT}``, ``{docker: CONTAINER}``,
@@ -106,6 +106,7 @@ class Host:
     # stall_after float (s), timeout float (s).
     funnel: dict[str, Any] = field(default_factory=dict)
     groups: list[str] = field(default_factory=list)
+    identity_file: str | None = None  # a client key for this host only (ansible_ssh_private_key_file)
 
     @property
     def target(self) -> str:
@@ -173,6 +174,7 @@ class Inventory:
     path: Path | None
     hosts: dict[str, Host]
     groups: dict[str, list[str]]  # group -> host names, file order; `all` is implicit, not listed
+    warnings: list[str] = field(default_factory=list)  # keys read but not used (never silently dropped)
 
     def __iter__(self) -> Iterator[Host]:
         return iter(self.hosts.values())
