@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .ansible import AnsibleParser, ini_to_ymap, is_list_json, list_json_to_ymap, looks_ini
+from .ansible import (
+    AnsibleParser,
+    ini_to_ymap,
+    is_list_json,
+    list_json_to_ymap,
+    looks_ini,
+)
 from .fields import (
     JumpHop,
     hidden_char,
