@@ -537,3 +537,51 @@ def test_native_identity_file_key():
     assert inv.hosts["a"].identity_file == "~/.ssh/a.pem"
     with pytest.raises(InventoryError, match="i.yaml:3: hosts.a.identity_file: expected the path"):
         parse_inventory("hosts:\n  a:\n    identity_file: 3\n", "i.yaml")
+
+
+# --------------------------------------------------------------------------- read-only
+
+
+WRITE_CALLS = ("open,openat,openat2,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,link,linkat,"
+               "symlink,symlinkat,truncate,ftruncate,mknod,mknodat,chmod,fchmod,fchmodat,chown,fchown,fchownat,utimensat")
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed (scripts/test installs it)")
+def test_discovery_and_streams_make_no_write_syscall(vllm_job, tmp_path):
+    """Discovery (through /proc) and a command stream, traced under bash (which would put a
+    here-document in a temp file): every file opened for writing is /dev/null."""
+    import re
+
+    _proc, log = vllm_job
+    for source in (LogSource("discover"), LogSource("command", f"cat {log}")):
+        spec = spec_for("", RULES)
+        apply_source(spec, source, None, None)
+        trace = tmp_path / f"trace-{source.kind}.txt"
+        script = funnel.build_script(spec, "@@FD:t")
+        p = subprocess.run(["strace", "-f", "-qq", "-e", f"trace={WRITE_CALLS}", "-o", str(trace), "bash", "-c", script],
+                           capture_output=True, text=True, timeout=120, check=False)
+        fr = funnel.parse_output(p.stdout, "@@FD:t")
+        assert DECISIVE in finish("h", fr, RULES).decisive.line
+        bad = []
+        for ln in trace.read_text().splitlines():
+            m = re.search(r"\b(\w+)\((.*)", ln)
+            if not m or "= -1" in ln or "resumed>" in ln:
+                continue
+            name, args = m.groups()
+            if name in ("open", "openat", "openat2", "creat"):
+                if (name == "creat" or re.search(r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND", args)) \
+                        and '"/dev/null"' not in args:
+                    bad.append(ln)
+            else:
+                bad.append(ln)
+        assert not bad, f"{source.kind} wrote:\n" + "\n".join(bad[:20])
+
+
+def test_discover_script_redirects_only_to_dev_null():
+    import re
+
+    body = re.sub(r"'[^']*'", "''", funnel._SOURCE)
+    body = re.sub(r'"[^"]*"', '""', body)
+    for m in re.finditer(r"(?<![<>&|0-9])(\d?>>?)\s*([^\s;|&)]+)", body):
+        assert m.group(2) == "/dev/null" or m.group(2).startswith("&"), m.group(0)
+    assert "mktemp" not in body and "tee " not in body and "<<" not in body
