@@ -585,3 +585,12 @@ def test_discover_script_redirects_only_to_dev_null():
     for m in re.finditer(r"(?<![<>&|0-9])(\d?>>?)\s*([^\s;|&)]+)", body):
         assert m.group(2) == "/dev/null" or m.group(2).startswith("&"), m.group(0)
     assert "mktemp" not in body and "tee " not in body and "<<" not in body
+
+
+def test_cli_names_unused_ansible_vars(tmp_path):
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(ANSIBLE_INI.format(port=2222, user="alice", key="/k", log="/l/v.log"))
+    r = CliRunner().invoke(main, ["-i", str(inv), "hosts"])
+    assert r.exit_code == 0, r.output
+    assert "warning: " in r.output and "ignored vars fleetdiag does not use: rack" in r.output
+    assert "uk-node" in r.output
