@@ -594,3 +594,26 @@ def test_cli_names_unused_ansible_vars(tmp_path):
     assert r.exit_code == 0, r.output
     assert "warning: " in r.output and "ignored vars fleetdiag does not use: rack" in r.output
     assert "uk-node" in r.output
+
+
+def test_stdout_and_stderr_in_two_files_reads_the_newer_and_names_the_other(tmp_path):
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!{sys.executable}\nimport sys, time\nprint('INFO starting', flush=True)\ntime.sleep(1.1)\n"
+                   f"sys.stderr.write(open({str(tmp_path / 'case.log')!r}).read()); sys.stderr.flush()\ntime.sleep(600)\n")
+    exe.chmod(0o755)
+    (tmp_path / "case.log").write_text(case_log())
+    proc = subprocess.Popen(["sh", "-c", "exec ./vllm serve m > out.log 2> err.log"], cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        err = tmp_path / "err.log"
+        while time.monotonic() < deadline and DECISIVE not in (err.read_text() if err.exists() else ""):
+            time.sleep(0.05)
+        spec = spec_for("", RULES)
+        spec.source = "discover"
+        fr = funnel.run_local(spec, timeout=60)
+        assert fr.path == str(tmp_path / "err.log")
+        assert fr.facts["log_source"]["found_by"] == f"stderr of pid {proc.pid} (vllm serve)"
+        assert any(f"stdout of pid {proc.pid} goes to another file, {tmp_path / 'out.log'}" in m for m in fr.markers)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -78,7 +78,12 @@ fd_find() {
     # The path as the process sees it: read through /proc when it is gone or in another mount namespace.
     case $t in /*' (deleted)'|'') t=$o ;; *) [ -f "$t" ] || t=$o ;; esac
     what=stdout; [ "$on" = 2 ] && what=stderr
-    if [ "$on" = 1 ] && [ "$(readlink "/proc/$p/fd/2" 2>/dev/null)" = "$(readlink "/proc/$p/fd/1" 2>/dev/null)" ]; then what="stdout and stderr"; fi
+    l1=$(readlink "/proc/$p/fd/1" 2>/dev/null); l2=$(readlink "/proc/$p/fd/2" 2>/dev/null)
+    if [ "$l1" = "$l2" ]; then what="stdout and stderr"
+    elif [ -f "/proc/$p/fd/1" ] && [ -f "/proc/$p/fd/2" ]; then
+      if [ "$on" = 1 ]; then ol=$l2; ow=stderr; else ol=$l1; ow=stdout; fi
+      x "$ow of pid $p goes to another file, $ol: not read (the more recently written one was)"
+    fi
     fd_k="file"; fd_d=$t; fd_by="$what of $who"; return 0
   fi
   if [ -d "/proc/$p/fd" ] && ! [ -r "/proc/$p/fd" ]; then x "cannot see the open files of $who (another user): its stdout was not checked"; fi
