@@ -617,3 +617,19 @@ def test_stdout_and_stderr_in_two_files_reads_the_newer_and_names_the_other(tmp_
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_adhoc_hosts_from_a_file_and_stdin(tmp_path):
+    import io
+
+    from fleetdiag.inventory.adhoc import adhoc_inventory
+
+    f = tmp_path / "hosts.txt"
+    f.write_text("# gpu nodes\ngpu01\nalice@gpu02:2222  gpu03 # spare\n\n")
+    inv = adhoc_inventory([f"^{f}", "gpu04,gpu01"])
+    assert list(inv.hosts) == ["gpu01", "alice@gpu02:2222", "gpu03", "gpu04"]
+    inv = adhoc_inventory(["-"], stdin=io.StringIO("gpu07\ngpu08\n"))
+    assert list(inv.hosts) == ["gpu07", "gpu08"]
+    f.write_text("gpu01\nbad;host\n")
+    with pytest.raises(InventoryError, match="hosts.txt:2"):
+        adhoc_inventory([f"^{f}"])

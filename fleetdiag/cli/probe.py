@@ -109,7 +109,8 @@ def cost_memory() -> CostMemory:
 
 @main.command()
 @click.argument("selectors", nargs=-1, required=True)
-@click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
+@click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob [default: the first "
+              "configured log; none configured: found on the host from the job's process].")
 @click.option("--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi.")
 @click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts probed at once.")
 @click.option("--per-address", type=click.IntRange(0), default=DEFAULT_PER_ADDRESS, show_default=True,
@@ -127,6 +128,8 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     """Run the funnel on the selected hosts and print one card per host.
 
     SELECTOR: a host, a group, all, a glob (uk-*), a range (gpu[01-04]), a,b or !exclusion.
+    With no inventory anywhere: [user@]host[:port], an ~/.ssh/config alias, ^hosts.txt or -
+    (stdin); without --log, the host finds its job's log itself.
     With several hosts, hosts with the same root cause share one card and the
     fleet view folds them into a range (gpu[01-04,07]).
     """

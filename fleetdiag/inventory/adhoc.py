@@ -1,10 +1,15 @@
-"""Hosts named on the command line, with no inventory file: ``[user@]host[:port]`` or an ssh alias.
+"""Hosts named on the command line, with no inventory file: ``[user@]host[:port]`` or an ssh alias,
+comma lists, ``^hosts.txt`` (one a line) or ``-`` (the same from stdin).
 
 Each value is checked like an inventory value (``host_problem``, ``user_problem``,
 the port range) so a typo or a shell metacharacter never reaches ssh.
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
 
 from .fields import host_problem, user_problem
 from .model import Host, Inventory, InventoryError
@@ -45,15 +50,33 @@ def _port(p: str, text: str) -> int:
     return int(p)
 
 
-def adhoc_inventory(selectors: tuple[str, ...] | list[str]) -> Inventory:
-    """An inventory of the hosts named on the command line (comma lists too), in order."""
+def _terms(sel: str, stdin: TextIO | None) -> list[tuple[str, str]]:
+    """(where, term) pairs: a comma list, ``^FILE`` (one host a line, ``#`` comments) or ``-`` (stdin)."""
+    if sel == "-" or sel.startswith("^"):
+        name = "<stdin>" if sel == "-" else sel[1:]
+        try:
+            text = (stdin or sys.stdin).read() if sel == "-" else Path(name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InventoryError(f"cannot read the host list: {e}", key=sel) from None
+        out = []
+        for n, line in enumerate(text.splitlines(), 1):
+            for term in line.split("#", 1)[0].split():
+                out.append((f"{name}:{n}", term))
+        return out
+    return [(sel, t.strip()) for t in sel.split(",") if t.strip()]
+
+
+def adhoc_inventory(selectors: tuple[str, ...] | list[str], stdin: TextIO | None = None) -> Inventory:
+    """An inventory of the hosts named on the command line (comma lists, ``^hosts.txt``, ``-``), in order."""
     hosts: dict[str, Host] = {}
     for sel in selectors:
-        for term in sel.split(","):
-            term = term.strip()
-            if term:
+        for where, term in _terms(sel, stdin):
+            try:
                 h = parse_target(term)
-                hosts.setdefault(h.name, h)
+            except InventoryError as e:
+                e.key = f"{where}: {e.key}" if where != sel else e.key
+                raise
+            hosts.setdefault(h.name, h)
     if not hosts:
         raise InventoryError("no host named")
     return Inventory(path=None, hosts=hosts, groups={})
