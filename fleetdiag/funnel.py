@@ -64,6 +64,7 @@ class FunnelSpec:
     stream_lines: int = 200000  # journalctl -n / docker logs --tail
     path_prepend: str = ""  # a remote dir before PATH (journalctl, docker, scontrol in odd places)
     docker_root: str = "/var/lib/docker"  # where a container's json-file log is, when docker logs is refused
+    k8s_logs: str = "/var/log/containers"  # the kubelet's CRI logs (POD_NS_CONTAINER-ID.log)
 
 
 # The script body (remote/funnel.sh). Values arrive as shell variables set above it;
@@ -110,6 +111,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_SLINES": spec.stream_lines,
         "FD_DPATH": spec.path_prepend,
         "FD_DOCKER_ROOT": spec.docker_root,
+        "FD_K8S_LOGS": spec.k8s_logs,
         "FD_JOBS": JOBS_ERE,
         "FD_JOBMODS": JOB_MODULES_ERE,
         "FD_NOTJOBS": NOT_JOBS_ERE,

@@ -208,7 +208,7 @@ class HostResult:
     idle_seconds: float | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     markers: list[str] = field(default_factory=list)
-    # Where the log was read: {kind: file|journal|docker|slurm|command, detail, found_by}.
+    # Where the log was read: {kind: file|journal|docker|cri|slurm|command, detail, found_by}.
     log_source: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:

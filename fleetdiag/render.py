@@ -228,6 +228,7 @@ def source_text(src: dict[str, str] | None) -> str:
         "docker": f"docker logs {detail[:12]}",
         "command": f"stdout of `{detail}`",
         "slurm": f"Slurm StdOut {detail}",
+        "cri": f"kubelet log {detail}",
     }.get(kind, detail)
     return f"{by} → {what}" if by else what
 

@@ -633,3 +633,48 @@ def test_adhoc_hosts_from_a_file_and_stdin(tmp_path):
     f.write_text("gpu01\nbad;host\n")
     with pytest.raises(InventoryError, match="hosts.txt:2"):
         adhoc_inventory([f"^{f}"])
+
+
+@pytest.mark.skipif(cgroup_dir("x") is None, reason="needs a writable cgroup hierarchy (root on Linux)")
+def test_discovery_follows_a_kubernetes_container_to_its_kubelet_log(tmp_path):
+    """A vllm in a kubepods cgroup (as containerd puts it): the CRI log, prefixes dropped, P lines joined."""
+    kid = "ef" * 32
+    logs = tmp_path / "containers"
+    logs.mkdir()
+    body = []
+    for line in case_log().splitlines():
+        body.append(f"2025-10-25T13:12:42.000000000Z stderr F {line}")
+    body.insert(3, "2025-10-25T13:12:42.000000000Z stdout P first half ")
+    body.insert(4, "2025-10-25T13:12:42.000000000Z stdout F and the rest")
+    (logs / f"vllm-0_llm_vllm-{kid}.log").write_text("\n".join(body) + "\n")
+    cg = cgroup_dir(f"kubepods/burstable/pod1234/{kid}")
+    proc = None
+    try:
+        proc = in_cgroup(cg, [str(piped_exe(tmp_path)), "serve", "m"], tmp_path)
+        time.sleep(0.5)
+        spec = spec_for("", RULES)
+        spec.source, spec.k8s_logs = "discover", str(logs)
+        fr = funnel.run_local(spec, timeout=60)
+        assert fr.facts["log_source"]["kind"] == "cri", (fr.facts, fr.markers)
+        assert fr.facts["log_source"]["found_by"].startswith(f"pid {proc.pid} (vllm serve) runs in Kubernetes container efefefefefef")
+        texts = [ln.text for ln in fr.lines()]
+        assert not any(t.startswith("2025-10-25T") for t in texts)
+        assert "first half and the rest" in texts
+        res = finish("h", fr, RULES)
+        assert DECISIVE in res.decisive.line
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        for d in (cg, cg.parent, cg.parent.parent, cg.parent.parent.parent):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def piped_exe(tmp_path: Path) -> Path:
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
+    exe.chmod(0o755)
+    return exe

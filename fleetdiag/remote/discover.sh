@@ -5,6 +5,7 @@
 # SC3013: test -nt works in dash, bash, zsh and busybox ash
 # Where the log is (see fleetdiag/discover.py), then the funnel over it. Runs after funnel.sh.
 # FD_SRC: file (FD_LOG, a path or glob) | journal | docker | command (FD_SRCV) | discover.
+# Discovery may also land on cri: a kubelet container log (its line prefixes are dropped).
 # Read-only: it reads /proc, runs journalctl/docker/scontrol read commands, and writes nothing.
 
 [ -n "$FD_DPATH" ] && PATH=$FD_DPATH:$PATH
@@ -96,6 +97,11 @@ fd_find() {
   fi
   cid=$(printf '%s\n' "$cg" | sed -n 's/.*docker[-/]\([0-9a-f]\{64\}\).*/\1/p' | head -n 1)
   if [ -n "$cid" ]; then fd_k=docker; fd_d=$cid; fd_by="$who runs in docker container ${cid%"${cid#????????????}"}"; return 0; fi
+  # Kubernetes (containerd, CRI-O): the kubelet's CRI log /var/log/containers/POD_NS_NAME-ID.log.
+  kid=$(printf '%s\n' "$cg" | sed -n 's/.*kubepods.*[-/:]\([0-9a-f]\{64\}\).*/\1/p' | head -n 1)
+  if [ -n "$kid" ] && kl=$(fd_newest "$FD_K8S_LOGS/*-$kid.log"); then
+    fd_k=cri; fd_d=$kl; fd_by="$who runs in Kubernetes container ${kid%"${kid#????????????}"}: its kubelet log"; return 0
+  fi
   jid=$(tr '\000' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^SLURM_JOB_ID=//p' | head -n 1)
   if [ -n "$jid" ] && command -v scontrol >/dev/null 2>&1; then
     so=$($TO scontrol show job "$jid" 2>/dev/null | tr ' ' '\n' | sed -n 's/^StdOut=//p' | head -n 1)
@@ -160,6 +166,11 @@ fd_stream() {
       fi ;;
     command)
       fd_buf=$($TO sh -c "$2" 2>/dev/null </dev/null | tail -c "$FD_SBYTES" | tr -d '\000') ;;
+    cri)
+      # "TIME STREAM F|P text": the prefix dropped; P is a partial line, joined to the next one.
+      mt=$(stat -L -c '%Y' "$2" 2>/dev/null) && m mtime "$mt"
+      fd_buf=$($TO tail -c "$FD_SBYTES" "$2" | awk '{ t = $0; sub(/^[^ ]* [^ ]* [^ ]* ?/, "", t)
+        if ($3 == "P") printf "%s", t; else print t }' | tr -d '\000') ;;
   esac
   if [ -z "$fd_buf" ]; then m status empty; return; fi
   size=$(printf '%s\n' "$fd_buf" | wc -c | tr -d ' ')
@@ -176,6 +187,7 @@ fd_label() {
   case $1 in
     journal) printf 'journalctl %s %s' "$fd_ju" "$2" ;;
     docker) printf 'docker logs %s' "$(printf '%s' "$2" | cut -c1-12)" ;;
+    cri) printf '%s' "$2" ;;
     command) printf 'command: %s' "$2" ;;
     *) printf '%s' "$2" ;;
   esac
