@@ -678,3 +678,36 @@ def piped_exe(tmp_path: Path) -> Path:
     exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
     exe.chmod(0o755)
     return exe
+
+
+@pytest.mark.skipif(cgroup_dir("x") is None, reason="needs a writable cgroup hierarchy (root on Linux)")
+def test_discovery_follows_a_docker_container_to_docker_logs(sshd, tmp_path):
+    """A vllm in cgroup system.slice/docker-<id>.scope (docker's systemd driver): `docker logs` (stand-in)."""
+    cid = "12" * 32
+    src = tmp_path / "c.log"
+    src.write_text(case_log())
+    docker_standin(tmp_path / "bin", {cid: src})
+    cg = cgroup_dir(f"system.slice/docker-{cid}.scope")
+    proc = in_cgroup(cg, [str(piped_exe(tmp_path)), "serve", "m"], tmp_path)
+    try:
+        time.sleep(0.5)
+        res = probe(sshd, "hosts:\n" + host_entry(sshd, "gpu09"), "gpu09", path_prepend=str(tmp_path / "bin"))
+        assert res.verdict == FAILED, (res.error, res.markers)
+        assert DECISIVE in res.decisive.line
+        assert res.log_source == {"kind": "docker", "detail": cid,
+                                  "found_by": f"pid {proc.pid} (vllm serve) runs in docker container 121212121212"}
+        assert "docker logs 121212121212" in " ".join(card_text(res).split())
+    finally:
+        proc.kill()
+        proc.wait()
+        rm_cgroup(cg)
+
+
+def test_a_log_path_with_repeated_16_byte_runs_is_named_right(tmp_path):
+    """od folds a repeated 16-byte line into '*': the path's hex must not be folded."""
+    d = tmp_path / ("a" * 48)
+    d.mkdir()
+    log = d / "v.log"
+    log.write_text(case_log())
+    fr = funnel.run_local(spec_for(str(log), RULES), timeout=60)
+    assert fr.path == str(log)

@@ -16,7 +16,8 @@ T=$(printf '\t')
 echo "$FD_MARK begin $FD_VERSION"
 m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
 x() { printf 'X\t%s\n' "$1"; }
-hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
+# -v: od would print a repeated 16-byte line as '*'
+hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
 secs() { date +%s; }
 # A pass that ran into the remote time limit says so (timeout cut it short).
 late() { [ -n "$TO" ] && [ $(( $(secs) - $1 )) -ge "$FD_TMO" ] && x "$2: stopped by the ${FD_TMO}s remote time limit, so it may be incomplete"; }
