@@ -53,12 +53,29 @@ class FunnelSpec:
     timeout: int = 30  # seconds, per pass, on the remote side
     extra: str = ""  # more script (facts), appended before the end marker
     extra_vars: dict[str, str] = field(default_factory=dict)
+    # Where the log is (remote/discover.sh): file (``log``), journal/docker/command (``source_value``),
+    # or discover (find the job's process, then its log). ``fallback``: a missing file log is
+    # replaced by the log of a running framework process; ``globs``: a dead job's logs.
+    source: str = "file"
+    source_value: str = ""
+    fallback: bool = False
+    globs: list[str] = field(default_factory=list)
+    stream_bytes: int = 16 * 1024 * 1024  # a stream is read once: its last N bytes
+    stream_lines: int = 200000  # journalctl -n / docker logs --tail
+    path_prepend: str = ""  # a remote dir before PATH (journalctl, docker, scontrol in odd places)
+    docker_root: str = "/var/lib/docker"  # where a container's json-file log is, when docker logs is refused
+    k8s_logs: str = "/var/log/containers"  # the kubelet's CRI logs (POD_NS_CONTAINER-ID.log)
 
 
 # The script body (remote/funnel.sh). Values arrive as shell variables set above it;
 # awk reads regexes through ENVIRON so no escape processing touches them.
 _BODY = remote.load("funnel.sh")
 _END = remote.load("end.sh")
+_SOURCE = remote.load("discover.sh")
+# Process names (argv[0] or python's script) and python -m modules that are a job; modules that are not.
+JOBS_ERE = "^(vllm|sglang|torchrun|deepspeed|ray|accelerate)$"
+JOB_MODULES_ERE = r"^(vllm|sglang|torch\.distributed|deepspeed|ray|accelerate)([.]|$)"
+NOT_JOBS_ERE = r"^(pytest|pip|venv|ensurepip|http\.server|json\.tool|ipykernel.*|jupyter.*|notebook|fleetdiag.*|mypy|ruff|black|pydoc|unittest|timeit|cProfile|pdb|idlelib|site|asyncio|tkinter)([.]|$)"
 
 
 def _q(value: object) -> str:
@@ -85,9 +102,22 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_WIN": spec.window_bytes,
         "FD_CTX": spec.context_lines,
         "FD_TMO": spec.timeout,
+        "FD_SRC": spec.source,
+        "FD_SRCV": spec.source_value,
+        "FD_FALLBACK": "1" if spec.fallback else "",
+        "FD_GLOBS": "\n".join(spec.globs),
+        "FD_LOGLIT": "",
+        "FD_SBYTES": spec.stream_bytes,
+        "FD_SLINES": spec.stream_lines,
+        "FD_DPATH": spec.path_prepend,
+        "FD_DOCKER_ROOT": spec.docker_root,
+        "FD_K8S_LOGS": spec.k8s_logs,
+        "FD_JOBS": JOBS_ERE,
+        "FD_JOBMODS": JOB_MODULES_ERE,
+        "FD_NOTJOBS": NOT_JOBS_ERE,
         **spec.extra_vars,
     }
-    return remote.script(env, _BODY, spec.extra, _END)
+    return remote.script(env, _BODY, _SOURCE, spec.extra, _END)
 
 
 def new_mark() -> str:
@@ -190,6 +220,14 @@ def _meta(res: FunnelResult, key: str, value: str) -> None:
             res.path = None
     elif key == "reason":
         res.facts["reason"] = value
+    elif key in ("src_kind", "src_detailhex", "src_byhex"):
+        name = {"src_kind": "kind", "src_detailhex": "detail", "src_byhex": "found_by"}[key]
+        if key != "src_kind":
+            try:
+                value = bytes.fromhex(value).decode("utf-8", "backslashreplace")
+            except ValueError:
+                value = ""
+        res.facts.setdefault("log_source", {})[name] = value
     elif key == "deniedhex":
         try:
             where = bytes.fromhex(value).decode("utf-8", "backslashreplace")

@@ -24,6 +24,7 @@ from .reach import (
     TransportOptions,
     parse_jump_chain,
 )
+from .inventory.model import DISCOVER, LogSource
 from .records import (
     FAILED,
     HEALTHY,
@@ -151,7 +152,8 @@ def _log_problem(fr: FunnelResult) -> str:
         "missing": f"log not found: {fr.path or ''}",
         "no-match": f"no file matches the log pattern {fr.path}" if fr.path else "no file matches the log pattern",
         "unreadable": f"log unreadable: {fr.path}" + (f" ({reason})" if reason else ""),
-        "empty": f"log is empty: {fr.path}",
+        "empty": f"log is empty: {fr.path}" + (f" ({reason})" if reason else ""),
+        "no-source": f"no log found on the host: {reason or 'discovery found nothing'}",
         "binary": f"log looks binary: {fr.path}" + (f" ({reason})" if reason else ""),
     }.get(fr.status)
     if text:
@@ -173,10 +175,22 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
             raise HostError(JUMP, str(exc)) from None
         # each hop may name an inventory host; a chain is connected through in order
         jump = [resolve(_hop_text(h)) for h in hops]
+    opts = host_transport(host, settings.transport)
     if settings.connect_gate is None:
-        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+        return await connect(host.target, host.port, host.user, opts, jump=jump)
     async with settings.connect_gate(host):
-        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+        return await connect(host.target, host.port, host.user, opts, jump=jump)
+
+
+def host_transport(host: Any, opts: TransportOptions) -> TransportOptions:
+    """A host's own key (``identity_file``, Ansible's ``ansible_ssh_private_key_file``) first."""
+    key = getattr(host, "identity_file", None)
+    if not key:
+        return opts
+    import dataclasses
+    import os
+
+    return dataclasses.replace(opts, client_keys=[os.path.expanduser(key), *(opts.client_keys or [])])
 
 
 def _hop_text(h: JumpHop) -> str:
@@ -199,15 +213,17 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
     rules = settings.get_rules()
     timing = Timing()
     try:
-        log_name, log_path = host.log_path(settings.log)
+        log_name, source = source_of(host, settings.log)
     except Exception as exc:  # an inventory problem for this host only
         return HostResult(host=host.name, verdict=NO_LOG, error=str(exc), timing=timing)
+    log_path = source.value if source.kind == "file" else (None if source.kind == DISCOVER else str(source))
     own = conn is None
     try:
         if conn is None:
             conn = await open_host(host, settings)
         timing.connect_ms = round(conn.connect_ms, 1)
-        spec = spec_for(log_path, rules, host.funnel)
+        spec = spec_for(log_path or "", rules, host.funnel)
+        apply_source(spec, source, host, settings.path_prepend)
         if settings.facts:  # same exec: the facts snippet runs after the funnel
             spec.extra += facts_mod.SNIPPET
             spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
@@ -237,6 +253,7 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             fr.markers.append(partial)
         facts = facts_mod.build(fr.facts.get("raw")) if settings.facts else None
         res = finish(host.name, fr, rules, _stall_after(host, settings), timing, facts)
+        res.log_source = fr.facts.get("log_source") or given_source(log_name, source, settings.log)
         if partial and fr.status == "error":  # cut before the funnel said anything
             res.verdict = UNREACHABLE
             res.error = partial
@@ -253,6 +270,35 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         res.log = log_path
     res.timing.total_ms = round((time.perf_counter() - t0) * 1000, 1)
     return res
+
+
+def source_of(host: HostLike, log: str | None) -> tuple[str, LogSource]:
+    """The host's log source for ``--log`` (None: the inventory's first log, else discovery)."""
+    if hasattr(host, "log_source"):
+        return host.log_source(log)  # type: ignore[attr-defined]
+    name, path = host.log_path(log)
+    return name, LogSource("file", path)
+
+
+def apply_source(spec: funnel_mod.FunnelSpec, source: LogSource, host: Any, path_prepend: str | None) -> None:
+    """Point the funnel at the source: a file (discovery as the fallback when it is missing),
+    a stream, or discovery on the host."""
+    spec.source = source.kind
+    spec.path_prepend = path_prepend or ""
+    if source.kind == "file":
+        spec.fallback = True
+    elif source.kind == DISCOVER:
+        spec.globs = list(host.file_globs()) if hasattr(host, "file_globs") else []
+    else:
+        spec.source_value = source.value
+
+
+def given_source(name: str, source: LogSource, log: str | None) -> dict[str, str] | None:
+    """``log_source`` for a source the user named (discovery reports its own)."""
+    if source.kind == DISCOVER:
+        return None
+    by = "--log" if log and log == source.value else f"the inventory (logs.{name})"
+    return {"kind": source.kind, "detail": source.value, "found_by": by}
 
 
 def save_evidence(directory: Path, name: str, raw: bytes) -> Path:

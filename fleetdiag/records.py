@@ -119,7 +119,7 @@ class FunnelResult:
     """What one run of the funnel script reported about one log."""
 
     path: str | None = None
-    status: str = "ok"  # ok | missing | unreadable | empty | binary | no-match
+    status: str = "ok"  # ok | missing | unreadable | empty | binary | no-match | no-source
     size: int | None = None
     mtime: float | None = None
     inode: int | None = None
@@ -215,6 +215,8 @@ class HostResult:
     markers: list[str] = field(default_factory=list)
     # what the decision saw: {source: log|kernel|gpu, time, line, pid, gpu, kind, code}
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    # Where the log was read: {kind: file|journal|docker|cri|slurm|command, detail, found_by}.
+    log_source: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

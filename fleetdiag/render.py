@@ -228,6 +228,24 @@ def cascade_text(secondary: dict[str, int], limit: int = 5) -> str:
     return f"+ {total} secondary (consequences, not causes): {shown}{more}"
 
 
+def source_text(src: dict[str, str] | None) -> str:
+    """Which log was read and why: "stdout of pid 7321 (vllm serve) → /workspace/logs/vllm.log".
+    Empty for a plain file named in the inventory (the "where" row already names it)."""
+    if not src:
+        return ""
+    kind, detail, by = src.get("kind", ""), src.get("detail", ""), src.get("found_by", "")
+    if kind == "file" and by.startswith(("the inventory", "--log")):
+        return ""
+    what = {
+        "journal": f"journalctl -u {detail}",
+        "docker": f"docker logs {detail[:12]}",
+        "command": f"stdout of `{detail}`",
+        "slurm": f"Slurm StdOut {detail}",
+        "cri": f"kubelet log {detail}",
+    }.get(kind, detail)
+    return f"{by} → {what}" if by else what
+
+
 def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
     """The card for one host: everything needed to act, nothing to scroll."""
     style = STYLE.get(res.verdict, "white")
@@ -260,6 +278,9 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             grid.add_row("reason", Text(res.error, style=style))
         if res.summary:
             grid.add_row("log says", Text(res.summary))
+    src = source_text(res.log_source)
+    if src:
+        grid.add_row("log from", Text(src))
     if res.idle_seconds is not None and res.verdict != UNREACHABLE:
         grid.add_row("log age", Text(f"last written {ago(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")))
     cascade = cascade_text(res.secondary)

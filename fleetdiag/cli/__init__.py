@@ -51,6 +51,8 @@ class Context:
         inv = load_inventory(find_inventory(self.inventory_arg))
         if self.redactor is not None:
             self.redactor.seed_inventory(inv)
+        for w in getattr(inv, "warnings", []):  # keys read but not used are named, never dropped silently
+            self.out.error(f"warning: {w}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         return inv
 
 

@@ -30,6 +30,27 @@ def jump_resolver(inv):
     return resolve
 
 
+def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
+    """The inventory's hosts; with no inventory anywhere (no -i, no FLEETDIAG_INVENTORY, no file
+    found), the selectors themselves as ``[user@]host[:port]`` or ssh aliases."""
+    from ..inventory import ENV_VAR, InventoryError, InventoryNotFound, select
+    from ..inventory.adhoc import adhoc_inventory
+
+    try:
+        inv = ctx.inventory()
+    except InventoryNotFound as missing:
+        if ctx.inventory_arg or os.environ.get(ENV_VAR):
+            raise
+        try:
+            inv = adhoc_inventory(selectors)
+        except InventoryError as bad:
+            raise InventoryError(f"{missing}; and '{bad.key}' is not a host to probe without one: {bad.message}") from None
+        if ctx.redactor is not None:
+            ctx.redactor.seed_inventory(inv)
+        return inv, list(inv)
+    return inv, select(inv, selectors)
+
+
 def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
     return ProbeSettings(
         log=kw.pop("log", None),
@@ -88,7 +109,8 @@ def cost_memory() -> CostMemory:
 
 @main.command()
 @click.argument("selectors", nargs=-1, required=True)
-@click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
+@click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob [default: the first "
+              "configured log; none configured: found on the host from the job's process].")
 @click.option("--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi.")
 @fanout_options
 @click.option("--save", type=click.Path(file_okay=False), help="Keep the evidence: raw funnel output per host in DIR.")
@@ -102,13 +124,12 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     """Run the funnel on the selected hosts and print one card per host.
 
     SELECTOR: a host, a group, all, a glob (uk-*), a range (gpu[01-04]), a,b or !exclusion.
+    With no inventory anywhere: [user@]host[:port], an ~/.ssh/config alias, ^hosts.txt or -
+    (stdin); without --log, the host finds its job's log itself.
     With several hosts, hosts with the same root cause share one card and the
     fleet view folds them into a range (gpu[01-04,07]).
     """
-    from ..inventory import select
-
-    inv = ctx.inventory()
-    hosts = select(inv, selectors)
+    inv, hosts = inventory_or_adhoc(ctx, selectors)
     settings = settings_from(ctx, inv, kw)
     settings.save_dir = Path(save) if save else None
     t = settings.transport

@@ -1,8 +1,8 @@
 """The inventory: which hosts exist, how to reach them, where their logs are.
 
 Loaded from ``inventory.yaml`` (native shape: ``defaults``/``hosts``/``groups``)
-or from an Ansible YAML inventory, so teams need not keep two files. Both
-become the same :class:`Inventory`.
+or from an Ansible inventory (YAML, INI, or ``ansible-inventory --list`` JSON),
+so teams need not keep two files. All become the same :class:`Inventory`.
 
 A wrong inventory sends a fleet probe to the wrong place, so validation is
 strict: unknown keys are errors (with a close-match suggestion), types are
@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .ansible import AnsibleParser
+from .ansible import (
+    AnsibleParser,
+    ini_to_ymap,
+    is_list_json,
+    list_json_to_ymap,
+    looks_ini,
+)
 from .fields import (
     JumpHop,
     hidden_char,
@@ -30,6 +36,7 @@ from .fields import (
     parse_duration,
     parse_jump_hops,
     parse_size,
+    source_problem,
     user_problem,
     visible,
 )
@@ -43,6 +50,7 @@ from .model import (
     Inventory,
     InventoryError,
     InventoryNotFound,
+    LogSource,
     SelectorError,
 )
 from .native import NativeParser
@@ -62,6 +70,7 @@ __all__ = [
     "InventoryError",
     "InventoryNotFound",
     "JumpHop",
+    "LogSource",
     "SelectorError",
     "find_inventory",
     "fold",
@@ -75,6 +84,7 @@ __all__ = [
     "range_size",
     "select",
     "select_names",
+    "source_problem",
     "split_selector",
     "user_inventory_path",
     "user_problem",
@@ -97,8 +107,16 @@ def load_inventory(path: Path | str) -> Inventory:
 
 def parse_inventory(text: str, path: str = "<string>") -> Inventory:
     """Validate inventory text; ``path`` is only used to name the file in errors."""
+    if looks_ini(text):
+        ini = AnsibleParser(path)
+        data = ini_to_ymap(text, ini.err)
+        return _with_warnings(ini.finish(ini.parse(data)), ini)
     reader = NativeParser(path)
     data = reader.load_yaml(text)
+    if is_list_json(data):
+        lj = AnsibleParser(path)
+        lj.errors.extend(reader.errors)
+        return _with_warnings(lj.finish(lj.parse(list_json_to_ymap(data))), lj)
     if data is None:
         return reader.finish({})  # raises: the YAML error or "empty"
     reader.check_hidden(data, "")
@@ -106,4 +124,9 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
         ansible = AnsibleParser(path)
         ansible.errors.extend(reader.errors)
         reader = ansible
-    return reader.finish(reader.parse(data))
+    return _with_warnings(reader.finish(reader.parse(data)), reader)
+
+
+def _with_warnings(inv: Inventory, reader: object) -> Inventory:
+    inv.warnings = list(getattr(reader, "warnings", []))
+    return inv

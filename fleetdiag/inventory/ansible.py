@@ -21,7 +21,12 @@ _ANSIBLE_ALIASES = {
     "ansible_ssh_port": "port",
     "ansible_user": "user",
     "ansible_ssh_user": "user",
+    "ansible_ssh_private_key_file": "identity_file",
+    "ansible_private_key_file": "identity_file",
 }
+# Ansible vars fleetdiag reads nothing from on purpose: named in no warning.
+_ANSIBLE_QUIET = ("ansible_connection", "ansible_python_interpreter", "ansible_shell_type", "ansible_ssh_pass",
+                  "ansible_password", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 _ANSIBLE_PLAIN = ("logs", "gpus", "region", "tags", "funnel", "jump")
 _ANSIBLE_GROUP_KEYS = ("hosts", "children", "vars")
 _ANSIBLE_RANGE = re.compile(r"\[([^\]:]*):([^\]:]*)(?::([^\]:]*))?\]")
@@ -55,6 +60,20 @@ class AnsibleParser(FieldParser):
         self.groups: dict[str, dict[str, Any]] = {}  # group -> line, key, members, parents, vars chunks
         self.host_vars: dict[str, list[dict[str, Any]]] = {}  # host -> settings chunks in file order
         self.visiting: set[int] = set()  # mappings on the current path (YAML anchors can loop)
+        self.unused: dict[str, int] = {}  # Ansible vars read but not understood -> first line
+        self.become: int | None = None  # line of an ansible_become var
+
+    @property
+    def warnings(self) -> list[str]:
+        """What was read but not used, so nothing is dropped silently."""
+        out = []
+        if self.unused:
+            names = sorted(self.unused, key=lambda k: self.unused[k])
+            out.append(f"{self.path}:{self.unused[names[0]]}: ignored vars fleetdiag does not use: " + ", ".join(names))
+        if self.become is not None:
+            out.append(f"{self.path}:{self.become}: ansible_become noted: fleetdiag never escalates, "
+                       "it reads logs as the login user")
+        return out
 
     @staticmethod
     def is_ansible(data: YMap) -> bool:
@@ -211,7 +230,7 @@ class AnsibleParser(FieldParser):
                     self.unknown_key(k, allowed, dotted, ln)
                     continue
             elif k in _ANSIBLE_ALIASES:
-                fld, prio = _ANSIBLE_ALIASES[k], 3 if k.count("_") == 1 else 2
+                fld, prio = _ANSIBLE_ALIASES[k], 2 if k.startswith("ansible_ssh_") else 3
             elif k in _ANSIBLE_PLAIN:
                 fld, prio = k, 1
             elif k in ("ansible_ssh_common_args", "ansible_ssh_extra_args") and isinstance(val, str):
@@ -220,7 +239,168 @@ class AnsibleParser(FieldParser):
                     continue
                 fld, prio, val = "jump", 0, j
             else:
+                if k.startswith("ansible_become"):
+                    self.become = self.become or ln
+                elif k not in _ANSIBLE_QUIET:
+                    self.unused.setdefault(k, ln)
                 continue
             if fld not in best or prio > best[fld][0]:
                 best[fld] = (prio, (fld, dotted, ln, val))
         return self.settings(e for _, e in best.values())
+
+
+# --------------------------------------------------------------------------- INI and --list JSON
+#
+# Both become the YAML inventory's shape (YMap with lines), so one parser validates all three.
+
+
+def _ymap(line: int) -> YMap:
+    m = YMap()
+    m.line = line
+    return m
+
+
+def _put(m: YMap, key: Any, value: Any, line: int) -> None:
+    if key in m:
+        m.dups.append((key, line, m.lines[key]))
+    m[key] = value
+    m.lines[key] = line
+
+
+_INI_SECTION = re.compile(r"\[([^\]\s]+)\]\s*")
+
+
+def looks_ini(text: str) -> bool:
+    """An Ansible INI inventory: its first significant line is a ``[section]`` header (YAML would
+    read that as a list) or a ``host key=value`` line."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";", "---")):
+            continue
+        if _INI_SECTION.fullmatch(line):
+            return True
+        return bool(re.fullmatch(r"[^\s:]+(\s+[A-Za-z_][A-Za-z0-9_]*=\S*)+", line))
+    return False
+
+
+def _ini_value(v: str) -> Any:
+    return int(v) if v.isdigit() else v
+
+
+def ini_to_ymap(text: str, err: Any) -> YMap:
+    """Ansible's INI inventory as the YAML shape: ``[g]`` host lines with ``k=v`` vars,
+    ``[g:vars]``, ``[g:children]``; hosts before any section are ``ungrouped``."""
+    top = _ymap(1)
+    groups: dict[str, YMap] = {ALL: _ymap(1)}
+    _put(top, ALL, groups[ALL], 1)
+
+    def group(name: str, line: int) -> YMap:
+        if name not in groups:
+            g = _ymap(line)
+            groups[name] = g
+            _put(top, name, g, line)
+        return groups[name]
+
+    def part(g: YMap, key: str, line: int) -> YMap:
+        if key not in g:
+            _put(g, key, _ymap(line), line)
+        return g[key]
+
+    name, kind = "ungrouped", "hosts"
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        m = _INI_SECTION.fullmatch(line)
+        if m:
+            name, _, kind = m.group(1).partition(":")
+            kind = kind or "hosts"
+            if kind not in ("hosts", "vars", "children"):
+                err(n, m.group(1), f"unknown section kind ':{kind}' (expected :vars or :children)")
+                kind = "skip"
+            group(name, n)
+            continue
+        if kind == "skip":
+            continue
+        g = group(name, n)
+        if kind == "vars":
+            k, eq, v = line.partition("=")
+            if not eq or not k.strip():
+                err(n, f"{name}.vars", f"expected key=value, got '{line}'")
+                continue
+            _put(part(g, "vars", n), k.strip(), _ini_value(v.strip()), n)
+        elif kind == "children":
+            _put(part(g, "children", n), line, None, n)
+        else:
+            try:
+                toks = shlex.split(line, comments=True)
+            except ValueError as e:
+                err(n, name, f"cannot split the host line: {e}")
+                continue
+            if not toks:
+                continue
+            hv = _ymap(n)
+            for t in toks[1:]:
+                k, eq, v = t.partition("=")
+                if not eq:
+                    err(n, f"{name}.hosts.{toks[0]}", f"expected key=value, got '{t}'")
+                    continue
+                _put(hv, k, _ini_value(v), n)
+            _put(part(g, "hosts", n), toks[0], hv, n)
+    return top
+
+
+def is_list_json(data: Any) -> bool:
+    """``ansible-inventory --list`` output: ``_meta.hostvars`` and groups with host lists."""
+    return isinstance(data, YMap) and isinstance(data.get("_meta"), YMap)
+
+
+def list_json_to_ymap(data: YMap) -> YMap:
+    """``{"_meta": {"hostvars": {h: vars}}, "g": {"hosts": [h], "children": [g], "vars": {}}}`` as
+    the YAML shape: host vars go with the host's first group, lists become mappings."""
+    top = _ymap(data.line)
+    if ALL not in data:
+        _put(top, ALL, _ymap(data.line), data.line)
+    meta = data.get("_meta")
+    hostvars = meta.get("hostvars") if isinstance(meta, YMap) else None
+    if not isinstance(hostvars, YMap):
+        hostvars = _ymap(data.line)
+    placed: set[str] = set()
+
+    def as_map(v: Any, line: int, with_vars: bool) -> Any:
+        if not isinstance(v, list):
+            return v
+        m = _ymap(line)
+        lines = getattr(v, "lines", [line] * len(v))
+        for item, ln in zip(v, lines):
+            body = None
+            if with_vars and isinstance(item, str) and item not in placed:
+                placed.add(item)
+                body = hostvars.get(item)
+            _put(m, item, body, ln)
+        return m
+
+    for g in data:
+        if g == "_meta":
+            continue
+        body = data[g]
+        ln = data.lines.get(g, data.line)
+        if isinstance(body, YMap):
+            nb = _ymap(body.line)
+            for k in body:
+                kl = body.lines.get(k, body.line)
+                _put(nb, k, as_map(body[k], kl, k == "hosts") if k in ("hosts", "children") else body[k], kl)
+            body = nb
+        _put(top, g, body, ln)
+    rest = [h for h in hostvars if h not in placed]
+    if rest:  # hosts only in _meta (Ansible lists them under `ungrouped` or `all`)
+        a = top.get("all")
+        if not isinstance(a, YMap):
+            a = _ymap(data.line)
+            _put(top, "all", a, data.line)
+        hm = a.get("hosts") if isinstance(a.get("hosts"), YMap) else _ymap(a.line)
+        for h in rest:
+            _put(hm, h, hostvars[h], hostvars.lines.get(h, data.line))
+        a["hosts"] = hm
+        a.lines.setdefault("hosts", a.line)
+    return top

@@ -22,7 +22,7 @@ import yaml
 
 from ..reach import JumpHop, parse_jump_chain
 from ..units import parse_duration
-from .model import FUNNEL_KEYS, Host, Inventory, InventoryError, did_you_mean
+from .model import FUNNEL_KEYS, SOURCE_KINDS, Host, Inventory, InventoryError, LogSource, did_you_mean
 from .selection import SelectorError, _evaluate, _expand_range, _NoMatch, split_selector
 from .yamlload import Loader, YMap, YSeq
 
@@ -100,6 +100,27 @@ def host_problem(v: str) -> str | None:
         bad = sorted({c for c in v if not (c.isascii() and (c.isalnum() or c in "._-"))})
         return ("may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); "
                 f"found {' '.join(repr(c) for c in bad) or 'a leading dot'}")
+    return None
+
+
+_UNIT_RE = re.compile(r"[A-Za-z0-9:_.@\\-]+")
+_CONTAINER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def source_problem(kind: str, v: str) -> str | None:
+    """Why a ``journal``/``docker``/``command`` value is refused, or None. These values reach the
+    host only as quoted data; a unit or container name still must not look like an option."""
+    if "\0" in v:
+        return "contains a NUL byte"
+    if kind == "journal":
+        if v.startswith("-") or not _UNIT_RE.fullmatch(v) or len(v) > 256:
+            return f"'{visible(v)}' is not a systemd unit name (letters, digits, ':_.@-\\'; no leading '-')"
+    elif kind == "docker":
+        if not _CONTAINER_RE.fullmatch(v) or len(v) > 128:
+            return f"'{visible(v)}' is not a container name or id (letters, digits, '_.-'; no leading '-')"
+    elif kind == "command":
+        if hidden_char(v, "\t") is not None:
+            return f"'{visible(v)}' {_hidden_reason(v, chr(9))}"
     return None
 
 
@@ -235,6 +256,7 @@ def _make_host(name: str, s: dict[str, Any]) -> Host:
         region=s.get("region"),
         tags=list(s.get("tags") or []),
         funnel={k: v for k, v in (s.get("funnel") or {}).items() if v is not None},
+        identity_file=s.get("identity_file"),
     )
 
 
@@ -571,15 +593,51 @@ class FieldParser:
                 out[name] = None  # drops a log inherited from defaults
             elif isinstance(p, str) and self._path_ok(p, f"{key}.{name}", ln):
                 out[name] = p
+            elif isinstance(p, YMap):
+                src = self._log_stream(p, f"{key}.{name}", ln)
+                if src is not None:
+                    out[name] = src
             elif not isinstance(p, str):
-                self.err(ln, f"{key}.{name}", f"expected a log path or glob, got {_describe(p)}")
+                self.err(ln, f"{key}.{name}", f"expected a log path or glob, or one of "
+                         f"{{journal: UNIT}}, {{docker: CONTAINER}}, {{command: ...}}, got {_describe(p)}")
         return out
+
+    def _log_stream(self, m: YMap, key: str, line: int) -> Any:
+        """``{journal: UNIT}``, ``{docker: CONTAINER}``, ``{command: "..."}`` or ``{file: PATH}``: one key."""
+        keys = list(m)
+        if len(keys) != 1:
+            self.err(line, key, "a log source has exactly one of the keys " + ", ".join(SOURCE_KINDS)
+                     + (f", got {len(keys)}" if keys else ", got none"))
+            return None
+        kind = keys[0]
+        ln, k2 = m.lines.get(kind, line), f"{key}.{kind}"
+        if kind not in SOURCE_KINDS:
+            self.unknown_key(str(kind), SOURCE_KINDS, k2, ln)
+            return None
+        v = m[kind]
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
+            self.err(ln, k2, f"expected a non-empty string, got {_describe(v)}")
+            return None
+        v = str(v)
+        if kind == "file":
+            return v if self._path_ok(v, k2, ln) else None
+        why = source_problem(kind, v)
+        if why:
+            self.err(ln, k2, why)
+            return None
+        return LogSource(kind, v)
 
     def _path_ok(self, p: str, key: str, line: int) -> bool:
         if not p.strip() or "\0" in p:  # newlines are legal in file names and are quoted like any byte
             self.err(line, key, f"expected a log path or glob, got {_describe(p)}")
             return False
         return True
+
+    def v_identity_file(self, v: Any, key: str, line: int) -> Any:
+        if not isinstance(v, str) or not v.strip() or "\0" in v:
+            self.err(line, key, f"expected the path of a private key file, got {_describe(v)}")
+            return _BAD
+        return v
 
     def v_funnel(self, v: Any, key: str, line: int) -> Any:
         m = self.mapping(v, key, line, null_ok=False)

@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 TOP_KEYS = ("defaults", "hosts", "groups")
-HOST_KEYS = ("address", "port", "user", "jump", "logs", "gpus", "region", "tags", "funnel")
+HOST_KEYS = ("address", "port", "user", "jump", "logs", "gpus", "region", "tags", "funnel", "identity_file")
 FUNNEL_KEYS = ("tail_lines", "scan_bytes", "run_start", "stall_after", "timeout")
 ALL = "all"
+# A log entry is a path or glob, or one of these streams: ``{journal: UNIT}``, ``{docker: CONTAINER}``,
+# ``{command: "..."}`` (its stdout is the log). ``{file: PATH}`` is the long form of a path.
+SOURCE_KINDS = ("file", "journal", "docker", "command")
+DISCOVER = "discover"
 
 
 # --------------------------------------------------------------------------- errors
@@ -69,6 +73,21 @@ class InventoryNotFound(InventoryError):
 # --------------------------------------------------------------------------- model
 
 
+@dataclass(frozen=True)
+class LogSource:
+    """Where one log is read from: ``kind`` is file (value: path or glob), journal (a systemd unit),
+    docker (a container), command (a shell command whose stdout is the log), or discover (find it
+    on the host from the job's process)."""
+
+    kind: str
+    value: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "file":
+            return self.value
+        return "discover" if self.kind == DISCOVER else f"{self.kind}: {self.value}"
+
+
 @dataclass
 class Host:
     """One host as the transport and funnel need it, defaults already applied."""
@@ -78,7 +97,8 @@ class Host:
     port: int | None = None
     user: str | None = None
     jump: str | None = None  # "user@host:port", an inventory host or an ssh alias (ProxyJump)
-    logs: dict[str, str] = field(default_factory=dict)  # name -> path or glob; first is the default
+    # name -> path or glob (str) or a stream source (LogSource); the first is the default
+    logs: dict[str, str | LogSource] = field(default_factory=dict)
     gpus: int | None = None
     region: str | None = None
     tags: list[str] = field(default_factory=list)
@@ -86,13 +106,39 @@ class Host:
     # stall_after float (s), timeout float (s).
     funnel: dict[str, Any] = field(default_factory=dict)
     groups: list[str] = field(default_factory=list)
+    identity_file: str | None = None  # a client key for this host only (ansible_ssh_private_key_file)
 
     @property
     def target(self) -> str:
         """What to hand ssh: the address, else the name (so ssh config aliases work)."""
         return self.address or self.name
 
+    def log_source(self, name_or_path: str | None = None) -> tuple[str, LogSource]:
+        """Resolve ``--log NAME|PATH`` to ``(log name, source)``.
+
+        With no logs configured and no ``--log``, the source is ``discover``:
+        the host finds its job's log itself (in the same round trip).
+        """
+        if not name_or_path and not self.logs:
+            return DISCOVER, LogSource(DISCOVER)
+        name, value = self._log_entry(name_or_path)
+        return name, value if isinstance(value, LogSource) else LogSource("file", value)
+
+    def file_globs(self) -> list[str]:
+        """Every configured file log (paths and globs): where a dead job's log may be."""
+        return [v for v in self.logs.values() if isinstance(v, str)]
+
     def log_path(self, name_or_path: str | None = None) -> tuple[str, str]:
+        """``log_source`` for callers that need a file (``watch``): a stream source is an error here."""
+        name, value = self._log_entry(name_or_path)
+        if isinstance(value, LogSource):
+            raise InventoryError(
+                f"log '{name}' of host '{self.name}' is a {value.kind} stream ({value}), not a file",
+                key=f"hosts.{self.name}.logs.{name}",
+            )
+        return name, value
+
+    def _log_entry(self, name_or_path: str | None = None) -> tuple[str, str | LogSource]:
         """Resolve ``--log NAME|PATH`` to ``(log name, path)``.
 
         None picks the first configured log; a configured name its path; a
@@ -128,6 +174,7 @@ class Inventory:
     path: Path | None
     hosts: dict[str, Host]
     groups: dict[str, list[str]]  # group -> host names, file order; `all` is implicit, not listed
+    warnings: list[str] = field(default_factory=list)  # keys read but not used (never silently dropped)
 
     def __iter__(self) -> Iterator[Host]:
         return iter(self.hosts.values())

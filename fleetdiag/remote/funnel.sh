@@ -16,14 +16,19 @@ T=$(printf '\t')
 echo "$FD_MARK begin $FD_VERSION"
 m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
 x() { printf 'X\t%s\n' "$1"; }
-hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
+# -v: od would print a repeated 16-byte line as '*'
+hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
 secs() { date +%s; }
 # A pass that ran into the remote time limit says so (timeout cut it short).
 late() { [ -n "$TO" ] && [ $(( $(secs) - $1 )) -ge "$FD_TMO" ] && x "$2: stopped by the ${FD_TMO}s remote time limit, so it may be incomplete"; }
 # The pinned log from byte $1 on. busybox tail takes no offset past 2 GiB: dd seeks there.
 fd_nl() { if [ -n "$fd_cr" ]; then tr '\r' '\n'; else cat; fi; }
+# A stream source (journal, docker, command) was read once into $fd_buf (bounded): the passes read that.
+fd_all() { if [ -n "$fd_s" ]; then printf '%s\n' "$fd_buf"; else $TO cat "$r"; fi; }
+fd_last() { if [ -n "$fd_s" ]; then fd_all | tail -c "$1"; else $TO tail -c "$1" "$r"; fi; }
 fd_from() {
-  if [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
+  if [ -n "$fd_s" ]; then fd_all | tail -c "+$(( $1 + 1 ))"
+  elif [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
   else $TO dd if="$r" bs=65536 skip=$(( $1 / 65536 )) 2>/dev/null | tail -c "+$(( $1 % 65536 + 1 ))"; fi
 }
 m now "$(secs)"
@@ -46,7 +51,7 @@ fd_why() {
 fd_log() {
   f=
   oifs=$IFS; IFS=''
-  set -- $FD_LOG
+  if [ -n "$FD_LOGLIT" ]; then set -- "$FD_LOG"; else set -- $FD_LOG; fi
   IFS=$oifs
   for c in "$@"; do
     [ -e "$c" ] || continue
@@ -82,19 +87,23 @@ fd_log() {
     size=$(wc -c <"$r" | tr -d ' ')
     mt=$(date -r "$f" +%s 2>/dev/null) && m mtime "$mt"
   fi
+  fd_scan
+}
+# The passes over the pinned file ($r) or the stream buffer ($fd_s set, $size known).
+fd_scan() {
   m size "$size"
   if [ "$size" -eq 0 ]; then m status empty; fd_close; return; fi
   # Binary (a .gz a glob caught, a core file): control bytes beyond tab, newline, CR and ESC
   # in the last 8 KB. NUL padding after a crash is not held against a text log.
-  samp=$($TO tail -c 8192 "$r" | tr -d '\000' | wc -c | tr -d ' ')
-  ctl=$($TO tail -c 8192 "$r" | tr -d '\000\011\012\015\033\040-\176\200-\377' | wc -c | tr -d ' ')
+  samp=$(fd_last 8192 | tr -d '\000' | wc -c | tr -d ' ')
+  ctl=$(fd_last 8192 | tr -d '\000\011\012\015\033\040-\176\200-\377' | wc -c | tr -d ' ')
   if [ "$samp" -eq 0 ]; then m status binary; m reason "its last 8 KB are all NUL bytes"; fd_close; return; fi
   if [ $((ctl * 20)) -gt "$samp" ]; then m status binary; m reason "$ctl control bytes in the last $samp"; fd_close; return; fi
   m status ok
   # CR-only line ends (old Mac style, some progress writers): read CR as the line end, byte for byte.
   fd_cr=
-  if [ "$($TO tail -c 8192 "$r" | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ] &&
-     [ "$($TO tail -c 8192 "$r" | tr -cd '\r' | wc -c | tr -d ' ')" -gt 0 ]; then
+  if [ "$(fd_last 8192 | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ] &&
+     [ "$(fd_last 8192 | tr -cd '\r' | wc -c | tr -d ' ')" -gt 0 ]; then
     fd_cr=1; m note "the log ends its lines with CR only: CR read as the line end"
   fi
   start=0
@@ -123,7 +132,7 @@ fd_log() {
       { if ($0 ~ kw || (rs != "" && $0 ~ rs)) print NR ":" sprintf("%.0f", o) ":" $0; o += length($0) + 1 }'; }
   fi
   t0=$(secs)
-  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else $TO cat "$r"; fi; } | fd_nl | fd_grep | tr '\000' ' ' | awk -v start="$start" "$FD_AWKLIB"'
+  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else fd_all; fi; } | fd_nl | fd_grep | tr '\000' ' ' | awk -v start="$start" "$FD_AWKLIB"'
     function reset() { nh = 0; nr = 0; hb = 0; dropped = 0; nt = 0; split("", first); split("", firstln); split("", order); split("", ring) }
     BEGIN { kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
       H1 = ENVIRON["FD_H1"] + 0; H2 = ENVIRON["FD_H2"] + 0; HB = ENVIRON["FD_HB"] + 0; runpos = -1; reset() }
@@ -158,7 +167,7 @@ fd_log() {
   echo "S${T}tail"
   tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
   t0=$(secs)
-  $TO tail -c "$tb" "$r" | fd_nl | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
+  fd_last "$tb" | fd_nl | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
     BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
     { p = pos; pos += length($0) + 1
       if (base > 0 && NR == 1) next
@@ -195,6 +204,7 @@ fd_log() {
 }
 # The log changed under us? Compare the name's inode and the opened file's size with the start.
 fd_changed() {
+  [ -z "$fd_s" ] || return 0
   now=$(stat -L -c '%s %i' "$f" 2>/dev/null)
   if [ -z "$now" ]; then
     [ -e "$f" ] || x "the log was removed or renamed while it was read: shown as it was when opened"
@@ -210,4 +220,4 @@ fd_changed() {
   if [ -n "$cur" ] && [ "$cur" -lt "$size" ]; then x "the log was truncated while it was read ($size -> $cur bytes): later passes saw less of it"; fi
 }
 fd_close() { if [ -n "$pinned" ]; then exec 3<&-; pinned=; fi; r=$f; }
-fd_log
+fd_s=; fd_buf=; pinned=
