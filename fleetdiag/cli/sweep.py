@@ -32,7 +32,7 @@ from .. import units
 from ..units import ago
 from ..exitcodes import Exit, exit_for
 from ..probe import ProbeSettings
-from ..records import SCHEMA_VERSION, VERDICTS, HostResult
+from ..records import SCHEMA_VERSION, VERDICTS, HostResult, report_json
 from ..render import ICON, STYLE, Env, FleetProgress, Output
 from ..scheduler import (
     DEFAULT_FANOUT,
@@ -127,7 +127,7 @@ async def execute(job: SweepJob, env: Env) -> SweepOutcome:
             started = time.time()
             results, interrupted = await _probe(job, env, memory)
             out = SweepOutcome(results, started, time.time(), interrupted, store_error=store_error)
-            doc = {"version": SCHEMA_VERSION, "sweep": out.meta(job), "hosts": [r.to_json() for r in results]}
+            doc = report_json(results, sweep=out.meta(job))  # marks each job's hosts for the history too
             if job.redactor is not None:
                 doc = job.redactor.obj(doc)
             try:
