@@ -46,6 +46,12 @@ def default_nodes() -> list[DemoNode]:
         DemoNode("de-node", "stalled.log", 80, "de",
                  "the launch script waits for a server that never came up", idle_seconds=1500,
                  expect="stalled"),
+        # One torchrun job over two nodes (real logs, corpus/multinode/m1_exc): node B's rank raises,
+        # node A's rank only sees the NCCL peer vanish. Both fail; the job line names B.
+        DemoNode("fr-node-a", "job_node_a.log", 60, "fr",
+                 "rank 0 of a 2-node training job: NCCL says a remote process exited"),
+        DemoNode("fr-node-b", "job_node_b.log", 60, "fr",
+                 "rank 1 of the same job: a shape error in its own code (the job's root cause)"),
     ]
 
 

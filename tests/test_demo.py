@@ -14,5 +14,11 @@ def test_demo_probes_the_simulated_fleet():
     assert "AssertionError: DP adjusted local rank 3 is out of bounds" in out
     assert "TP 2 × DP 2 = 4 workers, but the host has 2 GPUs" in out
     assert "CUDA error: invalid device ordinal" in out
-    for host, verdict in (("uk-node", "FAILED"), ("cn-node", "FAILED"), ("us-node", "HEALTHY"), ("de-node", "STALLED")):
+    for host, verdict in (("uk-node", "FAILED"), ("cn-node", "FAILED"), ("us-node", "HEALTHY"), ("de-node", "STALLED"),
+                          ("fr-node-a", "FAILED"), ("fr-node-b", "FAILED")):
         assert f"{host}  {verdict}" in out, host
+    # the two-node job: node B's rank broke it, node A shows only the NCCL consequence
+    flat = " ".join(out.split())  # the fleet view's title wraps
+    assert "job root cause: fr-node-b · rank 1 · RuntimeError: mat1 and mat2 shapes" in flat
+    assert "1 other host failed as a consequence: fr-node-a (NCCL remote error" in flat
+    assert "consequence of fr-node-b (job root cause)" in out
