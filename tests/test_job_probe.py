@@ -259,3 +259,22 @@ def test_sweep_report_and_history_keep_one_incident_for_the_job(sshd, tmp_path):
         assert con.execute("select count(*) from incidents").fetchone()[0] == 2
     finally:
         con.close()
+
+
+# --------------------------------------------------------------------------- watch
+
+
+def test_watch_names_the_job_root_as_the_evidence_arrives(sshd, tmp_path):
+    inv = write_inventory(sshd, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")})
+    r = cli(sshd, inv, "watch", "all", "--duration", "4", "--grace", "0", "--no-facts", "--jsonl")
+    assert r.exit_code == 1, r.output
+    events = [json.loads(x) for x in r.output.splitlines()]
+    told = [e for e in events if e["event"] == "root_cause"]
+    assert len(told) == 1 and told[0]["host"] == "node1" and told[0]["rank"] == 1 and told[0]["affected"] == ["node0"]
+    failed = [e["host"] for e in events if e["event"] == "state" and e["state"] == "failed"]
+    assert sorted(failed) == ["node0", "node1"]
+    assert events.index(told[0]) > max(i for i, e in enumerate(events) if e["event"] == "state")  # once both failed
+    summary = events[-1]
+    assert summary["event"] == "summary"
+    (rc,) = summary["root_causes"]
+    assert (rc["host"], rc["rank"], rc["affected"]) == ("node1", 1, ["node0"])
