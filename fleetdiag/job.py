@@ -315,15 +315,46 @@ def _killed(ev: HostEvidence, rules: JobRules) -> tuple[str, int | None] | None:
     return None
 
 
+def _keys(ev: HostEvidence) -> set[str]:
+    """The names another host's error could call this one by (host name, address)."""
+    # a name short and wordlike ("a", "gpu") would match ordinary words: only distinctive names count
+    return {k for k in (ev.host, ev.address)
+            if k and not LOOPBACK.match(k) and (len(k) >= 4 and re.search(r"[\d.-]", k))}
+
+
+_WORDISH = re.compile(r"[\w.-]+")
+_PLAIN_KEY = re.compile(r"[\w.-]+")
+
+
+class _Text:
+    """One host's error text, with the names it could mention as a set (a lookup per other host,
+    not a regex pass over the text: the membership and root steps ask for every pair)."""
+
+    def __init__(self, ev: HostEvidence) -> None:
+        self.text = "\n".join([ev.line, ev.message] + ev.traceback + ev.lines)
+        words: set[str] = set()
+        for w in _WORDISH.findall(self.text):
+            words.add(w)
+            i = w.find(".")
+            while i > 0:  # "node1.cluster" and "node1." also name node1, as the regex boundary allows
+                words.add(w[:i])
+                i = w.find(".", i + 1)
+        self.words = words
+
+    def names(self, keys: set[str]) -> bool:
+        for k in keys:
+            if _PLAIN_KEY.fullmatch(k):
+                if k in self.words:
+                    return True
+            elif re.search(r"(?<![\w.-])" + re.escape(k) + r"(?![\w-])", self.text):
+                return True
+        return False
+
+
 def _names(ev: HostEvidence, other: HostEvidence) -> bool:
     """Whether ``ev``'s error lines name ``other`` (its host name or address)."""
-    # a name short and wordlike ("a", "gpu") would match ordinary words: only distinctive names count
-    keys = {k for k in (other.host, other.address)
-            if k and not LOOPBACK.match(k) and (len(k) >= 4 and re.search(r"[\d.-]", k))}
-    if not keys:
-        return False
-    text = "\n".join([ev.line, ev.message] + ev.traceback + ev.lines)
-    return any(re.search(r"(?<![\w.-])" + re.escape(k) + r"(?![\w-])", text) for k in keys)
+    keys = _keys(other)
+    return bool(keys) and _Text(ev).names(keys)
 
 
 # ---------------------------------------------------------------- membership
@@ -335,6 +366,16 @@ class _Host:
     t: float | None
     t_how: str
     eps: set[str]
+    keys: set[str] = field(default_factory=set)
+    text: _Text | None = None
+
+    def names(self, other: "_Host") -> bool:
+        """Whether this host's error lines name ``other``."""
+        if not other.keys:
+            return False
+        if self.text is None:
+            self.text = _Text(self.ev)
+        return self.text.names(other.keys)
 
 
 def groups(hosts: list[_Host], window: float = WINDOW_S) -> list[list[_Host]]:
@@ -348,6 +389,10 @@ def groups(hosts: list[_Host], window: float = WINDOW_S) -> list[list[_Host]]:
     """
     n = len(hosts)
     parent = list(range(n))
+    for h in hosts:
+        if not h.keys:
+            h.keys = _keys(h.ev)
+    names_any = [any(o is not h and h.names(o) for o in hosts) if h.kind else False for h in hosts]
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -369,18 +414,14 @@ def groups(hosts: list[_Host], window: float = WINDOW_S) -> list[list[_Host]]:
                 continue
             if not (a.kind or b.kind):
                 continue  # two local-origin failures at the same time are two stories unless facts say otherwise
-            ab = a.kind and (_names(a.ev, b.ev) or not _names_any(a, hosts))
-            ba = b.kind and (_names(b.ev, a.ev) or not _names_any(b, hosts))
+            ab = a.kind and (a.names(b) or not names_any[i])
+            ba = b.kind and (b.names(a) or not names_any[j])
             if ab or ba:
                 union(i, j)
     out: dict[int, list[_Host]] = {}
     for i in range(n):
         out.setdefault(find(i), []).append(hosts[i])
     return list(out.values())
-
-
-def _names_any(h: _Host, hosts: list[_Host]) -> bool:
-    return any(o is not h and _names(h.ev, o.ev) for o in hosts)
 
 
 # ---------------------------------------------------------------- the root cause
@@ -452,7 +493,7 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
             return h, rank if rank is not None else h.ev.rank, line, (
                 f"the launcher on {h.ev.host} reports its rank killed (SIGKILL) with no traceback of its own; "
                 "the other hosts show only consequences")
-    named = [h for h in group if sum(1 for o in group if o is not h and _names(o.ev, h.ev)) == len(group) - 1]
+    named = [h for h in group if sum(1 for o in group if o is not h and o.names(h)) == len(group) - 1]
     if len(named) == 1:
         h = named[0]
         return h, h.ev.rank, h.ev.line, (f"every other host's peer-caused error names {h.ev.host}; "
@@ -514,7 +555,7 @@ def summary_line(rc: RootCause, width: int = 60) -> str:
 CLOCK_DEADBAND_S = 1.0  # offsets this small are within the measurement's own error: not applied
 KEEP_LINES = 80  # at most this many log lines kept per host for the job analysis
 KEEP_WIDTH = 1000  # each clipped to this many characters
-_PEERISH = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|<\d+>|\bpeer\b|\bremote\b", re.I)
+_PEERISH = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|<\d+>|\bpeer\b|\bremote\b", re.IGNORECASE)
 _CLOCK = re.compile(r"^\s*(?P<s>\d+(?:\.\d+)?)\S*(?:\s+(?P<z>[+-]\d\d:?\d\d))?")
 
 
