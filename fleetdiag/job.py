@@ -369,7 +369,7 @@ class _Host:
     keys: set[str] = field(default_factory=set)
     text: _Text | None = None
 
-    def names(self, other: "_Host") -> bool:
+    def names(self, other: _Host) -> bool:
         """Whether this host's error lines name ``other``."""
         if not other.keys:
             return False
