@@ -297,3 +297,10 @@ def test_a_job_of_many_hosts_is_named_in_reasonable_time():
     took = time.perf_counter() - t0
     assert rc.host == "gpu137" and rc.rank == 1 and len(rc.affected) == 299
     assert took < 20, took  # about 0.2 s here; the cubic version took minutes
+
+
+def test_watch_table_view_prints_the_job_line_once(sshd, tmp_path):
+    inv = write_inventory(sshd, tmp_path, {"node1": corpus("m2_oom", "node1"), "node0": corpus("m2_oom", "node0")})
+    r = cli(sshd, inv, "watch", "all", "--duration", "3", "--grace", "0", "--no-facts")
+    assert r.exit_code == 1, r.output
+    assert r.output.count("job root cause: node1 · rank 1 · torch.OutOfMemoryError: CUDA out of memory") == 1, r.output
