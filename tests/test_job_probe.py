@@ -242,6 +242,9 @@ def test_sweep_report_and_history_keep_one_incident_for_the_job(sshd, tmp_path):
     db, report = tmp_path / "h.db", tmp_path / "report.json"
     r = cli(sshd, inv, "sweep", "all", "--db", str(db), "--report", str(report))
     assert r.exit_code == 1, r.output
+    flat = " ".join(r.output.split())  # the news says which incident is the job's
+    assert "job root cause (rank 1); 1 other host(s) failed as a consequence: node0" in flat, r.output
+    assert "a consequence of node1 (job root cause)" in flat
     doc = json.loads(report.read_text())
     assert list(doc)[:2] == ["version", "sweep"]
     (rc,) = doc["root_causes"]
