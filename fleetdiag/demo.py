@@ -52,6 +52,12 @@ def default_nodes() -> list[DemoNode]:
         DemoNode("jp-node", "gpu_fault.log", 150, "jp",
                  "serving, until a worker dies of a CUDA error: its GPU fell off the bus (kernel: Xid 79)",
                  idle_seconds=40, kernel="gpu_fault.txt", gpu_lost=True),
+        # One torchrun job over two nodes (real logs, corpus/multinode/m1_exc): node B's rank raises,
+        # node A's rank only sees the NCCL peer vanish. Both fail; the job line names B.
+        DemoNode("fr-node-a", "job_node_a.log", 60, "fr",
+                 "rank 0 of a 2-node training job: NCCL says a remote process exited"),
+        DemoNode("fr-node-b", "job_node_b.log", 60, "fr",
+                 "rank 1 of the same job: a shape error in its own code (the job's root cause)"),
     ]
 
 

@@ -188,6 +188,9 @@ def evidence_from_result(result: Any, *, lines: Sequence[str] | None = None, off
             offset = clock_offset(float(clock["local_receive"]), rtt or 0.0, float(clock["remote_now"]))
     if mtime is None:
         mtime = clock.get("mtime") or facts.get("log_mtime")
+    kept = facts.get("job") if isinstance(facts.get("job"), dict) else {}
+    if lines is None and isinstance(kept.get("lines"), list):
+        lines = [str(x) for x in kept["lines"]]
     return HostEvidence(
         host=result.host, line=dec.line, message=dec.message, process=dec.process, rank=dec.rank, time=dec.time,
         fingerprint=dec.fingerprint, traceback=list(dec.traceback or []), pos=dec.pos, lineno=dec.lineno,
@@ -312,15 +315,46 @@ def _killed(ev: HostEvidence, rules: JobRules) -> tuple[str, int | None] | None:
     return None
 
 
+def _keys(ev: HostEvidence) -> set[str]:
+    """The names another host's error could call this one by (host name, address)."""
+    # a name short and wordlike ("a", "gpu") would match ordinary words: only distinctive names count
+    return {k for k in (ev.host, ev.address)
+            if k and not LOOPBACK.match(k) and (len(k) >= 4 and re.search(r"[\d.-]", k))}
+
+
+_WORDISH = re.compile(r"[\w.-]+")
+_PLAIN_KEY = re.compile(r"[\w.-]+")
+
+
+class _Text:
+    """One host's error text, with the names it could mention as a set (a lookup per other host,
+    not a regex pass over the text: the membership and root steps ask for every pair)."""
+
+    def __init__(self, ev: HostEvidence) -> None:
+        self.text = "\n".join([ev.line, ev.message] + ev.traceback + ev.lines)
+        words: set[str] = set()
+        for w in _WORDISH.findall(self.text):
+            words.add(w)
+            i = w.find(".")
+            while i > 0:  # "node1.cluster" and "node1." also name node1, as the regex boundary allows
+                words.add(w[:i])
+                i = w.find(".", i + 1)
+        self.words = words
+
+    def names(self, keys: set[str]) -> bool:
+        for k in keys:
+            if _PLAIN_KEY.fullmatch(k):
+                if k in self.words:
+                    return True
+            elif re.search(r"(?<![\w.-])" + re.escape(k) + r"(?![\w-])", self.text):
+                return True
+        return False
+
+
 def _names(ev: HostEvidence, other: HostEvidence) -> bool:
     """Whether ``ev``'s error lines name ``other`` (its host name or address)."""
-    # a name short and wordlike ("a", "gpu") would match ordinary words: only distinctive names count
-    keys = {k for k in (other.host, other.address)
-            if k and not LOOPBACK.match(k) and (len(k) >= 4 and re.search(r"[\d.-]", k))}
-    if not keys:
-        return False
-    text = "\n".join([ev.line, ev.message] + ev.traceback + ev.lines)
-    return any(re.search(r"(?<![\w.-])" + re.escape(k) + r"(?![\w-])", text) for k in keys)
+    keys = _keys(other)
+    return bool(keys) and _Text(ev).names(keys)
 
 
 # ---------------------------------------------------------------- membership
@@ -332,6 +366,16 @@ class _Host:
     t: float | None
     t_how: str
     eps: set[str]
+    keys: set[str] = field(default_factory=set)
+    text: _Text | None = None
+
+    def names(self, other: _Host) -> bool:
+        """Whether this host's error lines name ``other``."""
+        if not other.keys:
+            return False
+        if self.text is None:
+            self.text = _Text(self.ev)
+        return self.text.names(other.keys)
 
 
 def groups(hosts: list[_Host], window: float = WINDOW_S) -> list[list[_Host]]:
@@ -345,6 +389,10 @@ def groups(hosts: list[_Host], window: float = WINDOW_S) -> list[list[_Host]]:
     """
     n = len(hosts)
     parent = list(range(n))
+    for h in hosts:
+        if not h.keys:
+            h.keys = _keys(h.ev)
+    names_any = [any(o is not h and h.names(o) for o in hosts) if h.kind else False for h in hosts]
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -366,18 +414,14 @@ def groups(hosts: list[_Host], window: float = WINDOW_S) -> list[list[_Host]]:
                 continue
             if not (a.kind or b.kind):
                 continue  # two local-origin failures at the same time are two stories unless facts say otherwise
-            ab = a.kind and (_names(a.ev, b.ev) or not _names_any(a, hosts))
-            ba = b.kind and (_names(b.ev, a.ev) or not _names_any(b, hosts))
+            ab = a.kind and (a.names(b) or not names_any[i])
+            ba = b.kind and (b.names(a) or not names_any[j])
             if ab or ba:
                 union(i, j)
     out: dict[int, list[_Host]] = {}
     for i in range(n):
         out.setdefault(find(i), []).append(hosts[i])
     return list(out.values())
-
-
-def _names_any(h: _Host, hosts: list[_Host]) -> bool:
-    return any(o is not h and _names(h.ev, o.ev) for o in hosts)
 
 
 # ---------------------------------------------------------------- the root cause
@@ -449,7 +493,7 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
             return h, rank if rank is not None else h.ev.rank, line, (
                 f"the launcher on {h.ev.host} reports its rank killed (SIGKILL) with no traceback of its own; "
                 "the other hosts show only consequences")
-    named = [h for h in group if sum(1 for o in group if o is not h and _names(o.ev, h.ev)) == len(group) - 1]
+    named = [h for h in group if sum(1 for o in group if o is not h and o.names(h)) == len(group) - 1]
     if len(named) == 1:
         h = named[0]
         return h, h.ev.rank, h.ev.line, (f"every other host's peer-caused error names {h.ev.host}; "
@@ -504,3 +548,137 @@ def summary_line(rc: RootCause, width: int = 60) -> str:
     for host, kind, d in rc.consequences:
         bits.append(f"{host} ({kind}" + (f", {d:+.1f} s" if d is not None else "") + ")")
     return head + f" · {n} other host{'s' if n != 1 else ''} failed as a consequence: " + ", ".join(bits)
+
+
+# ---------------------------------------------------------------- wiring: what a probe keeps, what a report says
+
+CLOCK_DEADBAND_S = 1.0  # offsets this small are within the measurement's own error: not applied
+KEEP_LINES = 80  # at most this many log lines kept per host for the job analysis
+KEEP_WIDTH = 1000  # each clipped to this many characters
+_PEERISH = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|<\d+>|\bpeer\b|\bremote\b", re.IGNORECASE)
+_CLOCK = re.compile(r"^\s*(?P<s>\d+(?:\.\d+)?)\S*(?:\s+(?P<z>[+-]\d\d:?\d\d))?")
+
+
+def clock_sample(text: str | None, local_receive: float, rtt: float | None) -> dict[str, Any] | None:
+    """``facts["clock"]`` from the remote ``date '+%s.%N %z'`` read last in the funnel.
+
+    ``offset`` is what is applied to the host's log times: the measured one,
+    or 0 when it is smaller than the measurement's own error (RTT and the
+    1 s resolution of a ``date`` without ``%N``), so hosts in sync are not
+    reordered by noise.
+    """
+    m = _CLOCK.match(text or "")
+    if not m:
+        return None
+    remote_now = float(m.group("s"))
+    measured = clock_offset(local_receive, rtt or 0.0, remote_now)
+    noise = max(CLOCK_DEADBAND_S, rtt or 0.0)
+    return {"local_receive": round(local_receive, 3), "remote_now": remote_now, "rtt": rtt,
+            "measured": round(measured, 3), "offset": 0.0 if abs(measured) <= noise else round(measured, 3),
+            **({"zone": m.group("z")} if m.group("z") else {})}
+
+
+def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_LINES) -> list[str]:
+    """The few log lines the job analysis reads, in log order: what a probe keeps in ``facts["job"]``.
+
+    The decisive line and the stamped lines that bound it, watchdog and
+    launcher lines, the first line showing each rank and the world size,
+    rendezvous endpoints, and peer-caused or peer-naming lines. Taken from
+    the funnel's lines, they give the same root causes as the whole set.
+    """
+    rules = rules or default_job_rules()
+    lines = ev.lines
+    must: set[int] = set()
+    extra: list[int] = []
+    idx = _find(ev)
+    if idx is not None:
+        must.add(idx)
+        nxt = next((j for j in range(idx + 1, len(lines)) if _stamp(lines[j])), None)
+        prv = next((j for j in range(idx - 1, -1, -1) if _stamp(lines[j])), None)
+        must.update(j for j in (nxt, prv) if j is not None)
+    ranks: set[int] = set()
+    world = False
+    eps: set[str] = set()
+    seen_coll: set[tuple[int, int | None]] = set()
+    killed = False
+    for i, ln in enumerate(lines):
+        one = HostEvidence(host=ev.host, line="", lines=[ln])
+        coll = [c for c in _collective(one, rules) if c not in seen_coll]
+        if coll:
+            seen_coll.update(coll)
+            must.add(i)
+            continue
+        if not killed and _killed(one, rules) is not None:
+            killed = True
+            must.add(i)
+            continue
+        r, w = ranks_of(one)
+        if (r - ranks) or (w is not None and not world):
+            ranks |= r
+            world = world or w is not None
+            must.add(i)
+            continue
+        e = endpoints(one, rules) - eps
+        if e:
+            eps |= e
+            must.add(i)
+            continue
+        if any(rule.regex.search(ln) for rule in rules.peer_caused) or _PEERISH.search(ln):
+            extra.append(i)
+    chosen = sorted(must)[:cap]
+    room = cap - len(chosen)
+    seen_text = {lines[i] for i in chosen}
+    for i in extra:
+        if room <= 0:
+            break
+        if lines[i] not in seen_text:
+            seen_text.add(lines[i])
+            chosen.append(i)
+            room -= 1
+    return [_clip(lines[i]) for i in sorted(chosen)]
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= KEEP_WIDTH else line[:KEEP_WIDTH] + " …"
+
+
+def job_facts(result: Any, lines: Sequence[str], rules: JobRules | None = None) -> dict[str, Any] | None:
+    """``facts["job"]`` for a host with a decisive error: the lines the job analysis needs
+    (so sweeps, reports and the history can name a job's root cause later), and the
+    error's peer-caused kind ("" when it is local-origin)."""
+    ev = evidence_from_result(result, lines=list(lines))
+    if ev is None:
+        return None
+    rules = rules or default_job_rules()
+    return {"kind": classify(ev, rules), "lines": keep_lines(ev, rules)}
+
+
+def annotate(results: Sequence[Any], rcs: Sequence[RootCause]) -> None:
+    """Mark each host of a job in its ``facts["job"]``: the root (``role: root``, ``rank``,
+    ``affected``, ``why``) or a consequence (``role: consequence``, ``root``): what the
+    history keeps as the job's one incident and its affected hosts."""
+    by_host = {getattr(r, "host", None): r for r in results}
+    for r in results:  # a previous analysis's marks (watch re-analyses the same records)
+        j = (getattr(r, "facts", None) or {}).get("job")
+        if isinstance(j, dict):
+            for k in _ROLE_KEYS:
+                j.pop(k, None)
+    for rc in rcs:
+        root = by_host.get(rc.host)
+        if root is not None:
+            root.facts.setdefault("job", {}).update(role="root", rank=rc.rank, affected=list(rc.affected),
+                                                    why=rc.why, time=rc.time)
+        for h in rc.affected:
+            v = by_host.get(h)
+            if v is not None:
+                v.facts.setdefault("job", {}).update(role="consequence", root=rc.host)
+
+
+_ROLE_KEYS = ("role", "root", "rank", "affected", "why", "time")
+
+
+def report(results: Sequence[Any]) -> list[dict[str, Any]]:
+    """``root_causes`` for a JSON report; marks the hosts (``annotate``) on the way."""
+    rcs = root_causes(results)
+    annotate(results, rcs)
+    return [rc.to_json() for rc in rcs]

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
 from . import facts as facts_mod
 from . import funnel as funnel_mod
+from . import job as job_mod
+from . import remote
 from .analysis import Rules, analyze, load_rules
 from .evidence import host as evidence_mod
 from .reach import (
@@ -230,6 +232,7 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         if settings.kernel:  # same exec: kernel log and GPU health after the facts
             spec.extra += evidence_mod.SCRIPT
             spec.extra_vars.update(evidence_mod.script_vars(settings.path_prepend))
+        spec.extra += CLOCK_SNIPPET  # last: read right before the answer leaves
         mark = funnel_mod.new_mark()
         command = funnel_mod.remote_command(funnel_mod.build_script(spec, mark))
         partial = None
@@ -238,6 +241,7 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             out, status, open_ms, exec_ms = await conn.run(command, settings.transport.command_timeout)
         except PartialOutput as exc:
             out, open_ms, exec_ms, partial, partial_kind = exc.data, None, None, str(exc), exc.kind
+        received = time.time()
         timing.round_trips = 1
         if settings.save_dir is not None:
             save_evidence(settings.save_dir, host.name, out)
@@ -254,6 +258,7 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         facts = facts_mod.build(fr.facts.get("raw")) if settings.facts else None
         res = finish(host.name, fr, rules, _stall_after(host, settings), timing, facts)
         res.log_source = fr.facts.get("log_source") or given_source(log_name, source, settings.log)
+        add_job_facts(res, fr, received)
         if partial and fr.status == "error":  # cut before the funnel said anything
             res.verdict = UNREACHABLE
             res.error = partial
@@ -299,6 +304,30 @@ def given_source(name: str, source: LogSource, log: str | None) -> dict[str, str
         return None
     by = "--log" if log and log == source.value else f"the inventory (logs.{name})"
     return {"kind": source.kind, "detail": source.value, "found_by": by}
+
+
+CLOCK_SNIPPET = remote.load("clock.sh")
+
+
+def add_job_facts(res: HostResult, fr: FunnelResult, received: float | None = None) -> None:
+    """What the job-level analysis (fleetdiag.job) needs from this probe, kept on the result so a
+    sweep report or the history can name a job's root cause later: ``facts["clock"]`` (the remote
+    clock against ours), ``facts["zone"]``, ``facts["log_mtime"]`` and, for a host with a decisive
+    error, ``facts["job"]`` (its peer-caused kind and the few log lines with ranks, times, watchdog
+    SeqNums and endpoints)."""
+    rtt = res.timing.rtt_ms / 1000.0 if res.timing.rtt_ms is not None else None
+    raw = (fr.facts.get("remote") or {}).get("clock")
+    clock = job_mod.clock_sample(raw, received, rtt) if raw and received is not None else None
+    if clock is not None:
+        res.facts["clock"] = clock
+        if clock.get("zone"):
+            res.facts["zone"] = clock["zone"]
+    if fr.mtime is not None:
+        res.facts["log_mtime"] = fr.mtime
+    if res.decisive is not None:
+        kept = job_mod.job_facts(res, [ln.text for ln in fr.lines()])
+        if kept is not None:
+            res.facts["job"] = kept
 
 
 def save_evidence(directory: Path, name: str, raw: bytes) -> Path:

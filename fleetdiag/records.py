@@ -222,8 +222,20 @@ class HostResult:
         return asdict(self)
 
 
-def report_json(results: list[HostResult]) -> dict[str, Any]:
-    return {"version": SCHEMA_VERSION, "hosts": [r.to_json() for r in results]}
+def report_json(results: list[HostResult], root_causes: list[dict[str, Any]] | None = None,
+                **extra: Any) -> dict[str, Any]:
+    """The one shape of a JSON report (probe --json, sweep report, watch's summary).
+
+    ``{"version", **extra (e.g. "sweep": {...}), "hosts": [HOST...], "root_causes": [...]}``.
+    ``root_causes`` (fleetdiag.job) names, per multi-host job, the host whose own failure broke it;
+    it is computed from ``results`` (which it marks in ``facts["job"]``) unless given; ``[]`` when
+    there is no job-level cause.
+    """
+    if root_causes is None:
+        from .job import report
+
+        root_causes = report(results)
+    return {"version": SCHEMA_VERSION, **extra, "hosts": [r.to_json() for r in results], "root_causes": root_causes}
 
 
 def host_result_from_json(data: dict[str, Any]) -> HostResult:

@@ -360,24 +360,35 @@ def one_line(res: HostResult) -> str:
     return res.error or res.summary or EXPLAIN.get(res.verdict, "")
 
 
-def fleet_view(results: list[HostResult], title: str | None = None) -> Table:
+def fleet_view(results: list[HostResult], title: str | None = None, root_causes: list[Any] | None = None) -> Table:
     """One row per root cause, hosts folded into a range (``gpu[01-04,07]``).
 
     Like ``clush -b``, but hosts group by the fingerprint of their decisive
     error (or kind of unreachability), not by identical output: the same
-    assertion with different pids and timestamps is one row.
+    assertion with different pids and timestamps is one row. With
+    ``root_causes`` (fleetdiag.job.RootCause, as shown) the view opens with
+    each job's line, and the hosts that failed as its consequence fold into
+    one row under the root's, not rows of their own.
     """
+    from .inventory import fold
+    from .job import summary_line
     from .store import group_by_cause
 
-    groups = group_by_cause(results)
+    rcs = list(root_causes or [])
+    victims = {h for rc in rcs for h in rc.affected}
+    groups = group_by_cause(r for r in results if r.host not in victims)
     counts = Counter(r.verdict for r in results)
     head = " · ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
-    table = Table(title=title or f"{len(results)} hosts: {head}", title_justify="left", expand=False)
+    heading = Text(title or f"{len(results)} hosts: {head}")
+    for rc in rcs:
+        heading.append("\n" + summary_line(rc), style="bold")
+    table = Table(title=heading, title_justify="left", expand=False)
     table.add_column("hosts", overflow="fold", style="bold")
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     table.add_column("decisive error / reason", overflow="fold")
     table.add_column("rtt", justify="right", no_wrap=True)
+    by_host = {r.host: r for r in results}
     for g in groups:
         ex = g.example
         cause = Text(one_line(ex))
@@ -387,6 +398,18 @@ def fleet_view(results: list[HostResult], title: str | None = None) -> Table:
         table.add_row(Text(g.folded), str(len(g.results)),
                       Text(f"{ICON.get(g.verdict, '')} {g.verdict}", style=STYLE.get(g.verdict, "")),
                       cause, _rtt_range(g.results))
+        for rc in rcs:  # the job's consequences, right under the row of its root
+            if rc.host not in g.hosts:
+                continue
+            folded = [by_host[h] for h in rc.affected if h in by_host]
+            if not folded:
+                continue
+            kinds = sorted({k for _h, k, _d in rc.consequences})
+            verdict = folded[0].verdict
+            table.add_row(Text(f"└ {fold([r.host for r in folded])}"), str(len(folded)),
+                          Text(f"{ICON.get(verdict, '')} {verdict}", style=STYLE.get(verdict, "")),
+                          Text(f"consequence of {rc.host} (job root cause): {', '.join(kinds)}", style="dim"),
+                          _rtt_range(folded))
     return table
 
 

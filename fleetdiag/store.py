@@ -160,6 +160,20 @@ class Incident:
     def open(self) -> bool:
         return self.resolved_at is None
 
+    @property
+    def job(self) -> dict[str, Any] | None:
+        """The multi-host job this trouble belongs to (fleetdiag.job), read from its record.
+
+        A job is one incident: its root host's, which carries ``{"role": "root", "rank",
+        "affected": [hosts], "why", "time"}``; each host that failed as its consequence keeps
+        its own incident (its state resolves on its own) marked ``{"role": "consequence",
+        "root": host}``. None outside a job.
+        """
+        j = ((self.record or {}).get("facts") or {}).get("job")
+        if not isinstance(j, dict) or j.get("role") not in ("root", "consequence"):
+            return None
+        return {k: j[k] for k in ("role", "root", "rank", "affected", "why", "time") if k in j}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "host": self.host,
@@ -172,6 +186,7 @@ class Incident:
             "last_seen": _iso(self.last_seen),
             "count": self.count,
             "resolved": _iso(self.resolved_at) if self.resolved_at is not None else None,
+            "job": self.job,
             "record": self.record,
         }
 

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from . import units
 from .exitcodes import Exit, exit_for
 from .probe import ProbeSettings
-from .records import SCHEMA_VERSION, HostResult
+from .records import SCHEMA_VERSION, HostResult, report_json
 from .scheduler import (
     DEFAULT_FANOUT,
     DEFAULT_PER_ADDRESS,
@@ -113,7 +113,7 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
             started = time.time()
             results, interrupted = await _probe(job, progress, memory)
             out = SweepOutcome(results, started, time.time(), interrupted, store_error=store_error)
-            doc = {"version": SCHEMA_VERSION, "sweep": out.meta(job), "hosts": [r.to_json() for r in results]}
+            doc = report_json(results, sweep=out.meta(job))  # marks each job's hosts for the history too
             if job.redactor is not None:
                 doc = job.redactor.obj(doc)
             try:

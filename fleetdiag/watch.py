@@ -40,10 +40,12 @@ from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 from . import follow as follow_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, load_rules
+from .job import clock_sample as job_clock_sample
 from .probe import (
     DEFAULT_STALL_AFTER,
     HostLike,
     ProbeSettings,
+    add_job_facts,
     finish,
     open_host,
     spec_for,
@@ -352,6 +354,7 @@ class HostWatcher:
         self._pos = 0
         self._activity_mono: float | None = None
         self.analyses = 0
+        self.clock: dict[str, Any] | None = None  # the latest remote clock sample (heartbeats), for job analysis
 
     # -- time: monotonic inside, unix time in the view --
     def _now(self) -> float:
@@ -539,6 +542,9 @@ class HostWatcher:
             self.view.process_alive = rec.alive
             if rec.mtime is not None and rec.now:
                 self._set_activity(now - max(0.0, rec.now - rec.mtime))
+            if rec.now:
+                rtt = self.view.rtt_ms / 1000.0 if self.view.rtt_ms is not None else None
+                self.clock = job_clock_sample(str(rec.now), time.time(), rtt) or self.clock
             self.evaluate()
         elif isinstance(rec, follow_mod.Reset):
             self.buffer.reset()
@@ -564,6 +570,11 @@ class HostWatcher:
             fr.status = "missing"
         timing = Timing(rtt_ms=self.view.rtt_ms, round_trips=1)
         res = finish(self.host.name, fr, self.rules, math.inf, timing, self.facts)
+        add_job_facts(res, fr)  # the lines a job-level root cause needs (fleetdiag.job)
+        if self.clock is not None:
+            res.facts["clock"] = dict(self.clock)
+            if self.clock.get("zone"):
+                res.facts["zone"] = self.clock["zone"]
         if self.buffer.dropped:
             res.markers.append(f"watch buffer: {self.buffer.dropped} lines from the middle of the run not kept")
         self.view.result = res

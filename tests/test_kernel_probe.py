@@ -288,7 +288,7 @@ def test_idle_node_without_a_log_but_with_a_lost_gpu_is_degraded_and_an_incident
     ok = finish("n3", _fr(["serving 200 OK"], _kernel_records([], GPUS)), load_rules(), facts={})
     assert ok.verdict == "healthy"
     assert exit_for([ok, res]) is Exit.FAILED
-    assert fleet_view([res, again, ok]).title == "3 hosts: 2 degraded · 1 healthy"
+    assert str(fleet_view([res, again, ok]).title) == "3 hosts: 2 degraded · 1 healthy"
     with Store(tmp_path / "h.sqlite3") as st:  # a sweep raises it as an incident, then sees it resolved
         first = st.record_sweep([res, ok], started=NOW)
         assert [(c.host, c.verdict) for c in first.new] == [("n", "degraded")]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.rule import Rule
 
+from ..job import root_causes
 from ..probe import ProbeSettings
 from ..records import HostResult
 from ..render import fleet_view, host_card
@@ -57,7 +58,14 @@ def demo(ctx: Context, serve: bool) -> None:
                 results.sort(key=lambda r: order[r.host])
                 for r in results:
                     out.print(host_card(ctx.out.shown(r)))
-                out.print(fleet_view([ctx.out.shown(r) for r in results]))
+                rcs = [ctx.out.shown(rc) for rc in root_causes(results)]
+                out.print(fleet_view([ctx.out.shown(r) for r in results], root_causes=rcs))
+                if rcs:
+                    out.print(
+                        "\nA job across nodes: fr-node-a and fr-node-b both failed, but only one broke the job. "
+                        "fr-node-a's NCCL error is stamped first, yet it is a [bold]consequence[/] (a peer vanished); "
+                        "the [bold]job root cause[/] line names the node and rank whose own error started it."
+                    )
                 out.print(
                     "\nHow to read a card: [bold]cause[/] is the root-cause line fleetdiag chose; "
                     "[bold]cascade[/] counts the later errors it caused (the ones a tail or grep would show you first); "

@@ -10,7 +10,7 @@ import click
 
 from ..exitcodes import exit_for
 from ..probe import ProbeSettings
-from ..records import HostResult, report_json
+from ..records import SCHEMA_VERSION, HostResult, report_json
 from ..inventory import fold
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
@@ -71,26 +71,54 @@ def emit(ctx: Context, results: list[HostResult], fmt: str | None, cards: bool =
     env = ctx.out
     if fmt == "json":
         env.json(report_json(results))
+    elif fmt == "jsonl":  # the host lines streamed as they came; the job-level answer needs them all
+        from ..job import report
+
+        env.jsonl({"version": SCHEMA_VERSION, "event": "summary", "root_causes": report(results)})
     elif fmt is None:
+        from ..job import root_causes
+
+        rcs = [env.shown(rc) for rc in root_causes(results)] if len(results) > 1 else []
         results = [env.shown(r) for r in results]
         if cards and (all_cards or len(results) == 1):
             for r in results:
                 env.print(host_card(r))
         elif cards:
-            from rich.text import Text
-
-            from ..store import group_by_cause, incident_key
-
-            for g in group_by_cause(results):
-                if incident_key(g.example) is None:
-                    continue
-                env.print(host_card(g.example))
-                if len(g.results) > 1:
-                    others = fold(g.hosts[1:])
-                    env.print(Text(f"  same root cause on {len(g.results) - 1} more: {others}", style="bold"),
-                              soft_wrap=True)
+            print_job_cards(env, results, rcs)
         if len(results) > 1:
-            env.print(fleet_view(results))
+            env.print(fleet_view(results, root_causes=rcs))
+
+
+def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
+    """One card per root cause: each job's root first (its line, its card, its consequences
+    folded under it), then one card per group of the other hosts in trouble."""
+    from rich.text import Text
+
+    from ..job import summary_line
+    from ..store import group_by_cause, incident_key
+
+    by_host = {r.host: r for r in results}
+    done: set[str] = set()
+    for rc in rcs:
+        root = by_host.get(rc.host)
+        if root is None:
+            continue
+        env.print(Text(summary_line(rc), style="bold red"), soft_wrap=True)
+        env.print(host_card(root))
+        if rc.consequences:
+            bits = [f"{h} ({k}" + (f", {d:+.1f} s" if d is not None else "") + ")" for h, k, d in rc.consequences]
+            env.print(Text(f"  failed as a consequence of {rc.host}: " + ", ".join(bits)
+                           + " (their cards: --all-cards)", style="bold"), soft_wrap=True)
+        done.add(rc.host)
+        done.update(rc.affected)
+    for g in group_by_cause(r for r in results if r.host not in done):
+        if incident_key(g.example) is None:
+            continue
+        env.print(host_card(g.example))
+        if len(g.results) > 1:
+            others = fold(g.hosts[1:])
+            env.print(Text(f"  same root cause on {len(g.results) - 1} more: {others}", style="bold"),
+                      soft_wrap=True)
 
 
 def cost_memory() -> CostMemory:

@@ -84,6 +84,13 @@ def _detail(rec: dict[str, Any] | None) -> list[str]:
     d = (rec or {}).get("decisive") or {}
     bits = [b for b in (d.get("category") if d.get("category") != "other" else None,
                         f"hint: {d['hint']}" if d.get("hint") else None) if b]
+    job = ((rec or {}).get("facts") or {}).get("job") or {}
+    if job.get("role") == "root":  # the job's one incident (fleetdiag.job)
+        bits.insert(0, "job root cause" + (f" (rank {job['rank']})" if job.get("rank") is not None else "")
+                    + f"; {len(job.get('affected') or [])} other host(s) failed as a consequence: "
+                    + _fold(list(job.get("affected") or [])))
+    elif job.get("role") == "consequence":
+        bits.insert(0, f"a consequence of {job.get('root')} (job root cause)")
     return [" · ".join(bits)] if bits else []
 
 

@@ -79,13 +79,36 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     def table() -> Any:
         return watch_table([out.shown(v) for v in w.views.values()])
 
+    jobs_told: set[tuple[str, tuple[str, ...]]] = set()
+
+    def new_root_causes() -> list[Any]:
+        """A job's root cause, once, as soon as the failed hosts' evidence names it."""
+        from ..job import root_causes
+
+        fresh = []
+        for rc in root_causes(w.results()):
+            key = (rc.host, tuple(rc.affected))
+            if key not in jobs_told:
+                jobs_told.add(key)
+                fresh.append(rc)
+        return fresh
+
     def on_event(ev: Any, console: Any = out.out) -> None:
         if jsonl:
             out.jsonl(ev.to_json())
+            if ev.state == FAILED:
+                for rc in new_root_causes():
+                    out.jsonl({"version": 1, "event": "root_cause", "time": round(time.time(), 3), **rc.to_json()})
             return
         console.print(watch_event_line(out.shown(ev)), soft_wrap=True)
         if ev.state == FAILED:  # the whole story, once, where the scrollback keeps it
             console.print(host_card(out.shown(w.views[ev.host].to_result())))
+            from rich.text import Text
+
+            from ..job import summary_line
+
+            for rc in new_root_causes():
+                console.print(Text(summary_line(out.shown(rc)), style="bold red"), soft_wrap=True)
 
     async def go() -> None:
         async with aclosing(w.events()) as events:
@@ -123,8 +146,11 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     states = {v.host: v.state for v in w.views.values()}
     if jsonl:
         if not closed["stdout"]:
+            from ..job import report
+
+            rcs = report(results)
             summary = {"version": 1, "event": "summary", "time": round(time.time(), 3), "interrupted": interrupted,
-                       "hosts": [{**r.to_json(), "state": states[r.host]} for r in results]}
+                       "hosts": [{**r.to_json(), "state": states[r.host]} for r in results], "root_causes": rcs}
             out.jsonl(summary)
     else:
         if not live_table:
