@@ -1,0 +1,72 @@
+"""The program output shown in README.md, produced by fleetdiag's own code.
+
+README.md holds ``cog`` blocks that call these functions (``cog -r README.md``
+rewrites them; ``tests/test_docs.py`` fails when they drift). Inputs are fixed
+(the demo's logs, the recorded H200 nvidia-smi, a fixed timing and clock) so
+the text is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import io
+from importlib import resources
+
+from fleetdiag import job as job_mod
+from fleetdiag import render
+from fleetdiag.analysis import load_rules
+from fleetdiag.probe import finish
+from fleetdiag.records import FunnelResult, Line, Timing
+
+WIDTH = 80
+NOW = 1_800_000_000.0  # a fixed remote clock
+
+
+def _demo_log(name: str) -> str:
+    return resources.files("fleetdiag").joinpath("data", "demo", name).read_text("utf-8")
+
+
+def _funnel(text: str, path: str, idle: float) -> FunnelResult:
+    lines, pos = [], 0
+    for n, raw in enumerate(text.splitlines(keepends=True), 1):
+        lines.append(Line(pos=pos, text=raw.rstrip("\n"), lineno=n))
+        pos += len(raw.encode())
+    return FunnelResult(path=path, size=pos, mtime=NOW - idle, now=NOW, tail=lines)
+
+
+def _print(*renderables: object) -> str:
+    buf = io.StringIO()
+    out = render.Output(stdout=buf, color=False, width=WIDTH)
+    for r in renderables:
+        out.print(r)
+    return buf.getvalue()
+
+
+def host_card() -> str:
+    """The seeds' failure: uk-node's vLLM launch, TP 2 × DP 2 with two GPUs visible."""
+    fr = _funnel(_demo_log("dp_rank.log"), "/workspace/logs/vllm.log", idle=40)
+    timing = Timing(connect_ms=2400.0, rtt_ms=240.0, exec_ms=310.0, total_ms=2950.0, round_trips=1, bytes=14100)
+    res = finish("uk-node", fr, load_rules(), timing=timing)
+    res.address = "uk-node"
+    res.evidence = []
+    return _print(render.host_card(res))
+
+
+def job_view() -> str:
+    """The real two-node torchrun failure of the multinode corpus (the demo's fr-node-a/b)."""
+    rules = load_rules()
+    results = []
+    for host, name in (("node0", "job_node_a.log"), ("node1", "job_node_b.log")):
+        fr = _funnel(_demo_log(name), f"/workspace/{host}/train.log", idle=60)
+        res = finish(host, fr, rules, timing=Timing(rtt_ms=2.0, round_trips=1))
+        kept = job_mod.job_facts(res, [ln.text for ln in fr.lines()])
+        if kept is not None:
+            res.facts["job"] = kept
+        res.facts["log_mtime"] = fr.mtime
+        results.append(res)
+    roots = job_mod.root_causes(results)
+    return _print(render.fleet_view(results, root_causes=roots))
+
+
+if __name__ == "__main__":  # a quick look: python docs/examples.py
+    print(host_card())
+    print(job_view())
