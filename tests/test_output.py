@@ -60,7 +60,7 @@ def write_hostile(path: Path) -> Path:
 
 
 def _ssh(sshd) -> list[str]:
-    return ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    return ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
 
 
 def _run(*args: str) -> object:

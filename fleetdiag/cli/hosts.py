@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from . import Context, handle_errors, main, output_options, pass_ctx
+from . import Context, handle_errors, main, output_options, pass_ctx, select_hosts
 
 
 @main.command()
@@ -18,13 +18,11 @@ from . import Context, handle_errors, main, output_options, pass_ctx
 @handle_errors
 def hosts(ctx: Context, selectors: tuple[str, ...], fmt: str | None) -> None:
     """List the resolved hosts and their settings (default: all)."""
-    from ..inventory import select
-
     inv = ctx.inventory()
-    chosen = select(inv, selectors or ("all",))
+    chosen = select_hosts(inv, selectors or ("all",))
     out = ctx.out
     if fmt:
-        rows = [asdict(h) for h in chosen]
+        rows = [{"host": h.name, **asdict(h)} for h in chosen]  # "host" as in every record; "name" kept for v1
         if fmt == "json":
             out.json({"version": 1, "inventory": str(inv.path), "hosts": rows})
         else:

@@ -50,7 +50,7 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     notify_payload,
     run_notify,
 )
-from . import Context, fanout_options, handle_errors, main, pass_ctx, transport_options
+from . import Context, Duration, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -193,8 +193,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 @click.option("--notify", metavar="CMD", help="Run CMD (through sh) with the new incidents as JSON on stdin.")
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
 @fanout_options
-@click.option("--keep-days", type=click.FloatRange(0), default=DEFAULT_KEEP_DAYS, show_default=True,
-              help="Days of per-sweep results to keep (incidents are kept); 0: keep all.")
+@click.option("--keep-days", type=Duration(unit=86400.0), default=DEFAULT_KEEP_DAYS, show_default=True,
+              help="How long to keep per-sweep results (90d, 12h, or days; incidents are kept); 0: keep all.")
 @click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
 @transport_options
 @pass_ctx
@@ -208,11 +208,10 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     new, changed and resolved incidents since the last sweep: nothing when
     nothing changed. Exit codes as for probe; 5 when another sweep holds the lock.
     """
-    from ..inventory import select
     from .probe import settings_from
 
     inv = ctx.inventory()
-    hosts = select(inv, selectors)
+    hosts = select_hosts(inv, selectors)
     settings = settings_from(ctx, inv, kw)
     t = settings.transport
     job = SweepJob(
