@@ -273,3 +273,42 @@ def test_jsonl_records_carry_the_version_and_hosts_json_uses_host():
     assert rows and all(r["version"] == 1 and r["host"] == r["name"] for r in rows)
     doc = json.loads(cli("-i", str(SHIPPED), "hosts", "--json").output)
     assert all("host" in h for h in doc["hosts"])
+
+
+# --------------------------------------------------------------------------- 6. configuration mistakes
+
+
+def test_unknown_log_name_is_a_usage_error_for_every_host_at_once(tmp_path):
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("hosts:\n  a:\n    address: 127.0.0.1\n    logs: {vllm: /x/v.log}\n"
+                   "  b:\n    address: 127.0.0.1\n    logs: {vllm: /x/v.log}\n  bare:\n    address: 127.0.0.1\n")
+    for cmd in (["watch", "a,b", "--log", "vlm", "--duration", "1s"], ["probe", "a,b", "--log", "vlm"],
+                ["sweep", "a,b", "--log", "vlm"]):
+        res = cli("-i", str(inv), *cmd, env={"FLEETDIAG_DB": str(tmp_path / "h.db")})
+        assert res.exit_code == 2, res.output
+        assert "unknown log 'vlm' for host 'a'" in res.output and "for host 'b'" in res.output
+    res = cli("-i", str(inv), "probe", "bare", "--json")  # no log: said before connecting, not NO-LOG
+    assert res.exit_code == 2 and "no logs configured for host 'bare'" in res.output
+    assert "reached the host" not in res.output
+
+
+def test_analyze_a_missing_file_is_a_usage_error():
+    res = cli("analyze", "/nonexistent.log")
+    assert res.exit_code == 2, res.output
+    assert "/nonexistent.log" in res.output and "reached the host" not in res.output
+
+
+def test_check_says_what_each_host_will_read(tmp_path):
+    res = cli("-i", str(SHIPPED), "check")
+    assert res.exit_code == 0, res.output
+    assert re.search(r"uk-node\s+reads vllm: /workspace/dflash/logs/vllm.log", res.output)
+    assert re.search(r"gpu03\s+reads train: /data/runs/current/train-\*.log", res.output)
+    bad = tmp_path / "inventory.yaml"
+    bad.write_text("hosts:\n  a:\n    port: 0\n    gpus: many\n  b:\n    funnel: {stall_after: forever}\n")
+    res = cli("-i", str(bad), "check")
+    assert res.exit_code == 2
+    assert "hosts.a.port" in res.output and "hosts.a.gpus" in res.output and "stall_after" in res.output
+    nolog = tmp_path / "nolog.yaml"
+    nolog.write_text("hosts:\n  a:\n    address: 127.0.0.1\n  b:\n    address: 127.0.0.1\n")
+    res = cli("-i", str(nolog), "check")
+    assert res.exit_code == 2 and "host 'a'" in res.output and "host 'b'" in res.output

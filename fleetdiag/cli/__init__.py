@@ -80,15 +80,16 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         from ..units import parse_duration
 
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
         try:
-            text = str(value).strip()
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return parse_duration(value)  # a default, already in this option's unit
+            text = str(value).strip() if not isinstance(value, bool) else value
             try:
                 float(text)
-                seconds = parse_duration(text) * self.unit
-            except ValueError:
-                seconds = parse_duration(text)
+            except (TypeError, ValueError):
+                seconds = parse_duration(text)  # with a unit: 90d, 2m
+            else:
+                seconds = parse_duration(text) * self.unit  # a plain number counts in the option's unit
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         if self.min_open and seconds <= 0:
@@ -108,6 +109,23 @@ def select_hosts(inv: Any, selectors: tuple[str, ...] | list[str]) -> list[Any]:
         sel = ",".join(selectors)
         raise SelectorError(f"selector '{sel}' selects no host (see `fleetdiag hosts all`)", term=sel)
     return hosts
+
+
+def check_logs(hosts: list[Any], log: str | None) -> None:
+    """Every selected host must know which log to read (``--log NAME`` or its first log): a configuration
+    mistake is a usage error, all of them at once, before any connection, never a host state."""
+    from ..inventory import InventoryError
+
+    errors: list[str] = []
+    for h in hosts:
+        try:
+            h.log_path(log)
+        except InventoryError as exc:
+            errors.append(str(exc))
+    if errors:
+        err = InventoryError("; ".join(errors) if len(errors) == 1 else
+                             f"{len(errors)} hosts cannot say which log to read:\n  " + "\n  ".join(errors))
+        raise err
 
 
 def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -43,6 +43,8 @@ def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> Non
                 shutil.copyfileobj(sys.stdin.buffer, fh)
             target = tmp
         else:
+            if not os.path.exists(path):  # the user's input, not a host's state
+                raise click.BadParameter(f"{path}: no such file", param_hint="PATH")
             target = os.path.abspath(path)
         fr = run_local(spec_for(target, rules))
         res = finish("-" if path == "-" else path, fr, rules, stall_after)

@@ -54,4 +54,20 @@ def check(ctx: Context) -> None:
         for e in exc.errors:  # each bad value on its own line, not only the first
             ctx.out.error(ctx.out.markup("[bold red]error:[/] {}", str(e)))
         raise SystemExit(int(Exit.USAGE)) from None
+    problems = []
+    width = max((len(n) for n in inv.hosts), default=0)
+    lines = []
+    for h in inv.hosts.values():  # what each host will read, so a wrong path is seen before a probe
+        try:
+            name, path = h.log_path(None)
+        except InventoryError as exc:
+            problems.append(str(exc))
+            continue
+        lines.append(ctx.out.markup("  {} reads {}: {}", h.name.ljust(width), name, path))
+    if problems:
+        for p in problems:
+            ctx.out.error(ctx.out.markup("[bold red]error:[/] {}", p))
+        raise SystemExit(int(Exit.USAGE))
     ctx.out.print(ctx.out.markup("[green]ok[/]: {}: {} hosts, {} groups", inv.path, len(inv.hosts), len(inv.groups)))
+    for line in lines:
+        ctx.out.print(line, soft_wrap=True)

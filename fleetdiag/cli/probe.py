@@ -15,7 +15,7 @@ from ..records import HostResult, report_json
 from ..inventory import fold
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
-from . import (Context, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from,
+from . import (Context, check_logs, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from,
                transport_options)
 
 
@@ -109,6 +109,7 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     """
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
+    check_logs(hosts, kw.get("log"))
     settings = settings_from(ctx, inv, kw)
     settings.save_dir = Path(save) if save else None
     t = settings.transport

@@ -50,7 +50,7 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     notify_payload,
     run_notify,
 )
-from . import Context, Duration, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
+from . import Context, Duration, check_logs, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -212,6 +212,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
 
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
+    check_logs(hosts, kw.get("log"))
     settings = settings_from(ctx, inv, kw)
     t = settings.transport
     job = SweepJob(

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..exitcodes import exit_for
-from . import DURATION, Context, Duration, handle_errors, main, pass_ctx, select_hosts, transport_from, transport_options  # noqa: F401
+from . import DURATION, Context, check_logs, Duration, handle_errors, main, pass_ctx, select_hosts, transport_from, transport_options  # noqa: F401
 
 
 @main.command()
@@ -51,6 +51,7 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
 
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
+    check_logs(hosts, log)
     settings = WatchSettings(
         log=log, rules=ctx.rules(), transport=transport_from(kw), stall_after=stall_after, wait_limit=wait_limit,
         process=process, grace=grace, heartbeat=heartbeat, facts=not no_facts, jump_resolver=jump_resolver(inv),
