@@ -312,3 +312,15 @@ def test_check_says_what_each_host_will_read(tmp_path):
     nolog.write_text("hosts:\n  a:\n    address: 127.0.0.1\n  b:\n    address: 127.0.0.1\n")
     res = cli("-i", str(nolog), "check")
     assert res.exit_code == 2 and "host 'a'" in res.output and "host 'b'" in res.output
+
+
+def test_sweep_report_dash_writes_the_report_to_stdout(sshd, tmp_path, monkeypatch):
+    log = healthy_log(tmp_path)
+    inv = write_inventory(tmp_path, sshd, {"a": {"log": log}})
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "all", "--report", "-", "--db", str(tmp_path / "h.db"),
+                                    *ssh_args(sshd)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["version"] == 1 and [h["host"] for h in doc["hosts"]] == ["a"]
+    assert not (tmp_path / "-").exists()

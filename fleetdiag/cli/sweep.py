@@ -14,7 +14,9 @@ module parses options and prints the outcome.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -188,8 +190,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 @click.argument("selectors", nargs=-1, required=True)
 @click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
               help="History database [default: the user data dir, see README].")
-@click.option("--report", type=click.Path(dir_okay=False),
-              help="Where to write the JSON report, atomically [default: the user state dir].")
+@click.option("--report", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where to write the JSON report, atomically; - for stdout (the news then goes to stderr) "
+                   "[default: the user state dir].")
 @click.option("--notify", metavar="CMD", help="Run CMD (through sh) with the new incidents as JSON on stdin.")
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
 @fanout_options
@@ -213,6 +216,13 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
     check_logs(hosts, kw.get("log"))
+    to_stdout = report == "-"
+    spool = None
+    if to_stdout:  # the report is written whole, then copied to stdout: a reader never sees half of it
+        import tempfile
+
+        spool = tempfile.TemporaryDirectory(prefix="fleetdiag-report-")
+        report = str(Path(spool.name) / "report.json")
     settings = settings_from(ctx, inv, kw)
     t = settings.transport
     job = SweepJob(
@@ -247,6 +257,17 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     except LockBusy as exc:
         ctx.out.err.print(Text(f"fleetdiag sweep: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.BUSY))
+    if spool is not None:
+        try:
+            text = out.report.read_text() if out.report else None
+        finally:
+            spool.cleanup()
+        out.report = None
+        if text is not None:
+            ctx.out.json(json.loads(text), indent=1)
+        news = Output(stdout=sys.stderr, color=ctx.out.color, redactor=ctx.out.redactor)
+        print_outcome(news, out, fmt, job)
+        raise SystemExit(int(out.exit))
     print_outcome(ctx.out, out, fmt, job)
     raise SystemExit(int(out.exit))
 
