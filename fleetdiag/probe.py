@@ -12,7 +12,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
-from .units import ago
+from .units import ago, log_time_iso
 from . import facts as facts_mod
 from . import funnel as funnel_mod
 from .analysis import Rules, analyze, load_rules
@@ -108,6 +108,7 @@ def finish(
     diag = analyze(lines, rules=rules, facts=res.facts)
     res.decisive = diag.decisive
     if diag.decisive is not None:  # put the host's numbers into the hint
+        diag.decisive.time_iso = log_time_iso(diag.decisive.time, fr.mtime, res.facts.get("tz_offset"))
         diag.decisive.hint = facts_mod.refine_hint(diag.decisive, res.facts) or diag.decisive.hint
     res.secondary = diag.secondary
     res.summary = diag.summary

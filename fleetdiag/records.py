@@ -169,6 +169,7 @@ class Decisive:
     reason: str = ""
     rank: int | None = None
     rule: str | None = None
+    time_iso: str | None = None  # ``time`` as ISO 8601 (year from the log's mtime; offset when the zone is known)
 
 
 @dataclass

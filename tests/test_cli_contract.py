@@ -324,3 +324,25 @@ def test_sweep_report_dash_writes_the_report_to_stdout(sshd, tmp_path, monkeypat
     doc = json.loads(res.stdout)
     assert doc["version"] == 1 and [h["host"] for h in doc["hosts"]] == ["a"]
     assert not (tmp_path / "-").exists()
+
+
+def test_decisive_time_iso_beside_the_raw_time(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text((DEMO / "dp_rank.log").read_text())
+    jan = time.mktime((2026, 1, 3, 12, 0, 0, 0, 0, -1))
+    os.utime(log, (jan, jan))  # the May stamp belongs to the year before the file's last write
+    res = cli("analyze", str(log), "--json")
+    d = json.loads(res.output)["decisive"]
+    assert d["time"] == "05-09 15:15:08" and d["time_iso"] == "2025-05-09T15:15:08"
+
+
+def test_log_time_iso_reads_each_framework_stamp():
+    from fleetdiag.units import log_time_iso
+
+    jan2 = time.mktime((2025, 1, 2, 0, 0, 0, 0, 0, -1))
+    assert log_time_iso("12-31 23:59:59", jan2) == "2024-12-31T23:59:59"
+    assert log_time_iso("626 06:24:44.9", jan2) == "2024-06-26T06:24:44.900"
+    assert log_time_iso("05-09 15:15:08", jan2, 3600) == "2024-05-09T15:15:08+01:00"
+    assert log_time_iso("2024-11-20 14:37:16", jan2) == "2024-11-20T14:37:16"
+    assert log_time_iso("2024-11-20T14:37:16.5Z") == "2024-11-20T14:37:16.500+00:00"
+    assert log_time_iso("not a time") is None
