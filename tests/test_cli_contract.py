@@ -10,6 +10,7 @@ import json
 import os
 import re
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -346,3 +347,31 @@ def test_log_time_iso_reads_each_framework_stamp():
     assert log_time_iso("2024-11-20 14:37:16", jan2) == "2024-11-20T14:37:16"
     assert log_time_iso("2024-11-20T14:37:16.5Z") == "2024-11-20T14:37:16.500+00:00"
     assert log_time_iso("not a time") is None
+
+
+def test_demo_serve_try_command_works_and_sigterm_removes_the_temp_dir():
+    proc = subprocess.Popen(command("demo", "--serve"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "COLUMNS": "200"})
+    try:
+        try_line = None
+        deadline = time.monotonic() + 120
+        while try_line is None and time.monotonic() < deadline:
+            line = read_line(proc, deadline - time.monotonic())
+            if line.startswith("Try: "):
+                try_line = line[len("Try: "):].strip()
+        assert try_line, "no Try: line"
+        argv = shlex.split(try_line)
+        assert argv[0] == "fleetdiag"
+        workdir = Path(argv[argv.index("-i") + 1]).parent
+        tried = subprocess.run(command(*argv[1:], "--json"), capture_output=True, text=True, timeout=120, env=ENV,
+                               check=False)
+        assert tried.returncode == 1, tried.stderr  # the demo fleet has failures: the command ran, over SSH
+        assert {h["host"] for h in json.loads(tried.stdout)["hosts"]} >= {"uk-node", "cn-node"}
+        assert workdir.exists()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert not workdir.exists()
