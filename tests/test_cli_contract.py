@@ -375,3 +375,32 @@ def test_demo_serve_try_command_works_and_sigterm_removes_the_temp_dir():
             proc.kill()
     assert proc.returncode == 0
     assert not workdir.exists()
+
+
+# --------------------------------------------------------------------------- 4. tables at pipe widths
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_hosts_never_splits_an_address_or_a_path(columns):
+    res = cli("-i", str(SHIPPED), "hosts", env={"COLUMNS": columns})
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    for whole in ("203.0.113.10", "198.51.100.20", "/workspace/dflash/logs/vllm.log", "/data/runs/current/train-*.log",
+                  "uk-node", "cn-node", "lab-box", "gpu04"):
+        assert any(whole in ln for ln in lines), (whole, res.output)
+    assert "…" not in res.output
+
+
+def test_history_at_80_columns_keeps_cause_and_count(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text((DEMO / "dp_rank.log").read_text())
+    inv = write_inventory(tmp_path, sshd, {"uk-node": {"log": log}, "cn-node-with-a-long-name": {"log": log}})
+    db = str(tmp_path / "h.db")
+    res = cli("-i", str(inv), "sweep", "all", "--db", db, "--report", str(tmp_path / "r.json"), *ssh_args(sshd))
+    assert res.exit_code == 1, res.output
+    for columns in ("80", "60"):
+        res = cli("-i", str(inv), "history", "--db", db, env={"COLUMNS": columns})
+        assert res.exit_code == 0, res.output
+        assert "AssertionError: DP adjusted local rank 3 is out of bounds" in res.output  # the cause, whole
+        assert "cn-node-with-a-long-name" in res.output and "×1" in res.output
+        assert "…" not in res.output

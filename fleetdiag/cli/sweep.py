@@ -308,7 +308,15 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
     if not incidents:
         ctx.out.print(f"no incidents{' open' if open_only else ''} in {path}")
         return
-    ctx.out.print(history_table([ctx.out.shown(i) for i in incidents], ctx.out.shown(str(path))))
+    shown = [ctx.out.shown(i) for i in incidents]
+    table = history_table(shown, ctx.out.shown(str(path)))
+    from .hosts import fits
+
+    if fits(ctx.out, table):
+        ctx.out.print(table)
+    else:  # narrow (a pipe is 80 columns): one block per incident, nothing squeezed to nothing
+        for line in history_lines(shown, ctx.out.shown(str(path))):
+            ctx.out.print(line, soft_wrap=True)
 
 
 def history_table(incidents: list[Any], path: Path) -> Table:
@@ -327,6 +335,22 @@ def history_table(incidents: list[Any], path: Path) -> Table:
         table.add_row(Text(i.host), state, Text(i.summary), _when(i.first_seen), f"{ago(now - i.last_seen)} ago",
                       str(i.count), _when(i.resolved_at) if i.resolved_at is not None else "open")
     return table
+
+
+def history_lines(incidents: list[Any], path: Path) -> list[Text]:
+    """The history table's rows as lines, for a width the table does not fit: the cause on its own line."""
+    now = time.time()
+    n_open = sum(1 for i in incidents if i.open)
+    lines = [Text(f"{len(incidents)} incidents ({n_open} open) from {path}")]
+    for i in incidents:
+        state = Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, "")) if i.open \
+            else Text(f"✓ was {i.verdict}", style="dim")
+        head = Text.assemble((i.host, "bold"), "  ", state,
+                             f"  ×{i.count}  first {_when(i.first_seen)}  last {ago(now - i.last_seen)} ago  "
+                             f"{'resolved ' + _when(i.resolved_at) if i.resolved_at is not None else 'open'}")
+        lines.append(head)
+        lines.append(Text(f"  {i.summary}"))
+    return lines
 
 
 def _select_stored(ctx: Context, selectors: Sequence[str], stored: list[str]) -> list[str]:
