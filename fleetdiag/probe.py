@@ -38,7 +38,7 @@ from .records import (
     HostResult,
     Timing,
 )
-from .units import ago
+from .units import ago, log_time_iso
 
 if TYPE_CHECKING:
     from .transport import Connection
@@ -135,6 +135,7 @@ def _finish_log(
     diag = analyze(lines, rules=rules, facts=res.facts)
     res.decisive = diag.decisive
     if diag.decisive is not None:  # put the host's numbers into the hint
+        diag.decisive.time_iso = log_time_iso(diag.decisive.time, fr.mtime, res.facts.get("tz_offset"))
         diag.decisive.hint = facts_mod.refine_hint(diag.decisive, res.facts) or diag.decisive.hint
     res.secondary = diag.secondary
     res.summary = diag.summary

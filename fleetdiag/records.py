@@ -174,6 +174,7 @@ class Decisive:
     rule: str | None = None
     source: str = "log"  # where the line came from: log | kernel | gpu
     consequence: str | None = None  # source kernel/gpu: the application's error this caused (its log line)
+    time_iso: str | None = None  # ``time`` as ISO 8601 (year from the log's mtime; offset when the zone is known)
 
 
 @dataclass

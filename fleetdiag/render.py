@@ -47,6 +47,7 @@ from .records import (
     HostResult,
     WatchState,
 )
+from .records import SCHEMA_VERSION
 
 STYLE = {
     FAILED: "bold red",
@@ -117,6 +118,11 @@ class SafeConsole(Console):
         kw.setdefault("emoji", False)
         kw.setdefault("highlight", False)
         super().__init__(**kw)
+
+    def on_broken_pipe(self) -> None:
+        """A closed stdout (``| head``): let the command end quietly, where it decides (rich would exit 1)."""
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
@@ -190,7 +196,9 @@ class Output:
         self._write(json.dumps(self.redacted(doc), indent=indent) + "\n")
 
     def jsonl(self, doc: Any) -> None:
-        """One JSON line on stdout, flushed (for a pipe reading as it comes)."""
+        """One JSON line on stdout, flushed (for a pipe reading as it comes); every record names its schema version."""
+        if isinstance(doc, dict) and "version" not in doc:
+            doc = {"version": SCHEMA_VERSION, **doc}
         self.json(doc, indent=None)
 
     def _write(self, text: str) -> None:

@@ -428,7 +428,7 @@ def _auth_reason(where: str, opts: TransportOptions) -> str:
     has_keys = any((ssh_dir / n).exists() for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk", "id_dsa"))
     if agent and not has_keys:
         return (f"{text}: {agent} and no default key in {ssh_dir}; start ssh-agent and ssh-add, "
-                "or pass -k KEYFILE")
+                "or pass --identity KEYFILE")
     if agent:
         return f"{text} was accepted: {agent}; tried the default keys in {ssh_dir}"
     return f"{text} or agent identity was accepted"

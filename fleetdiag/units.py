@@ -100,3 +100,73 @@ def parse_duration(v: Any) -> float:
         if _DUR_FULL.fullmatch(s):
             return sum(float(n) * _DUR_MULT[u.lower()] for n, u in _DUR_PART.findall(s))
     raise ValueError(f"expected a duration like 90s, 10m, 1h or seconds, got {v!r}")
+
+
+_LOG_TIME_FULL = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T-](\d\d):(\d\d):(\d\d)([.,]\d+)?(Z|[+-]\d\d:?\d\d)?")
+_LOG_TIME_MD = re.compile(r"(\d\d)[-/](\d\d)[ T](\d\d):(\d\d):(\d\d)([.,]\d+)?")  # vLLM: 05-09 15:15:08
+_LOG_TIME_GLOG = re.compile(r"[IWEF]?(\d{3,4}) (\d\d):(\d\d):(\d\d)(\.\d+)?")  # glog: I0626 06:24:44.9
+
+
+def log_time_iso(raw: str | None, mtime: float | None = None, tz_offset: int | None = None) -> str | None:
+    """A framework's timestamp (``05-09 15:15:08``, ``0626 06:24:44.9``, ``2024-11-20 14:37:16``) as ISO 8601.
+
+    Stamps without a year take the year that puts them nearest before the log's ``mtime``
+    (a log written on 2 January may hold 31 December lines, never next year's); ``tz_offset`` (seconds
+    east of UTC, the host's zone) adds the offset, else the time stays zone-less.
+    None when the stamp cannot be read.
+    """
+    import datetime as dt
+
+    if not raw:
+        return None
+    s = raw.strip()
+    zone = None
+    m = _LOG_TIME_FULL.fullmatch(s)
+    if m:
+        y, mo, d, hh, mi, ss = (int(g) for g in m.groups()[:6])
+        frac, zone = m.group(7), m.group(8)
+    else:
+        m = _LOG_TIME_MD.fullmatch(s)
+        if m:
+            mo, d, hh, mi, ss = (int(g) for g in m.groups()[:5])
+            frac = m.group(6)
+        else:
+            m = _LOG_TIME_GLOG.fullmatch(s)
+            if not m:
+                return None
+            md = m.group(1).zfill(4)
+            mo, d = int(md[:2]), int(md[2:])
+            hh, mi, ss = (int(g) for g in m.groups()[1:4])
+            frac = m.group(5)
+        ref = dt.datetime.fromtimestamp(mtime if mtime is not None else time.time(), dt.timezone.utc)
+        if tz_offset is not None:
+            ref = ref + dt.timedelta(seconds=tz_offset)
+        best = None
+        for year in (ref.year - 1, ref.year, ref.year + 1):
+            try:
+                cand = dt.datetime(year, mo, d, hh, mi, ss)
+            except ValueError:  # 29 February in a year without one
+                continue
+            gap = (ref.replace(tzinfo=None) - cand).total_seconds()
+            if gap < -86400:  # a line is written before the log's mtime (a day's slack for zones)
+                continue
+            gap = abs(gap)
+            if best is None or gap < best[0]:
+                best = (gap, year)
+        if best is None:
+            return None
+        y = best[1]
+    try:
+        stamp = dt.datetime(y, mo, d, hh, mi, ss)
+    except ValueError:
+        return None
+    text = stamp.isoformat()
+    if frac:
+        text += "." + frac[1:].ljust(3, "0")[:6]
+    if zone:
+        text += "+00:00" if zone == "Z" else (zone if ":" in zone else f"{zone[:3]}:{zone[3:]}")
+    elif tz_offset is not None:
+        sign = "+" if tz_offset >= 0 else "-"
+        h, rem = divmod(abs(int(tz_offset)), 3600)
+        text += f"{sign}{h:02d}:{rem // 60:02d}"
+    return text

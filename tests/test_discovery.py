@@ -393,7 +393,7 @@ def test_adhoc_probe_with_no_inventory_anywhere(sshd, tmp_path, monkeypatch):
     for k, v in isolated_env(tmp_path).items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("FLEETDIAG_INVENTORY")
-    common = ["--json", "--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key),
+    common = ["--json", "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
               "--ssh-config", str(sshd.ssh_config)]
     r = CliRunner().invoke(main, ["probe", f"{sshd.user}@127.0.0.1:{sshd.port}", "--log", str(log), *common])
     assert r.exit_code == 1, r.output

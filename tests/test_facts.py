@@ -499,7 +499,7 @@ def test_probe_cli_json_and_card_carry_facts(sshd, tmp_path, serving):
     inv = tmp_path / "inventory.yaml"
     inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
                    f"    logs:\n      vllm: {log}\n")
-    ssh_args = ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    ssh_args = ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
     ssh_args += ["--path-prepend", str(bindir)]
     result = CliRunner().invoke(main, ["-i", str(inv), "probe", "uk-node", "--json", *ssh_args])
     card = CliRunner().invoke(main, ["-i", str(inv), "--no-color", "probe", "uk-node", *ssh_args],

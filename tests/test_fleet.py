@@ -131,7 +131,7 @@ def write_inventory(path: Path, sshd, hosts: dict[str, dict]) -> Path:
 
 
 def ssh_args(sshd, known_hosts: Path | None = None) -> list[str]:
-    return ["--known-hosts", str(known_hosts or sshd.known_hosts), "-k", str(sshd.client_key),
+    return ["--known-hosts", str(known_hosts or sshd.known_hosts), "--identity", str(sshd.client_key),
             "--ssh-config", str(sshd.ssh_config)]
 
 

@@ -50,7 +50,7 @@ def write_inventory(sshd, tmp_path: Path, hosts: dict[str, str]) -> Path:
 
 def cli(sshd, inv: Path, *args: str):
     return CliRunner().invoke(main, ["-i", str(inv), *args, "--known-hosts", str(sshd.known_hosts),
-                                     "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)])
+                                     "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)])
 
 
 def corpus(case: str, node: str) -> str:
@@ -109,7 +109,7 @@ def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path):
     assert out.index(job) < out.index("node1  FAILED")
     # --redact: the job line too goes through the Output (names replaced, no raw host name)
     r = CliRunner().invoke(main, ["--redact", "-i", str(inv), "probe", "all", "--known-hosts",
-                                  str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config",
+                                  str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config",
                                   str(sshd.ssh_config)])
     assert "job root cause: " in r.output and "node1" not in r.output, r.output
 

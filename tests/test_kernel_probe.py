@@ -63,7 +63,7 @@ def _inventory(sshd, tmp: Path, log: Path, name: str = "node") -> Path:
 
 def _probe(sshd, inv: Path, bindir: Path, *extra: str) -> tuple[int, str]:
     r = CliRunner().invoke(main, ["--no-color", "-i", str(inv), "probe", "all", "--path-prepend", str(bindir),
-                                  "--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key),
+                                  "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
                                   "--ssh-config", str(sshd.ssh_config), *extra],
                            env={"COLUMNS": "200", "NO_COLOR": "1"})
     return r.exit_code, r.output

@@ -60,7 +60,7 @@ def write_hostile(path: Path) -> Path:
 
 
 def _ssh(sshd) -> list[str]:
-    return ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    return ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
 
 
 def _run(*args: str) -> object:
@@ -268,7 +268,7 @@ def test_output_writes_json_raw_and_redacted(tmp_path):
     out = Output(stdout=buf, redactor=Redactor(hosts=["gpu-prod-17"], local=False))
     out.jsonl({"host": "gpu-prod-17", "line": "a\x1bb"})
     doc = json.loads(buf.getvalue())
-    assert doc == {"host": "host-1", "line": "a\x1bb"} and "\x1b" not in buf.getvalue()
+    assert doc == {"version": 1, "host": "host-1", "line": "a\x1bb"} and "\x1b" not in buf.getvalue()
 
 
 def test_progress_line_names_hosts_redacted_and_visible():

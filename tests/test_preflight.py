@@ -154,7 +154,7 @@ def _run(sshd, tmp_path, launch: list[str], *opts: str, hosts: dict[str, int] | 
     inv = _inventory_file(tmp_path, sshd, hosts or {"uk-node": sshd.port})
     bindir = bindir or fake_nvidia_smi(tmp_path / "bin")
     args = ["-i", str(inv), "--no-color", "preflight", ",".join(hosts or {"uk-node": 0}), "--path-prepend", str(bindir),
-            "--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config),
+            "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config),
             *opts, "--", *launch]
     return CliRunner().invoke(main, args, env={"COLUMNS": "200"})
 

@@ -188,7 +188,7 @@ def test_cli_probe_json_and_exit_code(sshd, tmp_path):
         f"    logs:\n      vllm: {log}\n"
     )
     args = ["-i", str(inv), "probe", "uk-node", "--json", "--known-hosts", str(sshd.known_hosts),
-            "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+            "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
     doc = json.loads(result.output)
@@ -211,7 +211,7 @@ def test_installed_console_script_runs(sshd, tmp_path):
     )
     out = subprocess.run(
         [exe, "-i", str(inv), "probe", "us-node", "--known-hosts", str(sshd.known_hosts),
-         "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)],
+         "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)],
         capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"},
     )
     assert out.returncode == 0, out.stderr + out.stdout

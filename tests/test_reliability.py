@@ -347,7 +347,7 @@ def test_agent_missing_says_so(sshd, tmp_path, monkeypatch):
     res = probe(h, sshd.opts(client_keys=None, ssh_config=[]))
     assert res.verdict == UNREACHABLE and res.facts["error_kind"] == AUTH
     assert "no ssh-agent (SSH_AUTH_SOCK is not set)" in res.error
-    assert "no default key" in res.error and "-k KEYFILE" in res.error
+    assert "no default key" in res.error and "--identity KEYFILE" in res.error
     monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "gone.sock"))
     res = probe(h, sshd.opts(client_keys=None, ssh_config=[]))
     assert res.verdict == UNREACHABLE and res.facts["error_kind"] == AUTH
@@ -710,7 +710,7 @@ def test_every_host_is_reported_with_a_plain_reason_and_the_exit_code(sshd, tmp_
         inv.write_text("\n".join(lines) + "\n")
 
     args = ["-i", str(inv), "probe", "all", "--json", "--known-hosts", str(sshd.known_hosts),
-            "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config), "--connect-timeout", "3"]
+            "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config), "--connect-timeout", "3"]
     dead = free_port()
     write({"ok": (sshd.port, healthy), "bad": (sshd.port, good), "down": (dead, good),
            "nolog": (sshd.port, tmp_path / "absent.log")})
@@ -773,7 +773,7 @@ def _sweep_setup(sshd, tmp_path: Path) -> tuple[Path, list[str]]:
     inv.write_text(f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
                    f"    logs: {{vllm: {log}}}\n  gpu02:\n    address: 127.0.0.1\n    port: {free_port()}\n"
                    f"    logs: {{vllm: {log}}}\n")
-    ssh = ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    ssh = ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
     return inv, ssh
 
 

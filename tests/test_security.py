@@ -165,7 +165,7 @@ def _inventory(path: Path, sshd, log: str, funnel: dict | None = None) -> Path:
 
 def _cli(sshd, inv: Path, *args: str, extra: tuple[str, ...] = ()) -> object:
     return CliRunner().invoke(main, [*extra, "-i", str(inv), *args, "--known-hosts", str(sshd.known_hosts),
-                                     "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)])
+                                     "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)])
 
 
 @pytest.mark.parametrize("channel", ["inventory-log", "--log", "run_start", "rules", "selector"])
@@ -427,7 +427,7 @@ def test_redact_every_output_format(sshd, tmp_path):
     # sweep: the report file and the printed news are redacted; the history keeps real names
     report, db = tmp_path / "report.json", tmp_path / "history.db"
     r = CliRunner().invoke(main, ["--redact", "-i", str(inv), "sweep", "all", "--db", str(db), "--report", str(report),
-                                  "--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key),
+                                  "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
                                   "--ssh-config", str(sshd.ssh_config), "--connect-timeout", "2"])
     assert r.exit_code == 1, r.output
     outputs["sweep"] = r.output
@@ -460,7 +460,7 @@ def test_passphrase_never_printed_nor_stored(tmp_path, monkeypatch):
         inv.write_text(f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {srv.port}\n    user: root\n"
                        f"    logs: {{vllm: {log}}}\n")
         base = ["-i", str(inv)]
-        tr = ["--known-hosts", str(srv.known_hosts), "-k", str(srv.client_key_path), "--ssh-config", os.devnull]
+        tr = ["--known-hosts", str(srv.known_hosts), "--identity", str(srv.client_key_path), "--ssh-config", os.devnull]
         seen: list[str] = []
         monkeypatch.setenv("FLEETDIAG_PASSPHRASE", PASSPHRASE)
         for args in (["probe", "gpu01"], ["probe", "gpu01", "--json"], ["probe", "gpu01", "--jsonl"]):

@@ -84,7 +84,7 @@ def test_a_wrong_known_hosts_file_through_the_cli_prints_no_contents(sshd, tmp_p
     inv.write_text(f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
                    f"    logs:\n      v: {log}\n")
     r = CliRunner().invoke(main, ["-i", str(inv), "probe", "h", "--known-hosts", str(netrc),
-                                  "-k", str(sshd.client_key)])
+                                  "--identity", str(sshd.client_key)])
     assert SECRET not in r.output, r.output
     assert "not a valid known_hosts file" in r.output
 

@@ -430,7 +430,7 @@ def _cli_inventory(sshd: Any, tmp_path: Path, log: Path, extra: str = "") -> Pat
 
 
 def _ssh_args(sshd: Any) -> list[str]:
-    return ["--known-hosts", str(sshd.known_hosts), "-k", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    return ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
 
 
 def _spawn_watch(inv: Path, *args: str) -> subprocess.Popen:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Callable
 
@@ -19,11 +20,21 @@ from ..render import Output
 class Context:
     """What every command gets: the one Output it writes through, and the global options."""
 
-    def __init__(self, out: Output, inventory: str | None, rules: tuple[str, ...]):
+    def __init__(self, out: Output, inventory: str | None, rules: tuple[str, ...], debug: bool = False):
         self.out = out
         self.inventory_arg = inventory
         self.rules_files = rules
+        self.debug = debug
         self._rules = None
+
+    def set_output(self, color: bool | None = None, redact: bool = False) -> None:
+        """Rebuild the Output when a subcommand repeats --color/--no-color or --redact."""
+        redactor = self.out.redactor
+        if redact and redactor is None:
+            from ..redact import Redactor
+
+            redactor = Redactor()
+        self.out = Output(color=self.out.color if color is None else color, redactor=redactor)
 
     @property
     def env(self) -> Output:  # the older name of ``out``
@@ -59,19 +70,90 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
+class Duration(click.ParamType):
+    """``90s``, ``10m``, ``1h30m``, ``500ms`` or plain seconds: one duration type for every option."""
+
+    name = "DURATION"
+
+    def __init__(self, unit: float = 1.0, min_open: bool = False) -> None:
+        self.unit = unit  # a plain number counts in this many seconds (days for --keep-days)
+        self.min_open = min_open
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        from ..units import parse_duration
+
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return parse_duration(value)  # a default, already in this option's unit
+            text = str(value).strip() if not isinstance(value, bool) else value
+            try:
+                float(text)
+            except (TypeError, ValueError):
+                seconds = parse_duration(text)  # with a unit: 90d, 2m
+            else:
+                seconds = parse_duration(text) * self.unit  # a plain number counts in the option's unit
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if self.min_open and seconds <= 0:
+            self.fail(f"must be more than 0, got {value!r}", param, ctx)
+        return seconds / self.unit
+
+
+DURATION = Duration()
+
+
+def select_hosts(inv: Any, selectors: tuple[str, ...] | list[str]) -> list[Any]:
+    """The selected hosts; an empty selection is a usage error naming the selector, never "all healthy"."""
+    from ..inventory import SelectorError, select
+
+    hosts = select(inv, selectors)
+    if not hosts:
+        sel = ",".join(selectors)
+        raise SelectorError(f"selector '{sel}' selects no host (see `fleetdiag hosts all`)", term=sel)
+    return hosts
+
+
+def check_logs(hosts: list[Any], log: str | None, need_file: bool = False) -> None:
+    """Every selected host must know which log to read (``--log NAME``, its first log, or discovery on the
+    host when it names none; ``need_file``: a file, as ``watch`` follows one): a configuration mistake is a
+    usage error, all of them at once, before any connection, never a host state."""
+    from ..inventory import InventoryError
+
+    errors: list[str] = []
+    for h in hosts:
+        try:
+            h.log_source(log) if hasattr(h, "log_source") and not need_file else h.log_path(log)
+        except InventoryError as exc:
+            errors.append(str(exc))
+    if errors:
+        err = InventoryError("; ".join(errors) if len(errors) == 1 else
+                             f"{len(errors)} hosts cannot say which log to read:\n  " + "\n  ".join(errors))
+        raise err
+
+
 def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json`` / ``--jsonl``, the same on every command that reports hosts."""
-    fn = click.option("--jsonl", "fmt", flag_value="jsonl", help="One JSON record per host per line, as they finish.")(fn)
-    fn = click.option("--json", "fmt", flag_value="json", help="One JSON document (schema: README).")(fn)
-    return fn
+    """``--json`` / ``--jsonl``, the same on every command that reports hosts; both at once is a usage error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, fmt_json: bool = False, fmt_jsonl: bool = False, **kwargs: Any) -> Any:
+        if fmt_json and fmt_jsonl:
+            raise click.UsageError("--json and --jsonl are exclusive: choose one")
+        kwargs["fmt"] = "json" if fmt_json else "jsonl" if fmt_jsonl else None
+        return fn(*args, **kwargs)
+
+    wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
+    wrapper = click.option("--jsonl", "fmt_jsonl", is_flag=True,
+                           help="One JSON record per host per line, as they finish.")(wrapper)
+    wrapper = click.option("--json", "fmt_json", is_flag=True, help="One JSON document (schema: README).")(wrapper)
+    return wrapper
 
 
 def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--fanout`` / ``--per-address`` / ``--deadline``, the same on every command that probes a fleet."""
     from ..scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS
 
-    fn = click.option("--deadline", type=click.FloatRange(0, min_open=True),
-                      help="Seconds one host may take before it counts as unreachable "
+    fn = click.option("--deadline", type=Duration(min_open=True),
+                      help="Time (90s, 2m, or seconds) one host may take before it counts as unreachable "
                            "[default: 2×connect-timeout + timeout + 10].")(fn)
     fn = click.option("--per-address", type=click.IntRange(0), default=DEFAULT_PER_ADDRESS, show_default=True,
                       help="Concurrent SSH handshakes per address:port (sshd MaxStartups); 0: no limit.")(fn)
@@ -86,9 +168,11 @@ def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--accept-new", is_flag=True, help="Trust an unknown host key on first use (never a changed one)."),
         click.option("--known-hosts", type=click.Path(dir_okay=False), help="known_hosts file (default: ssh config / ~/.ssh/known_hosts)."),
         click.option("--ssh-config", type=click.Path(dir_okay=False), help="ssh config file (default: ~/.ssh/config)."),
-        click.option("--identity", "-k", multiple=True, type=click.Path(dir_okay=False), help="Client key file; repeatable (default: agent and ~/.ssh keys)."),
-        click.option("--connect-timeout", type=float, default=10.0, show_default=True, help="Seconds to connect and log in."),
-        click.option("--timeout", "command_timeout", type=float, default=60.0, show_default=True, help="Seconds for the remote funnel."),
+        click.option("--identity", multiple=True, type=click.Path(dir_okay=False), help="Client key file; repeatable (default: agent and ~/.ssh keys)."),
+        click.option("--connect-timeout", type=DURATION, default="10s", show_default=True,
+                     help="Time to connect and log in (10s, 1m, or seconds)."),
+        click.option("--timeout", "command_timeout", type=DURATION, default="60s", show_default=True,
+                     help="Time for the remote funnel (2m, 90s, or seconds)."),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -108,6 +192,17 @@ def transport_from(kw: dict[str, Any]):
     )
 
 
+PIPE_CLOSED = 141  # what a shell reports for a command ended by SIGPIPE
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush into a closed pipe says nothing."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map fleetdiag's errors to the exit-code contract at one edge."""
 
@@ -123,13 +218,19 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             ctx.exit(Exit.USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except BrokenPipeError:  # `probe all --jsonl | head -1`: the reader is done, so are we, quietly
+            quiet_stdout()
+            ctx.exit(PIPE_CLOSED)
         except KeyboardInterrupt:
             env.error("interrupted")
             ctx.exit(130)
         except Exception as exc:  # a bug: say so, with enough to report it
             env.err.print(Text.assemble(("internal error: ", "bold red"), env.shown(f"{type(exc).__name__}: {exc}")))
-            if "--debug" in sys.argv:
-                raise
+            obj = ctx.find_object(Context)
+            if (obj is not None and obj.debug) or "--debug" in sys.argv:
+                env.err.print_exception()
+            else:
+                env.err.print(Text("(run again with --debug for the traceback)", style="dim"))
             ctx.exit(Exit.INTERNAL)
 
     return wrapper
@@ -142,8 +243,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--color/--no-color", default=None, help="Force colour on or off (NO_COLOR is honoured).")
 @click.option("--redact", is_flag=True, envvar="FLEETDIAG_REDACT",
               help="Replace IPs, host and user names and secret-looking tokens in all output (to share a report).")
+@click.option("--debug", is_flag=True, help="Show the traceback of an internal error.")
 @click.pass_context
-def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], color: bool | None, redact: bool) -> None:
+def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], color: bool | None, redact: bool,
+         debug: bool) -> None:
     """Find the decisive error on every GPU node of a fleet, over SSH.
 
     \b
@@ -155,7 +258,42 @@ def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], colo
         from ..redact import Redactor
 
         redactor = Redactor()
-    ctx.obj = Context(Output(color=color, redactor=redactor), inventory, rules)
+    if ctx.get_parameter_source("inventory") == click.core.ParameterSource.ENVIRONMENT:
+        inventory = None  # found (and named in errors) as $FLEETDIAG_INVENTORY, not as -i
+    ctx.obj = Context(Output(color=color, redactor=redactor), inventory, rules, debug)
+
+
+def _set_global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A global option repeated after the subcommand: it wins over the one before."""
+    obj = ctx.find_object(Context)
+    if obj is None or value is None or value is False or value == ():
+        return value
+    if param.name == "inventory":
+        obj.inventory_arg = value
+    elif param.name == "rules":
+        obj.rules_files = tuple(obj.rules_files) + tuple(value)
+        obj._rules = None
+    elif param.name == "debug":
+        obj.debug = True
+    elif param.name == "color":
+        obj.set_output(color=value)
+    elif param.name == "redact":
+        obj.set_output(redact=True)
+    return value
+
+
+def _global_options() -> list[click.Option]:
+    """-i, --rules, --color/--no-color, --redact, --debug: accepted after the subcommand too."""
+    kw: dict[str, Any] = {"expose_value": False, "callback": _set_global, "is_eager": True}
+    return [
+        click.Option(["-i", "--inventory"], help="inventory.yaml (as before the subcommand).", **kw),
+        click.Option(["--rules"], multiple=True, type=click.Path(exists=True, dir_okay=False),
+                     help="Extra rules file(s) (as before the subcommand).", **kw),
+        click.Option(["--color/--no-color"], default=None, help="Force colour on or off.", **kw),
+        click.Option(["--redact"], is_flag=True, default=False, help="Redact names, IPs and secrets in all output.",
+                     **kw),
+        click.Option(["--debug"], is_flag=True, default=False, help="Show the traceback of an internal error.", **kw),
+    ]
 
 
 from . import analyze as _analyze  # noqa: E402,F401  (registers commands)
@@ -165,3 +303,7 @@ from . import probe as _probe  # noqa: E402,F401
 from . import sweep as _sweep  # noqa: E402,F401
 from . import preflight as _preflight  # noqa: E402,F401
 from . import watch as _watch  # noqa: E402,F401
+
+
+for _cmd in main.commands.values():  # every subcommand takes the global options too (`probe -i inv.yaml gpu01`)
+    _cmd.params.extend(_global_options())

@@ -13,12 +13,13 @@ from ..exitcodes import exit_for
 from ..funnel import run_local
 from ..probe import finish, spec_for
 from ..render import host_card
-from . import Context, handle_errors, main, output_options, pass_ctx
+from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
 
 
 @main.command()
 @click.argument("path", type=click.Path(allow_dash=True))
-@click.option("--stall-after", type=float, default=600.0, show_default=True, help="Seconds without growth before a starting log counts as stalled.")
+@click.option("--stall-after", type=DURATION, default="10m", show_default=True,
+              help="No growth for this long (10m, 600s, or seconds): a starting log counts as stalled.")
 @output_options
 @pass_ctx
 @handle_errors
@@ -42,6 +43,8 @@ def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> Non
                 shutil.copyfileobj(sys.stdin.buffer, fh)
             target = tmp
         else:
+            if not os.path.exists(path):  # the user's input, not a host's state
+                raise click.BadParameter(f"{path}: no such file", param_hint="PATH")
             target = os.path.abspath(path)
         fr = run_local(spec_for(target, rules))
         res = finish("-" if path == "-" else path, fr, rules, stall_after)

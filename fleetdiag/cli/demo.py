@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 from rich.rule import Rule
+from rich.text import Text
 
 from ..job import root_causes
 from ..probe import ProbeSettings
@@ -77,13 +80,21 @@ def demo(ctx: Context, serve: bool) -> None:
                     "and put [bold]fleetdiag sweep all[/] in your crontab (README, \"Sweep from cron\")."
                 )
                 if serve:
-                    out.print(f"\nServing. Try:  fleetdiag -i {fleet.inventory} --known-hosts ... (see {fleet.workdir})",
-                              soft_wrap=True)
-                    out.print(f"  options: --known-hosts {fleet.known_hosts} -k {fleet.client_key}", soft_wrap=True)
+                    ctx.out.print()
+                    ctx.out.print(Text("Try: " + try_command(fleet)), soft_wrap=True)
+                    ctx.out.print(Text("Serving until Ctrl-C or SIGTERM; the fleet's files (and its private key) "
+                                       f"are removed then: {fleet.workdir}", style="dim"), soft_wrap=True)
+                    loop = asyncio.get_running_loop()
+                    task = asyncio.current_task()
+                    for sig in (signal.SIGTERM, signal.SIGHUP):  # stop like Ctrl-C: the temp dir goes too
+                        try:
+                            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+                        except (NotImplementedError, RuntimeError, ValueError):
+                            pass
                     try:
                         await asyncio.Event().wait()
                     except asyncio.CancelledError:
-                        pass
+                        task.uncancel()  # type: ignore[union-attr]
                 return results
 
         try:
@@ -97,6 +108,13 @@ def demo(ctx: Context, serve: bool) -> None:
     for r in wrong:
         ctx.out.error(f"demo: {r.host} should be {expected.get(r.host)}, got {r.verdict}: {r.error or ''}")
     raise SystemExit(1 if wrong else 0)
+
+
+def try_command(fleet: DemoFleet) -> str:
+    """A probe of the served fleet that runs as printed (its own key, host keys and no ssh config)."""
+    q = shlex.quote
+    return (f"fleetdiag -i {q(str(fleet.inventory))} probe all --known-hosts {q(str(fleet.known_hosts))} "
+            f"--identity {q(str(fleet.client_key))} --ssh-config /dev/null")
 
 
 class _MarkupConsole:

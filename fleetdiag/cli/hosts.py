@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from . import Context, handle_errors, main, output_options, pass_ctx
+from . import Context, handle_errors, main, output_options, pass_ctx, select_hosts
 
 
 @main.command()
@@ -18,28 +18,50 @@ from . import Context, handle_errors, main, output_options, pass_ctx
 @handle_errors
 def hosts(ctx: Context, selectors: tuple[str, ...], fmt: str | None) -> None:
     """List the resolved hosts and their settings (default: all)."""
-    from ..inventory import select
-
     inv = ctx.inventory()
-    chosen = select(inv, selectors or ("all",))
+    chosen = select_hosts(inv, selectors or ("all",))
     out = ctx.out
     if fmt:
-        rows = [asdict(h) for h in chosen]
+        rows = [{"host": h.name, **asdict(h)} for h in chosen]  # "host" as in every record; "name" kept for v1
         if fmt == "json":
             out.json({"version": 1, "inventory": str(inv.path), "hosts": rows})
         else:
             for row in rows:
                 out.jsonl(row)
         return
-    table = Table(title=Text(f"{len(chosen)} hosts from {out.shown(str(inv.path))}"), title_justify="left")
+    title = Text(f"{len(chosen)} hosts from {out.shown(str(inv.path))}")
+    shown = [out.shown(h) for h in chosen]
+    table = Table(title=title, title_justify="left")
     for col in ("host", "target", "port", "user", "jump", "logs", "gpus", "groups"):
-        table.add_column(col, overflow="fold")
-    for h in (out.shown(h) for h in chosen):
+        table.add_column(col, no_wrap=col != "groups")
+    for h in shown:
         logs = "\n".join(f"{k}: {v}" for k, v in h.logs.items())
-        cells = (h.name, h.target + ("" if h.address else " (ssh config)"), str(h.port or ""), h.user or "",
+        cells = (h.name, h.target + ("" if h.address else "\n(ssh config)"), str(h.port or ""), h.user or "",
                  h.jump or "", logs, str(h.gpus if h.gpus is not None else ""), ", ".join(h.groups))
         table.add_row(*(Text(c) for c in cells))
-    out.print(table)
+    if fits(out, table):
+        out.print(table)
+        return
+    # too narrow for the table: one block per host, each address and path whole on its line
+    out.print(title, soft_wrap=True)
+    for h in shown:
+        target = (f"{h.user}@" if h.user else "") + h.target + (f":{h.port}" if h.port else "")
+        head = Text.assemble((h.name, "bold"), "  ", target, "" if h.address else " (ssh config)")
+        if h.jump:
+            head.append(f"  via {h.jump}")
+        if h.gpus is not None:
+            head.append(f"  gpus {h.gpus}")
+        if h.groups:
+            head.append(f"  groups {', '.join(h.groups)}", style="dim")
+        out.print(head, soft_wrap=True)
+        for k, v in h.logs.items():
+            out.print(Text(f"  {k}: {v}"), soft_wrap=True)
+
+
+def fits(out, table: Table) -> bool:
+    """Whether the table fits the width without folding a cell (an address or a path split is useless)."""
+    console = out.out
+    return console.measure(table, options=console.options.update_width(10**5)).maximum <= console.width
 
 
 @main.command()
@@ -56,4 +78,20 @@ def check(ctx: Context) -> None:
         for e in exc.errors:  # each bad value on its own line, not only the first
             ctx.out.error(ctx.out.markup("[bold red]error:[/] {}", str(e)))
         raise SystemExit(int(Exit.USAGE)) from None
+    problems = []
+    width = max((len(n) for n in inv.hosts), default=0)
+    lines = []
+    for h in inv.hosts.values():  # what each host will read, so a wrong path is seen before a probe
+        try:
+            name, path = h.log_path(None)
+        except InventoryError as exc:
+            problems.append(str(exc))
+            continue
+        lines.append(ctx.out.markup("  {} reads {}: {}", h.name.ljust(width), name, path))
+    if problems:
+        for p in problems:
+            ctx.out.error(ctx.out.markup("[bold red]error:[/] {}", p))
+        raise SystemExit(int(Exit.USAGE))
     ctx.out.print(ctx.out.markup("[green]ok[/]: {}: {} hosts, {} groups", inv.path, len(inv.hosts), len(inv.groups)))
+    for line in lines:
+        ctx.out.print(line, soft_wrap=True)

@@ -12,7 +12,7 @@ from ..exitcodes import preflight_exit
 from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
-from . import Context, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
+from . import Context, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from, transport_options
 from .probe import jump_resolver
 
 MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
@@ -70,14 +70,12 @@ def preflight(ctx: Context, selector: str, command: tuple[str, ...], env_items: 
     a local model path. Exit 0: every check passed (warnings allowed); 1: a
     check failed; 2: usage; 3: a host was unreachable.
     """
-    from ..inventory import select
-
     try:
         launch = plan(command, parse_env(env_items))
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
     inv = ctx.inventory()
-    hosts = select(inv, (selector,))
+    hosts = select_hosts(inv, (selector,))
     settings = ProbeSettings(transport=transport_from(kw), jump_resolver=jump_resolver(inv), path_prepend=path_prepend)
     results: list[PreflightResult] = []
     out = ctx.out

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import click
+from rich.text import Text
 
 from ..exitcodes import exit_for
 from ..probe import ProbeSettings
@@ -14,7 +15,8 @@ from ..records import SCHEMA_VERSION, HostResult, report_json
 from ..inventory import fold
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
-from . import Context, fanout_options, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
+from . import (Context, check_logs, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from,
+               transport_options)
 
 
 def jump_resolver(inv):
@@ -33,7 +35,7 @@ def jump_resolver(inv):
 def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
     """The inventory's hosts; with no inventory anywhere (no -i, no FLEETDIAG_INVENTORY, no file
     found), the selectors themselves as ``[user@]host[:port]`` or ssh aliases."""
-    from ..inventory import ENV_VAR, InventoryError, InventoryNotFound, select
+    from ..inventory import ENV_VAR, InventoryError, InventoryNotFound
     from ..inventory.adhoc import adhoc_inventory
 
     try:
@@ -48,7 +50,7 @@ def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
         if ctx.redactor is not None:
             ctx.redactor.seed_inventory(inv)
         return inv, list(inv)
-    return inv, select(inv, selectors)
+    return inv, select_hosts(inv, selectors)
 
 
 def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
@@ -158,6 +160,7 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     fleet view folds them into a range (gpu[01-04,07]).
     """
     inv, hosts = inventory_or_adhoc(ctx, selectors)
+    check_logs(hosts, kw.get("log"))
     settings = settings_from(ctx, inv, kw)
     settings.save_dir = Path(save) if save else None
     t = settings.transport
@@ -165,16 +168,45 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     results: list[HostResult] = []
     show = ctx.out.err.is_terminal and len(hosts) > 1
 
+    interrupted = False
+
     async def go() -> None:
+        nonlocal interrupted
         with FleetProgress(ctx.out.err, len(hosts), enabled=show) as bar:
-            async for res in probe_many(hosts, settings, fanout, deadline=deadline, per_address=per_address or None,
-                                        memory=cost_memory(), progress=bar if show else None):
-                results.append(res)
-                if fmt == "jsonl":
-                    ctx.out.jsonl(res.to_json())
+            try:
+                async for res in probe_many(hosts, settings, fanout, deadline=deadline,
+                                            per_address=per_address or None, memory=cost_memory(),
+                                            progress=bar if show else None):
+                    results.append(res)
+                    if fmt == "jsonl":
+                        ctx.out.jsonl(res.to_json())
+            except asyncio.CancelledError:  # Ctrl-C: keep the hosts that answered, as sweep does
+                interrupted = True
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
 
     asyncio.run(go())
+    if interrupted:
+        unfinished = interrupted_results(hosts, results, settings)
+        if fmt == "jsonl":
+            for res in unfinished:
+                ctx.out.jsonl(res.to_json())
+        results += unfinished
     order = {h.name: i for i, h in enumerate(hosts)}
     results.sort(key=lambda r: order.get(r.host, 0))
     emit(ctx, results, fmt, all_cards=all_cards)
+    if interrupted:
+        ctx.out.error(Text(f"fleetdiag probe: interrupted; {len(unfinished)} host(s) unfinished: "
+                           f"{fold([r.host for r in unfinished])}", style="yellow"), soft_wrap=True)
+        raise SystemExit(130)
     raise SystemExit(int(exit_for(results)))
+
+
+def interrupted_results(hosts: list, results: list[HostResult], settings: ProbeSettings) -> list[HostResult]:
+    """An ``interrupted`` placeholder for every host that had not answered when Ctrl-C came."""
+    from ..scheduler import INTERRUPTED, placeholder
+    from ..sweep import _log_of
+
+    seen = {r.host for r in results}
+    return [placeholder(h, "interrupted", INTERRUPTED, _log_of(h, settings)) for h in hosts if h.name not in seen]

@@ -14,7 +14,9 @@ module parses options and prints the outcome.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -50,7 +52,7 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     notify_payload,
     run_notify,
 )
-from . import Context, fanout_options, handle_errors, main, pass_ctx, transport_options
+from . import Context, Duration, check_logs, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -195,13 +197,14 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 @click.argument("selectors", nargs=-1, required=True)
 @click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
               help="History database [default: the user data dir, see README].")
-@click.option("--report", type=click.Path(dir_okay=False),
-              help="Where to write the JSON report, atomically [default: the user state dir].")
+@click.option("--report", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where to write the JSON report, atomically; - for stdout (the news then goes to stderr) "
+                   "[default: the user state dir].")
 @click.option("--notify", metavar="CMD", help="Run CMD (through sh) with the new incidents as JSON on stdin.")
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
 @fanout_options
-@click.option("--keep-days", type=click.FloatRange(0), default=DEFAULT_KEEP_DAYS, show_default=True,
-              help="Days of per-sweep results to keep (incidents are kept); 0: keep all.")
+@click.option("--keep-days", type=Duration(unit=86400.0), default=DEFAULT_KEEP_DAYS, show_default=True,
+              help="How long to keep per-sweep results (90d, 12h, or days; incidents are kept); 0: keep all.")
 @click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
 @transport_options
 @pass_ctx
@@ -215,11 +218,18 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     new, changed and resolved incidents since the last sweep: nothing when
     nothing changed. Exit codes as for probe; 5 when another sweep holds the lock.
     """
-    from ..inventory import select
     from .probe import settings_from
 
     inv = ctx.inventory()
-    hosts = select(inv, selectors)
+    hosts = select_hosts(inv, selectors)
+    check_logs(hosts, kw.get("log"))
+    to_stdout = report == "-"
+    spool = None
+    if to_stdout:  # the report is written whole, then copied to stdout: a reader never sees half of it
+        import tempfile
+
+        spool = tempfile.TemporaryDirectory(prefix="fleetdiag-report-")
+        report = str(Path(spool.name) / "report.json")
     settings = settings_from(ctx, inv, kw)
     t = settings.transport
     job = SweepJob(
@@ -254,6 +264,17 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     except LockBusy as exc:
         ctx.out.err.print(Text(f"fleetdiag sweep: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.BUSY))
+    if spool is not None:
+        try:
+            text = out.report.read_text() if out.report else None
+        finally:
+            spool.cleanup()
+        out.report = None
+        if text is not None:
+            ctx.out.json(json.loads(text), indent=1)
+        news = Output(stdout=sys.stderr, color=ctx.out.color, redactor=ctx.out.redactor)
+        print_outcome(news, out, fmt, job)
+        raise SystemExit(int(out.exit))
     print_outcome(ctx.out, out, fmt, job)
     raise SystemExit(int(out.exit))
 
@@ -294,7 +315,15 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
     if not incidents:
         ctx.out.print(f"no incidents{' open' if open_only else ''} in {path}")
         return
-    ctx.out.print(history_table([ctx.out.shown(i) for i in incidents], ctx.out.shown(str(path))))
+    shown = [ctx.out.shown(i) for i in incidents]
+    table = history_table(shown, ctx.out.shown(str(path)))
+    from .hosts import fits
+
+    if fits(ctx.out, table):
+        ctx.out.print(table)
+    else:  # narrow (a pipe is 80 columns): one block per incident, nothing squeezed to nothing
+        for line in history_lines(shown, ctx.out.shown(str(path))):
+            ctx.out.print(line, soft_wrap=True)
 
 
 def history_table(incidents: list[Any], path: Path) -> Table:
@@ -313,6 +342,22 @@ def history_table(incidents: list[Any], path: Path) -> Table:
         table.add_row(Text(i.host), state, Text(i.summary), _when(i.first_seen), f"{ago(now - i.last_seen)} ago",
                       str(i.count), _when(i.resolved_at) if i.resolved_at is not None else "open")
     return table
+
+
+def history_lines(incidents: list[Any], path: Path) -> list[Text]:
+    """The history table's rows as lines, for a width the table does not fit: the cause on its own line."""
+    now = time.time()
+    n_open = sum(1 for i in incidents if i.open)
+    lines = [Text(f"{len(incidents)} incidents ({n_open} open) from {path}")]
+    for i in incidents:
+        state = Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, "")) if i.open \
+            else Text(f"✓ was {i.verdict}", style="dim")
+        head = Text.assemble((i.host, "bold"), "  ", state,
+                             f"  ×{i.count}  first {_when(i.first_seen)}  last {ago(now - i.last_seen)} ago  "
+                             f"{'resolved ' + _when(i.resolved_at) if i.resolved_at is not None else 'open'}")
+        lines.append(head)
+        lines.append(Text(f"  {i.summary}"))
+    return lines
 
 
 def _select_stored(ctx: Context, selectors: Sequence[str], stored: list[str]) -> list[str]:

@@ -11,24 +11,8 @@ from typing import Any
 
 import click
 
-from .. import units
 from ..exitcodes import exit_for
-from . import Context, handle_errors, main, pass_ctx, transport_from, transport_options
-
-
-class Duration(click.ParamType):
-    """``90s``, ``10m``, ``1h30m``, ``500ms`` or plain seconds (as in the inventory)."""
-
-    name = "DURATION"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        try:
-            return units.parse_duration(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = Duration()
+from . import DURATION, Context, check_logs, Duration, handle_errors, main, pass_ctx, select_hosts, transport_from, transport_options  # noqa: F401
 
 
 @main.command()
@@ -61,13 +45,13 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     Each change is printed above the table and stays in the scrollback; Ctrl-C
     prints a summary. Exit code as probe, from the final states.
     """
-    from ..inventory import select
     from ..render import host_card, watch_event_line, watch_table
     from ..watch import FAILED, TROUBLE, Watch, WatchSettings
     from .probe import jump_resolver
 
     inv = ctx.inventory()
-    hosts = select(inv, selectors)
+    hosts = select_hosts(inv, selectors)
+    check_logs(hosts, log, need_file=True)
     settings = WatchSettings(
         log=log, rules=ctx.rules(), transport=transport_from(kw), stall_after=stall_after, wait_limit=wait_limit,
         process=process, grace=grace, heartbeat=heartbeat, facts=not no_facts, jump_resolver=jump_resolver(inv),
@@ -128,6 +112,15 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
                     on_event(ev, live.console)
 
     async def bounded() -> None:
+        import signal
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # systemd, timeout(1), a closed terminal: end with the summary
+            try:
+                loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
         if duration is None:
             await go()
             return
@@ -140,7 +133,7 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     interrupted = False
     try:
         asyncio.run(bounded())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
     results = w.results()
     states = {v.host: v.state for v in w.views.values()}
