@@ -13,7 +13,7 @@ from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, pl
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
 from . import Context, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
-from .probe import jump_resolver
+from ..plan import jump_resolver
 
 MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
 

@@ -209,11 +209,11 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     nothing changed. Exit codes as for probe; 5 when another sweep holds the lock.
     """
     from ..inventory import select
-    from .probe import settings_from
+    from ..plan import settings_from
 
     inv = ctx.inventory()
     hosts = select(inv, selectors)
-    settings = settings_from(ctx, inv, kw)
+    settings = settings_from(inv, kw, ctx.rules())
     t = settings.transport
     job = SweepJob(
         hosts=hosts, settings=settings, selector=",".join(selectors),
