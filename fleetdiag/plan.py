@@ -8,7 +8,8 @@ are written once. Core: no click; ``options`` is the plain dict of parsed option
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .probe import ProbeSettings, parse_jump
 from .reach import TransportOptions

@@ -23,7 +23,16 @@ from typing import Any
 from .. import follow as follow_mod
 from .. import funnel as funnel_mod
 from ..probe import HostLike, ProbeSettings, finish, open_host, spec_for
-from ..reach import AUTH, CLOSED, HOSTKEY_CHANGED, HOSTKEY_UNKNOWN, KEY, OVERSIZE, TIMEOUT, HostError
+from ..reach import (
+    AUTH,
+    CLOSED,
+    HOSTKEY_CHANGED,
+    HOSTKEY_UNKNOWN,
+    KEY,
+    OVERSIZE,
+    TIMEOUT,
+    HostError,
+)
 from ..records import FunnelResult, Line, Timing
 from ..transport import explain
 from .buffer import LineBuffer
@@ -97,7 +106,7 @@ class HostWatcher:
         s = self.settings
         try:
             _name, path = self.host.log_path(s.log)
-        except Exception as exc:  # an inventory problem for this host only
+        except Exception as exc:  # noqa: BLE001  (an inventory problem for this host only)
             self.state.log_status = "config"
             self.view.error = str(exc)
             self.state.fatal = True
@@ -120,7 +129,7 @@ class HostWatcher:
             except OSError as exc:
                 he = explain(exc, self.host.target, self.host.port)
                 err, kind = str(he), he.kind
-            except Exception as exc:  # a bug here must not freeze this host's row silently
+            except Exception as exc:  # noqa: BLE001  (a bug here must not freeze this host's row silently)
                 err, kind = f"internal error in fleetdiag ({type(exc).__name__}: {exc}); retrying", "internal"
             self.state.went_down(err, kind in PERMANENT, self._now())
             self.evaluate()
@@ -183,7 +192,7 @@ class HostWatcher:
         if dog.fired:
             raise HostError(TIMEOUT, dog.fired)
 
-    async def _read(self, stream: Any, mark: str, dog: "_Watchdog") -> None:
+    async def _read(self, stream: Any, mark: str, dog: _Watchdog) -> None:
         s = self.settings
         end = (mark + " end").encode()
         raw = bytearray()
@@ -205,7 +214,7 @@ class HostWatcher:
                 self._record(rec)
 
     @staticmethod
-    async def _line(stream: Any, dog: "_Watchdog") -> bytes:
+    async def _line(stream: Any, dog: _Watchdog) -> bytes:
         line = await stream.readline()
         if not line:
             if dog.fired:
