@@ -169,7 +169,7 @@ def test_failed_stays_failed_through_silence_a_gone_process_and_a_blip():
     assert up(st, failed(), 10_006.0) is None and st.view.state == FAILED  # back, same error: no event
 
 
-def test_a_new_decisive_error_while_failed_is_an_event_and_failed_after_trouble_is_not_recovered():
+def test_a_new_decisive_error_while_failed_is_an_event():
     st = machine()
     up(st, failed(), 0.0)
     st.analysed(failed("RuntimeError: CUDA error: an illegal memory access", fp="fp2"), 5.0)
