@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import getpass
 import os
 import socket
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from asyncssh.config import SSHClientConfig
 
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
@@ -38,8 +40,10 @@ from .reach import (  # noqa: F401  (re-exported: the options and errors live wi
     REFUSED,
     TIMEOUT,
     HostError,
+    JumpHop,
     PartialOutput,
     TransportOptions,
+    parse_jump_chain,
 )
 
 
@@ -317,8 +321,16 @@ async def connect(
     """Open and authenticate a connection, or raise HostError with plain words.
 
     ``jump`` is one hop or a chain of hops (ProxyJump ``a,b``), connected through in order.
+    Without one, the ssh config's ProxyJump for the target is read here (through the one
+    parser, ``reach.parse_jump_chain``) and connected through the same way, so every hop
+    gets fleetdiag's options (keys, known_hosts, timeouts) and a failing hop is named.
     """
     opts = opts or TransportOptions()
+    if jump is None:
+        try:
+            jump = [(h.host, h.port, h.user) for h in config_jump(target, port, user, opts)]
+        except ValueError as exc:
+            raise HostError(JUMP, f"ProxyJump in ssh config for {target}: {exc}") from None
     hops = [jump] if isinstance(jump, tuple) else list(jump or [])
     tunnel = None
     opened: list[Any] = []
@@ -340,6 +352,27 @@ async def connect(
     c = Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=f"{target}:{port or 22}")
     c.hops = opened
     return c
+
+
+def config_jump(target: str, port: int | None, user: str | None, opts: TransportOptions) -> list[JumpHop]:
+    """The ProxyJump chain the ssh config gives ``target``, first hop first ([] for none or ``none``).
+
+    Reads the same files asyncssh would (``opts.ssh_config``, else ``~/.ssh/config`` when readable).
+    Raises ValueError for a malformed chain. A config asyncssh cannot read is left to asyncssh,
+    which reports it when it connects.
+    """
+    paths: list[str] | None = opts.ssh_config
+    if paths is None:
+        default = Path("~", ".ssh", "config").expanduser()
+        paths = [str(default)] if os.access(default, os.R_OK) else []
+    if not paths:
+        return []
+    try:
+        config = SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (), target, port or ())
+    except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
+        return []
+    value = config.get("ProxyJump")
+    return parse_jump_chain(value) if isinstance(value, str) and value else []
 
 
 async def _open(

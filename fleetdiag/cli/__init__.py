@@ -180,16 +180,9 @@ def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def transport_from(kw: dict[str, Any]):
-    from ..transport import TransportOptions
+    from ..plan import transport_options
 
-    return TransportOptions(
-        known_hosts=kw.pop("known_hosts", None),
-        accept_new=kw.pop("accept_new", False),
-        ssh_config=[kw.pop("ssh_config")] if kw.get("ssh_config") else kw.pop("ssh_config", None),
-        client_keys=list(kw.pop("identity", ())) or None,
-        connect_timeout=kw.pop("connect_timeout", 10.0),
-        command_timeout=kw.pop("command_timeout", 60.0),
-    )
+    return transport_options(kw)
 
 
 PIPE_CLOSED = 141  # what a shell reports for a command ended by SIGPIPE

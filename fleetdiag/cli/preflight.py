@@ -12,8 +12,8 @@ from ..exitcodes import preflight_exit
 from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
+from ..plan import jump_resolver
 from . import Context, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from, transport_options
-from .probe import jump_resolver
 
 MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
 

@@ -13,23 +13,11 @@ from ..exitcodes import exit_for
 from ..probe import ProbeSettings
 from ..records import SCHEMA_VERSION, HostResult, report_json
 from ..inventory import fold
+from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: re-exported)
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
 from . import (Context, check_logs, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from,
                transport_options)
-
-
-def jump_resolver(inv):
-    """A ``jump`` value may name an inventory host; else it is ``user@host:port``."""
-    from ..probe import parse_jump
-
-    def resolve(text: str):
-        host = inv.hosts.get(text)
-        if host is not None:
-            return host.target, host.port, host.user
-        return parse_jump(text)
-
-    return resolve
 
 
 def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
@@ -51,16 +39,6 @@ def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
             ctx.redactor.seed_inventory(inv)
         return inv, list(inv)
     return inv, select_hosts(inv, selectors)
-
-
-def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
-    return ProbeSettings(
-        log=kw.pop("log", None),
-        rules=ctx.rules(),
-        transport=transport_from(kw),
-        jump_resolver=jump_resolver(inv),
-        path_prepend=kw.pop("path_prepend", None),
-    )
 
 
 def emit(ctx: Context, results: list[HostResult], fmt: str | None, cards: bool = True, all_cards: bool = False) -> None:
@@ -161,7 +139,7 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     """
     inv, hosts = inventory_or_adhoc(ctx, selectors)
     check_logs(hosts, kw.get("log"))
-    settings = settings_from(ctx, inv, kw)
+    settings = settings_from(inv, kw, ctx.rules())
     settings.save_dir = Path(save) if save else None
     t = settings.transport
     deadline = deadline or default_deadline(t.connect_timeout, t.command_timeout)

@@ -218,7 +218,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     new, changed and resolved incidents since the last sweep: nothing when
     nothing changed. Exit codes as for probe; 5 when another sweep holds the lock.
     """
-    from .probe import settings_from
+    from ..plan import settings_from
 
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
@@ -230,7 +230,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
 
         spool = tempfile.TemporaryDirectory(prefix="fleetdiag-report-")
         report = str(Path(spool.name) / "report.json")
-    settings = settings_from(ctx, inv, kw)
+    settings = settings_from(inv, kw, ctx.rules())
     t = settings.transport
     job = SweepJob(
         hosts=hosts, settings=settings, selector=",".join(selectors),

@@ -47,7 +47,7 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     """
     from ..render import host_card, watch_event_line, watch_table
     from ..watch import FAILED, TROUBLE, Watch, WatchSettings
-    from .probe import jump_resolver
+    from ..plan import jump_resolver
 
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)

@@ -1,0 +1,316 @@
+"""One watched host: the connection loop, the follower protocol, merging what arrives.
+
+Connects (through ``probe.open_host``, gated by the fleet's
+``scheduler.HandshakeGate``), starts the remote follower on
+``transport.Connection.stream``, reads its snapshot and then its records,
+and reconnects with exponential backoff (with jitter) when the connection
+drops. Errors no retry can fix (authentication, host keys, client key) are
+reported at once and not retried, so a watch never hammers a host into
+fail2ban. What arrives goes into the line buffer and the host's
+:class:`~fleetdiag.watch.state.HostState`; the state machine decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from .. import follow as follow_mod
+from .. import funnel as funnel_mod
+from ..job import clock_sample as job_clock_sample
+from ..probe import HostLike, ProbeSettings, add_job_facts, finish, open_host, spec_for
+from ..reach import (
+    AUTH,
+    CLOSED,
+    HOSTKEY_CHANGED,
+    HOSTKEY_UNKNOWN,
+    KEY,
+    OVERSIZE,
+    TIMEOUT,
+    HostError,
+)
+from ..records import FunnelResult, Line, Timing
+from ..transport import explain
+from .buffer import LineBuffer
+from .settings import WatchSettings
+from .state import HostState, HostView
+
+# No retry fixes these, and repeating a refused login can get the client banned.
+PERMANENT = (AUTH, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, KEY, OVERSIZE)
+
+
+class _Watchdog:
+    """Closes a connection when its current deadline passes (see ``HostWatcher._follow``)."""
+
+    def __init__(self, clock: Callable[[], float], close: Callable[[], None]):
+        self.clock = clock
+        self.close = close
+        self.deadline = math.inf
+        self.why = ""
+        self.fired: str | None = None
+
+    def arm(self, seconds: float, why: str) -> None:
+        self.deadline = self.clock() + seconds
+        self.why = why
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.05, min(0.5, self.deadline - self.clock())))
+            if self.clock() >= self.deadline:
+                self.fired = self.why
+                self.close()
+                return
+
+
+class HostWatcher:
+    """One host: connect, follow, reconnect; analyse each burst; let the state machine decide."""
+
+    def __init__(self, host: HostLike, settings: WatchSettings, emit: Callable[[HostWatcher, str | None], None],
+                 session: str, gate: Callable[[HostLike], Any] | None = None):
+        self.host = host
+        self.settings = settings
+        self.rules = settings.get_rules()
+        self._emit = emit
+        self.session = session
+        self._gate = gate
+        self.view = HostView(host.name, address=host.target)
+        self.buffer = LineBuffer(settings.buffer_lines)
+        own = (host.funnel or {}).get("stall_after")  # the inventory's per-host value wins, as in probe
+        self.state = HostState(settings, self.view, self.buffer, float(own) if own else settings.stall_after)
+        self.facts: dict[str, Any] = {}
+        self.raw_facts: dict[str, Any] = {}
+        self.remote_pids: list[int] = []  # this session's followers on the host (their sh pids)
+        self._pos = 0
+        self.analyses = 0
+        self.clock: dict[str, Any] | None = None  # the latest remote clock sample (heartbeats), for job analysis
+
+    # -- time: monotonic inside, unix time in the view --
+    def _now(self) -> float:
+        return self.settings.clock()
+
+    def idle(self) -> float | None:
+        return self.state.idle(self._now())
+
+    def evaluate(self) -> None:
+        """Re-decide now; emit an event on a change of state (or of the decisive error)."""
+        previous = self.state.evaluate(self._now())
+        if previous is not None:
+            self._emit(self, previous)
+
+    # -- the connection loop --
+    async def run(self) -> None:
+        """Follow the host until cancelled; never raises for a host-side problem."""
+        s = self.settings
+        try:
+            _name, path = self.host.log_path(s.log)
+        except Exception as exc:  # noqa: BLE001  (an inventory problem for this host only)
+            self.state.log_status = "config"
+            self.view.error = str(exc)
+            self.state.fatal = True
+            self.evaluate()
+            return
+        self.view.log = path
+        backoff = s.backoff_min
+        while True:
+            started = self._now()
+            kind = None
+            try:
+                conn = await self._connect()
+                try:
+                    await self._follow(conn, path)
+                finally:
+                    conn.close()
+                err = "the follower stopped"
+            except HostError as exc:
+                err, kind = str(exc), exc.kind
+            except OSError as exc:
+                he = explain(exc, self.host.target, self.host.port)
+                err, kind = str(he), he.kind
+            except Exception as exc:  # noqa: BLE001  (a bug here must not freeze this host's row silently)
+                err, kind = f"internal error in fleetdiag ({type(exc).__name__}: {exc}); retrying", "internal"
+            self.state.went_down(err, kind in PERMANENT, self._now())
+            self.evaluate()
+            if kind in PERMANENT:
+                return
+            if self._now() - started > 2 * s.backoff_max:  # it had been up a while: start over
+                backoff = s.backoff_min
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, s.backoff_max)
+
+    async def _connect(self) -> Any:
+        opts = self.settings.transport
+        if not opts.keepalive:  # watch connections live for hours: notice a dead peer (DESIGN §4)
+            opts = replace(opts, keepalive=max(5.0, 2 * self.settings.heartbeat),
+                           extra={"keepalive_count_max": 3, **opts.extra})
+        ps = ProbeSettings(transport=opts, jump_resolver=self.settings.jump_resolver)
+        if self._gate is None:
+            return await open_host(self.host, ps)
+        async with self._gate(self.host):
+            return await open_host(self.host, ps)
+
+    def _spec(self, path: str) -> follow_mod.FollowSpec:
+        fs = spec_for(path, self.rules, self.host.funnel)
+        if self.settings.facts:
+            from .. import facts as facts_mod  # lazily: facts are optional
+
+            fs.extra += facts_mod.SNIPPET
+            fs.extra_vars.update(facts_mod.snippet_vars(None))
+        return follow_mod.FollowSpec(
+            funnel=fs, waiting=self.rules.waiting_ere(), ready=self.rules.ready_ere(), process=self.settings.process,
+            session=self.session, kill=list(self.remote_pids), poll=self.settings.poll,
+            heartbeat=self.settings.heartbeat, mode=self.settings.mode, shell=self.settings.shell,
+        )
+
+    async def _follow(self, conn: Any, path: str) -> None:
+        """One exec: the snapshot, then records until the connection ends or goes silent.
+
+        Deadlines are kept by a watchdog that closes the connection, not by
+        ``asyncio.wait_for`` around each read: on Python 3.10/3.11 wait_for can
+        swallow a cancellation that races with a completed read, and a watch
+        must always stop on Ctrl-C.
+        """
+        s = self.settings
+        mark = funnel_mod.new_mark()
+        command = funnel_mod.remote_command(follow_mod.build_script(self._spec(path), mark))
+        dog = _Watchdog(self._now, conn.close)
+        dog.arm(s.transport.connect_timeout + s.transport.command_timeout, "no answer to the follower's exec request")
+        dog_task = asyncio.ensure_future(dog.run())
+        try:
+            t0 = time.perf_counter()
+            async with conn.stream(command) as stream:
+                self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
+                await self._read(stream, mark, dog)
+        except (HostError, OSError):
+            if dog.fired:
+                raise HostError(TIMEOUT, dog.fired) from None
+            raise
+        finally:
+            dog_task.cancel()
+        if dog.fired:
+            raise HostError(TIMEOUT, dog.fired)
+
+    async def _read(self, stream: Any, mark: str, dog: _Watchdog) -> None:
+        s = self.settings
+        end = (mark + " end").encode()
+        raw = bytearray()
+        dog.arm(s.transport.command_timeout, f"no snapshot within {s.transport.command_timeout:g}s")
+        while True:  # the funnel's snapshot: exactly what probe would have read, bounded like probe's
+            line = await self._line(stream, dog)
+            raw += line
+            if line.rstrip(b"\r\n") == end:
+                break
+        stream.cap = None  # records follow for hours; each line is still bounded
+        fr = funnel_mod.parse_output(raw.decode("utf-8", "replace"), mark)
+        self._snapshot(fr)
+        silent = f"no heartbeat for {s.silence_limit:g}s: connection presumed dead"
+        while True:
+            dog.arm(s.silence_limit, silent)
+            line = await self._line(stream, dog)
+            rec = follow_mod.parse_record(line.decode("utf-8", "replace").rstrip("\n"))
+            if rec is not None:
+                self._record(rec)
+
+    @staticmethod
+    async def _line(stream: Any, dog: _Watchdog) -> bytes:
+        line = await stream.readline()
+        if not line:
+            if dog.fired:
+                raise HostError(TIMEOUT, dog.fired)
+            status = stream.exit_status
+            raise HostError(CLOSED, "the remote follower ended" + (f" (exit status {status})" if status else ""))
+        return line
+
+    # -- applying what arrives --
+    def _snapshot(self, fr: FunnelResult) -> None:
+        now = self._now()
+        st = self.state
+        st.came_up()
+        st.log_path = fr.path or st.log_path
+        if fr.path:
+            self.view.log = fr.path
+        st.log_status = fr.status
+        st.seen_log = st.seen_log or fr.status not in ("missing", "no-match")
+        self.raw_facts = dict(fr.facts)
+        pid = (fr.facts.get("remote") or {}).get("pid")
+        if pid and str(pid).isdigit():  # the newest last; earlier ones are ended by the next follower
+            self.remote_pids = (self.remote_pids + [int(pid)])[-4:]
+        if self.settings.facts:
+            from .. import facts as facts_mod
+
+            self.facts = facts_mod.build(fr.facts.get("raw"))
+        self.view.markers = list(fr.markers)
+        self.buffer.reset(fr.lines() if fr.status == "ok" else ())
+        self._pos = fr.size or 0
+        idle = fr.idle_seconds
+        if idle is not None:
+            st.set_activity(now - idle, now)
+        elif st.activity is None:
+            st.set_activity(now, now)  # a missing log: the stall clock runs from now
+        self._analyze()
+        self.evaluate()
+
+    def _record(self, rec: follow_mod.Record) -> None:
+        now = self._now()
+        st = self.state
+        if isinstance(rec, Line):
+            self.buffer.add(rec, self.rules.is_run_start(rec.text))
+        elif isinstance(rec, follow_mod.Tail):
+            self.buffer.add_tail(rec.line)
+        elif isinstance(rec, follow_mod.Sync):
+            if rec.pos != self._pos:
+                self._pos = rec.pos
+                st.set_activity(now, now)
+                st.log_status = "ok"
+                st.seen_log = True
+            if self.buffer.dirty:
+                self._analyze()
+            self.evaluate()
+        elif isinstance(rec, follow_mod.Heartbeat):
+            self.view.process_alive = rec.alive
+            if rec.mtime is not None and rec.now:
+                st.set_activity(now - max(0.0, rec.now - rec.mtime), now)
+            if rec.now:
+                rtt = self.view.rtt_ms / 1000.0 if self.view.rtt_ms is not None else None
+                self.clock = job_clock_sample(str(rec.now), time.time(), rtt) or self.clock
+            self.evaluate()
+        elif isinstance(rec, follow_mod.Reset):
+            self.buffer.reset()
+            self._pos = 0
+            st.log_status = "empty"  # until its first bytes arrive
+            st.seen_log = True
+            if rec.path:
+                self.view.log = st.log_path = rec.path
+            self.view.markers.append(f"log {rec.reason} at {time.strftime('%H:%M:%S')}: following it from its start")
+            self.view.markers = self.view.markers[-5:]
+        elif isinstance(rec, follow_mod.Gone):
+            st.log_status = rec.what
+            self.evaluate()
+        elif isinstance(rec, follow_mod.Started):
+            self._pos = rec.pos
+        elif isinstance(rec, follow_mod.Note):
+            self.view.markers = (self.view.markers + [rec.text])[-5:]
+
+    def _analyze(self) -> None:
+        st = self.state
+        status = st.log_status
+        fr = FunnelResult(path=st.log_path, status="ok" if status in ("ok", "missing", "empty") else status,
+                          tail=self.buffer.lines(), facts=self.raw_facts)
+        if status == "missing" and not len(self.buffer):
+            fr.status = "missing"
+        timing = Timing(rtt_ms=self.view.rtt_ms, round_trips=1)
+        res = finish(self.host.name, fr, self.rules, math.inf, timing, self.facts)
+        add_job_facts(res, fr)  # the lines a job-level root cause needs (fleetdiag.job)
+        if self.clock is not None:
+            res.facts["clock"] = dict(self.clock)
+            if self.clock.get("zone"):
+                res.facts["zone"] = self.clock["zone"]
+        if self.buffer.dropped:
+            res.markers.append(f"watch buffer: {self.buffer.dropped} lines from the middle of the run not kept")
+        self.buffer.dirty = False
+        self.analyses += 1
+        st.analysed(res, self._now())
