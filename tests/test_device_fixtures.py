@@ -6,6 +6,7 @@ No SSH and no GPU here: the recordings are the input, the assertions are what an
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -302,17 +303,21 @@ esac
     return bindir, log
 
 
-def _gpu_health(bindir: Path) -> str:
+SHELLS = [sh for sh in ("sh", "dash", "busybox sh") if shutil.which(sh.split()[0])]
+
+
+def _gpu_health(bindir: Path, shell: str = "sh") -> str:
     cmd = f". '{KERNEL_SH}'; fd_kernel_gpu_health"
-    out = subprocess.run(["sh", "-c", cmd], check=False, env={"PATH": f"{bindir}:/usr/bin:/bin"}, capture_output=True,
+    out = subprocess.run([*shell.split(), "-c", cmd], check=False, env={"PATH": f"{bindir}:/usr/bin:/bin"}, capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
-def test_kernel_sh_picks_event_reason_names_from_the_real_help(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shell", SHELLS)
+def test_kernel_sh_picks_event_reason_names_from_the_real_help(tmp_path: Path, shell: str) -> None:
     bindir, log = _stand_in_smi(tmp_path, read("smi/help_query_gpu.txt"))
-    out = _gpu_health(bindir)
+    out = _gpu_health(bindir, shell)
     (query,) = log.read_text().splitlines()
     fields = query.removeprefix("--query-gpu=").split(",")
     reasons = [f for f in fields if f.startswith("clocks_")]
@@ -327,12 +332,13 @@ def test_kernel_sh_picks_event_reason_names_from_the_real_help(tmp_path: Path) -
     assert degraded(parse_health(kc.smi)) == []
 
 
-def test_kernel_sh_picks_throttle_names_when_the_help_lacks_event_names(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shell", SHELLS)
+def test_kernel_sh_picks_throttle_names_when_the_help_lacks_event_names(tmp_path: Path, shell: str) -> None:
     """A driver before the rename lists only clocks_throttle_reasons.*: the recorded text with the new names cut."""
     old = re.sub(r'"clocks_event_reasons\.\w+" or ', "", read("smi/help_query_gpu.txt"))
     assert '"clocks_event_reasons.' not in old and '"clocks_throttle_reasons.hw_slowdown"' in old
     bindir, log = _stand_in_smi(tmp_path, old)
-    _gpu_health(bindir)
+    _gpu_health(bindir, shell)
     (query,) = log.read_text().splitlines()
     reasons = [f for f in query.removeprefix("--query-gpu=").split(",") if f.startswith("clocks_")]
     assert reasons == ["clocks_throttle_reasons.hw_slowdown", "clocks_throttle_reasons.hw_thermal_slowdown",
