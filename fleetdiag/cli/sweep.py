@@ -190,6 +190,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
               help="History database [default: the user data dir, see README].")
 @click.option("--report", type=click.Path(dir_okay=False),
               help="Where to write the JSON report, atomically [default: the user state dir].")
+@click.option("--prometheus", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write the results as a node_exporter textfile-collector file (*.prom), atomically.")
 @click.option("--notify", metavar="CMD", help="Run CMD (through sh) with the new incidents as JSON on stdin.")
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
 @fanout_options
@@ -199,7 +201,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 @transport_options
 @pass_ctx
 @handle_errors
-def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str | None, notify: str | None,
+def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str | None, prometheus: str | None,
+          notify: str | None,
           fanout: int, per_address: int, deadline: float | None, keep_days: float, fmt: str | None, **kw: Any) -> None:
     """Probe the selected hosts for cron: report, history, and only what changed.
 
@@ -222,6 +225,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
         deadline=deadline or default_deadline(t.connect_timeout, t.command_timeout),
         fanout=fanout, per_address=per_address or None, keep_days=keep_days, notify=notify,
         progress=ctx.out.err.is_terminal, redactor=ctx.redactor,
+        prometheus=Path(prometheus).expanduser() if prometheus else None,
     )
 
     async def go() -> SweepOutcome:
