@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .records import VERDICTS, HostResult

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from pathlib import Path
 
+import yaml
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -78,6 +80,19 @@ def test_sweep_writes_a_textfile_prometheus_parses(sshd, tmp_path):
     assert sorted(p.name for p in prom_dir.iterdir()) == ["fleetdiag.prom"]
     assert stat.S_IMODE(prom_dir.stat().st_mode) == 0o755
     assert "Traceback" not in prom.read_text() and "dp_rank" not in prom.read_text().lower()
+    # the README's paging rule selects exactly the failed host from this file
+    assert paged_hosts(got) == ["gpu01"]
+
+
+def paged_hosts(got: dict) -> list[str]:
+    """Evaluate the README's GPUNodeFailed expression (``name{label="v"} == 1``) over parsed samples."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rules = yaml.safe_load(re.search(r"```yaml\n(groups:.*?)```", readme, re.DOTALL).group(1))
+    expr = next(r["expr"] for g in rules["groups"] for r in g["rules"] if r["alert"] == "GPUNodeFailed")
+    m = re.fullmatch(r'(\w+)\{(\w+)="([^"]*)"\} == 1', expr)
+    assert m, expr
+    name, label, want = m.groups()
+    return sorted(lab["host"] for lab, v in got[name] if lab.get(label) == want and v == 1)
 
 
 def test_the_next_sweep_replaces_the_file_and_resolves_the_alert(sshd, tmp_path):
