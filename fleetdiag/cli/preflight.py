@@ -12,7 +12,7 @@ from ..exitcodes import preflight_exit
 from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
-from . import Context, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
+from . import Context, complete_selector, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
 from .probe import jump_resolver
 
 MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
@@ -45,7 +45,7 @@ def result_table(res: PreflightResult) -> Table:
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("selector")
+@click.argument("selector", shell_complete=complete_selector)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE",
               help="Environment the launch will run under, e.g. --env CUDA_VISIBLE_DEVICES=0,1 (repeatable).")

@@ -14,7 +14,7 @@ from ..records import HostResult, report_json
 from ..inventory import fold
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
-from . import Context, fanout_options, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
+from . import Context, complete_selector, fanout_options, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
 
 
 def jump_resolver(inv):
@@ -108,7 +108,7 @@ def cost_memory() -> CostMemory:
 
 
 @main.command()
-@click.argument("selectors", nargs=-1, required=True)
+@click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob [default: the first "
               "configured log; none configured: found on the host from the job's process].")
 @click.option("--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi.")

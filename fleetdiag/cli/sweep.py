@@ -50,7 +50,7 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     notify_payload,
     run_notify,
 )
-from . import Context, fanout_options, handle_errors, main, pass_ctx, transport_options
+from . import Context, complete_selector, fanout_options, handle_errors, main, pass_ctx, transport_options
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -185,7 +185,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @main.command()
-@click.argument("selectors", nargs=-1, required=True)
+@click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
               help="History database [default: the user data dir, see README].")
 @click.option("--report", type=click.Path(dir_okay=False),
@@ -256,7 +256,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
 
 
 @main.command()
-@click.argument("selectors", nargs=-1)
+@click.argument("selectors", nargs=-1, shell_complete=complete_selector)
 @click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
               help="History database [default: the user data dir].")
 @click.option("--open", "open_only", is_flag=True, help="Only incidents not resolved yet.")

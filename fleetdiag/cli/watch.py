@@ -13,7 +13,7 @@ import click
 
 from .. import units
 from ..exitcodes import exit_for
-from . import Context, handle_errors, main, pass_ctx, transport_from, transport_options
+from . import Context, complete_selector, handle_errors, main, pass_ctx, transport_from, transport_options
 
 
 class Duration(click.ParamType):
@@ -32,7 +32,7 @@ DURATION = Duration()
 
 
 @main.command()
-@click.argument("selectors", nargs=-1, required=True)
+@click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--log", help="Log to follow: a name from the inventory's logs, or a path/glob.")
 @click.option("--stall-after", type=DURATION, default="10m", show_default=True,
               help="No log growth for this long: stalled (an inventory funnel.stall_after wins per host).")
