@@ -16,7 +16,7 @@ def test_every_test_the_reliability_doc_links_exists():
     links = LINK.findall(DOC.read_text())
     assert len(links) >= 40, links  # the hostile host / hostile inventory table at least
     missing = [f"{path}::{name}" for name, path in links
-               if not re.search(rf"^(?:async )?def {name}\(", (ROOT / "tests" / path).read_text(), re.M)]
+               if not re.search(rf"^(?:async )?def {name}\(", (ROOT / "tests" / path).read_text(), re.MULTILINE)]
     assert not missing, missing
 
 
