@@ -61,6 +61,7 @@ class SweepJob:
     notify: str | None = None
     progress: bool = False
     redactor: Any = None  # --redact: the report and the printed news are redacted; the history keeps real names
+    prometheus: Path | None = None  # --prometheus: a node_exporter textfile-collector file (fleetdiag.prometheus)
 
 
 @dataclass
@@ -130,6 +131,8 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
                     )
                 except StoreError as exc:
                     out.store_error = exc
+            if job.prometheus is not None:
+                out.notes += _write_metrics(job, out, store if out.changes is not None else None)
         finally:
             if store is not None:
                 store.close()
@@ -163,6 +166,25 @@ async def _probe(job: SweepJob, progress: Any, memory: CostMemory) -> tuple[list
     order = {h.name: i for i, h in enumerate(job.hosts)}
     results.sort(key=lambda r: order.get(r.host, len(order)))
     return results, interrupted
+
+
+def _write_metrics(job: SweepJob, out: SweepOutcome, store: Store | None) -> list[str]:
+    """The --prometheus file; a problem is a warning, never the sweep's failure."""
+    from .prometheus import SweepMetrics, render, write_textfile
+
+    open_now: dict[str, Any] | None = None
+    if store is not None:
+        try:
+            open_now = dict(store.open_incidents())
+        except StoreError:
+            open_now = None
+    text = render(SweepMetrics(out.results, out.started, out.finished, out.interrupted, open_now), job.redactor)
+    assert job.prometheus is not None
+    try:
+        write_textfile(job.prometheus, text)
+    except OSError as exc:
+        return [f"cannot write the metrics file {job.prometheus}: {exc.strerror or exc}"]
+    return []
 
 
 def _log_of(host: Any, settings: ProbeSettings) -> str | None:

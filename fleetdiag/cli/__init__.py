@@ -131,6 +131,32 @@ def check_logs(hosts: list[Any], log: str | None, need_file: bool = False) -> No
         raise err
 
 
+def complete_selector(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion for a selector: host and group names (and ``all``) from the inventory that
+    ``-i``/``$FLEETDIAG_INVENTORY`` names, for the item after the last ``,`` (``!``/``&`` kept).
+
+    Runs at every Tab press: reads the file quietly, never prints, never raises (no inventory,
+    a broken one or anything else: no suggestions)."""
+    try:
+        from click.shell_completion import CompletionItem
+
+        from ..inventory import find_inventory, load_inventory
+
+        head, comma, item = incomplete.rpartition(",")
+        head += comma
+        op = item[:1] if item[:1] in ("!", "&") else ""
+        word = item[len(op):]
+        given, c = None, ctx  # -i before or after the subcommand
+        while c is not None and not given:
+            given, c = c.params.get("inventory"), c.parent
+        inv = load_inventory(find_inventory(given))
+        names = dict.fromkeys(["all", *inv.groups, *inv.hosts])  # file order, once each
+        return [CompletionItem(head + op + n) for n in names if n.startswith(word)]
+    except Exception:  # noqa: BLE001  (completion must never break the user's shell)
+        return []
+
+
+
 def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--json`` / ``--jsonl``, the same on every command that reports hosts; both at once is a usage error."""
 

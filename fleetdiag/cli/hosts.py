@@ -8,11 +8,11 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from . import Context, handle_errors, main, output_options, pass_ctx, select_hosts
+from . import Context, complete_selector, handle_errors, main, output_options, pass_ctx, select_hosts
 
 
 @main.command()
-@click.argument("selectors", nargs=-1)
+@click.argument("selectors", nargs=-1, shell_complete=complete_selector)
 @output_options
 @pass_ctx
 @handle_errors

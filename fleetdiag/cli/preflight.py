@@ -13,7 +13,7 @@ from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, pl
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
 from ..plan import jump_resolver
-from . import Context, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from, transport_options
+from . import Context, complete_selector, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from, transport_options
 
 MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
 
@@ -45,7 +45,7 @@ def result_table(res: PreflightResult) -> Table:
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("selector")
+@click.argument("selector", shell_complete=complete_selector)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE",
               help="Environment the launch will run under, e.g. --env CUDA_VISIBLE_DEVICES=0,1 (repeatable).")

@@ -16,7 +16,7 @@ from ..inventory import fold
 from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: re-exported)
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
-from . import (Context, check_logs, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from,
+from . import (Context, check_logs, complete_selector, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts,
                transport_options)
 
 
@@ -116,7 +116,7 @@ def cost_memory() -> CostMemory:
 
 
 @main.command()
-@click.argument("selectors", nargs=-1, required=True)
+@click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob [default: the first "
               "configured log; none configured: found on the host from the job's process].")
 @click.option("--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi.")

@@ -52,7 +52,7 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     notify_payload,
     run_notify,
 )
-from . import Context, Duration, check_logs, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
+from . import Context, Duration, complete_selector, check_logs, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -194,12 +194,14 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @main.command()
-@click.argument("selectors", nargs=-1, required=True)
+@click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
               help="History database [default: the user data dir, see README].")
 @click.option("--report", type=click.Path(dir_okay=False, allow_dash=True),
               help="Where to write the JSON report, atomically; - for stdout (the news then goes to stderr) "
                    "[default: the user state dir].")
+@click.option("--prometheus", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write the results as a node_exporter textfile-collector file (*.prom), atomically.")
 @click.option("--notify", metavar="CMD", help="Run CMD (through sh) with the new incidents as JSON on stdin.")
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
 @fanout_options
@@ -209,7 +211,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 @transport_options
 @pass_ctx
 @handle_errors
-def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str | None, notify: str | None,
+def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str | None, prometheus: str | None,
+          notify: str | None,
           fanout: int, per_address: int, deadline: float | None, keep_days: float, fmt: str | None, **kw: Any) -> None:
     """Probe the selected hosts for cron: report, history, and only what changed.
 
@@ -239,6 +242,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
         deadline=deadline or default_deadline(t.connect_timeout, t.command_timeout),
         fanout=fanout, per_address=per_address or None, keep_days=keep_days, notify=notify,
         progress=ctx.out.err.is_terminal, redactor=ctx.redactor,
+        prometheus=Path(prometheus).expanduser() if prometheus else None,
     )
 
     async def go() -> SweepOutcome:
@@ -280,7 +284,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
 
 
 @main.command()
-@click.argument("selectors", nargs=-1)
+@click.argument("selectors", nargs=-1, shell_complete=complete_selector)
 @click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
               help="History database [default: the user data dir].")
 @click.option("--open", "open_only", is_flag=True, help="Only incidents not resolved yet.")

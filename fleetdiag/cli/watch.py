@@ -12,11 +12,11 @@ from typing import Any
 import click
 
 from ..exitcodes import exit_for
-from . import DURATION, Context, check_logs, Duration, handle_errors, main, pass_ctx, select_hosts, transport_from, transport_options  # noqa: F401
+from . import DURATION, Context, complete_selector, check_logs, Duration, handle_errors, main, pass_ctx, select_hosts, transport_from, transport_options  # noqa: F401
 
 
 @main.command()
-@click.argument("selectors", nargs=-1, required=True)
+@click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--log", help="Log to follow: a name from the inventory's logs, or a path/glob.")
 @click.option("--stall-after", type=DURATION, default="10m", show_default=True,
               help="No log growth for this long: stalled (an inventory funnel.stall_after wins per host).")
