@@ -477,7 +477,7 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
         peer = [h for h in group if h.kind]
         if peer:
             early = [h.ev.host for h in peer if h.t is not None and best.t is not None and h.t < best.t]
-            parts.append(f"{len(peer)} other host{'s' if len(peer) != 1 else ''} show only peer-caused errors"
+            parts.append(f"{len(peer)} other host{'s show' if len(peer) != 1 else ' shows'} only peer-caused errors"
                          + (f" ({', '.join(early)} stamped earlier, demoted as a consequence)" if early else ""))
         if len(local) > 1:
             parts.append(f"earliest of {len(local)} local-origin failures by corrected time")

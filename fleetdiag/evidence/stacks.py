@@ -539,8 +539,13 @@ def _waits_on_peers(w: Wait, util: float | None) -> bool:
 def stragglers(procs: list[ProcStack], util_of_pid: dict[int, float] | None = None) -> list[ProcStack]:
     """Ranks outside any collective while at least one peer waits in one: they hold the others up."""
     util = util_of_pid or {}
+    # a launcher or agent (torchrun, an MPI launcher) holds the GPU device files and sleeps in its monitor
+    # loop: it is the parent of a listed process, or has no rank where its neighbours have one
+    parents = {p.ppid for p in procs if p.ppid is not None}
+    any_rank = any(p.rank is not None for p in procs)
     ranked = [(p, where_waits(p)) for p in procs
-              if not p.gone and (p.rank is not None or (p.gpu_fds or 0) > 0 or p.pid in util)]
+              if not p.gone and p.pid not in parents
+              and (p.rank is not None or (not any_rank and ((p.gpu_fds or 0) > 0 or p.pid in util)))]
     waiting = {p.pid for p, w in ranked if _waits_on_peers(w, util.get(p.pid))}
     if not waiting:
         return []
