@@ -17,7 +17,9 @@ from . import funnel as funnel_mod
 from . import job as job_mod
 from . import remote
 from .analysis import Rules, analyze, load_rules
+from .evidence import hang as hang_mod
 from .evidence import host as evidence_mod
+from .evidence import stacks as stacks_mod
 from .reach import (
     JUMP,
     HostError,
@@ -38,7 +40,7 @@ from .records import (
     HostResult,
     Timing,
 )
-from .units import ago, log_time_iso
+from .units import log_time_iso
 
 if TYPE_CHECKING:
     from .transport import Connection
@@ -72,6 +74,8 @@ class ProbeSettings:
     save_dir: Path | None = None  # keep each host's raw funnel output (the evidence)
     path_prepend: str | None = None  # a remote dir put before PATH for the facts (nvidia-smi in an odd place)
     kernel: bool = True  # the kernel log and GPU health, in the same exec (fleetdiag/remote/kernel.sh)
+    stacks: bool = True  # a stalled host: a second exec asks where the job's processes wait (evidence/hang.py)
+    pyspy: str | None = None  # py-spy's path on the hosts when not on PATH ("none": do not use py-spy)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
 
@@ -140,12 +144,16 @@ def _finish_log(
     res.secondary = diag.secondary
     res.summary = diag.summary
     res.verdict = diag.verdict
-    idle = fr.idle_seconds
-    if res.verdict == STARTING and idle is not None and idle > stall_after:
-        res.verdict = STALLED
-        res.summary = f"{diag.summary} — the log has not grown for {ago(idle)}".strip(" —")
-    elif res.verdict not in (FAILED, STARTING, HEALTHY):
+    if res.verdict not in (FAILED, STARTING, HEALTHY):
         res.verdict = HEALTHY
+    if res.verdict != FAILED and fr.mtime is not None and fr.now is not None:
+        # silence against the log's own rhythm: a stall only while starting or training, never an idle server
+        sil = hang_mod.judge_silence(hang_mod.run_lines(lines, fr.run_start), fr.mtime, fr.now, rules,
+                                     stall_after, alive=hang_mod.alive_from_facts(res.facts))
+        res.facts["silence"] = hang_mod.silence_fact(sil)
+        if sil.stalled:
+            res.verdict = STALLED
+            res.summary = hang_mod.stall_summary(sil, diag.summary if diag.verdict == STARTING else None)
     return res
 
 
@@ -265,6 +273,8 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             res.error = partial
             res.markers = []
             res.facts["error_kind"] = partial_kind
+        if settings.stacks and res.verdict == STALLED and not partial:  # the analysis asks: where does it wait?
+            await _stacks(conn, host.name, settings, res, exec_ms)
     except HostError as exc:
         res = HostResult(host=host.name, verdict=UNREACHABLE, error=str(exc), timing=timing)
         res.facts["error_kind"] = exc.kind
@@ -276,6 +286,35 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         res.log = log_path
     res.timing.total_ms = round((time.perf_counter() - t0) * 1000, 1)
     return res
+
+
+async def _stacks(conn: Connection, name: str, settings: ProbeSettings, res: HostResult,
+                  first_ms: float | None) -> None:
+    """The second round trip, on the same connection: where the stalled job's processes wait.
+
+    Bounded so the host still answers within its deadline: what is left of the command timeout after the
+    first exec (at least 3 s, at most ``hang.TRIP_TIMEOUT``), a fraction of it per py-spy dump. A cut
+    answer keeps the processes read before the cut; no answer is a note, and the first trip's verdict stands.
+    """
+    left = settings.transport.command_timeout - (first_ms or 0.0) / 1000
+    budget = min(hang_mod.TRIP_TIMEOUT, max(3.0, left))
+    command = hang_mod.command(hang_mod.job_pids(res.facts, res.log_source), res.log, settings.path_prepend, settings.pyspy,
+                               dump_timeout=min(hang_mod.DUMP_TIMEOUT, max(1.0, budget / 4)))
+    cut = None
+    t0 = time.perf_counter()
+    try:
+        out = (await conn.run(command, budget))[0]
+    except PartialOutput as exc:
+        out, cut = exc.data, str(exc)
+    except HostError as exc:
+        res.markers.append(f"where the processes wait was not read: {exc}")
+        return
+    res.timing.round_trips += 1
+    res.timing.bytes += len(out)
+    if settings.save_dir is not None:
+        save_evidence(settings.save_dir, name, out, "stacks")
+    hang_mod.apply(res, stacks_mod.parse_stacks(out.decode("utf-8", "replace")), cut)
+    res.facts["stacks"]["exec_ms"] = round((time.perf_counter() - t0) * 1000, 1)
 
 
 def source_of(host: HostLike, log: str | None) -> tuple[str, LogSource]:
@@ -331,12 +370,12 @@ def add_job_facts(res: HostResult, fr: FunnelResult, received: float | None = No
             res.facts["job"] = kept
 
 
-def save_evidence(directory: Path, name: str, raw: bytes) -> Path:
+def save_evidence(directory: Path, name: str, raw: bytes, stage: str = "funnel") -> Path:
     """Write the raw stage output for one host (local only; the remote is never written)."""
     from .store import write_private  # 0600 in a 0700 directory: the output may quote secrets from logs
 
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "host"
-    return write_private(Path(directory) / f"{safe}.funnel.txt", raw)
+    return write_private(Path(directory) / f"{safe}.{stage}.txt", raw)
 
 
 def _stall_after(host: HostLike, settings: ProbeSettings) -> float:

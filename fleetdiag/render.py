@@ -61,7 +61,7 @@ STYLE = {
 ICON = {FAILED: "✗", STALLED: "⏸", DEGRADED: "▼", UNREACHABLE: "⚠", NO_LOG: "?", STARTING: "…", HEALTHY: "✓"}
 EXPLAIN = {
     FAILED: "the log names an error that stopped the run",
-    STALLED: "the log stopped moving while waiting to start",
+    STALLED: "the log fell silent for longer than its own rhythm allows, while starting or training",
     DEGRADED: "no job failed, but a GPU is faulty: drain the node before the next job lands on it",
     UNREACHABLE: "fleetdiag could not reach the host",
     NO_LOG: "fleetdiag reached the host but could not read its log",
@@ -305,6 +305,7 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         grid.add_row("GPU health", Text("; ".join(f"GPU {e.get('gpu')}: {e.get('line')}" for e in faults[:6])
                                         + (f"; … {len(faults) - 6} more" if len(faults) > 6 else ""),
                                         style="bold dark_orange" if res.verdict == DEGRADED else "yellow"))
+    _stack_rows(grid, res)
     parts: list[Any] = [grid]
     if d is not None and d.traceback:
         tb = _strip_common_prefix(d.traceback)
@@ -319,6 +320,19 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         parts.append(Text(f"note: {m}", style="dim yellow"))
     parts.append(Text(found_text(res), style="dim"))
     return Panel(Group(*parts), title=title, title_align="left", border_style=style, padding=(0, 1))
+
+
+def _stack_rows(grid: Table, res: HostResult) -> None:
+    """Where each process of a stalled job waits (the second round trip's ``stack`` evidence), and what
+    limited the view (py-spy missing, ptrace refused)."""
+    waits = [e for e in res.evidence if e.get("source") == "stack"]
+    for i, e in enumerate(waits[:8]):
+        grid.add_row("waits" if i == 0 else "", Text(str(e.get("line") or ""), style="bold yellow"))
+    if len(waits) > 8:
+        grid.add_row("", Text(f"… {len(waits) - 8} more processes (see --json)"))
+    info = (res.facts or {}).get("stacks")
+    for note in (info.get("notes") or []) if isinstance(info, dict) else []:
+        grid.add_row("stacks", Text(str(note), style="yellow"))
 
 
 def _below_the_log(grid: Table, res: HostResult) -> None:

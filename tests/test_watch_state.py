@@ -236,13 +236,13 @@ def test_watcher_records_drive_the_machine_on_the_injected_clock(tmp_path):
     w, events = watcher(tmp_path, clock, stall_after=30.0)
     log = f"{tmp_path}/run.log"
     w._snapshot(FunnelResult(path=log, status="ok", size=40, mtime=100.0, now=100.0,
-                             tail=[Line(0, "INFO Started server process", 1)]))
+                             tail=[Line(0, "INFO step 10/1000 loss=2.31", 1)]))  # training: silence is a stall
     assert events == [(HEALTHY, CONNECTING)] and w.view.connected
     clock.t += 20
     w._record(follow.Heartbeat(now=120.0, size=40, mtime=100.0, inode=1, alive=None, pos=40))  # remote: idle 20 s
     assert w.view.state == HEALTHY
-    clock.t += 10
-    w._record(follow.Heartbeat(now=130.0, size=40, mtime=100.0, inode=1, alive=None, pos=40))
+    clock.t += 11
+    w._record(follow.Heartbeat(now=131.0, size=40, mtime=100.0, inode=1, alive=None, pos=40))
     assert events[-1] == (STALLED, HEALTHY)
     clock.t += 1
     w._record(Line(40, "ERROR Traceback follows", 2))

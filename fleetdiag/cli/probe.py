@@ -123,12 +123,14 @@ def cost_memory() -> CostMemory:
 @fanout_options
 @click.option("--save", type=click.Path(file_okay=False), help="Keep the evidence: raw funnel output per host in DIR.")
 @click.option("--all-cards", is_flag=True, help="With several hosts, print every host's card, not one per root cause.")
+@click.option("--no-stacks", is_flag=True,
+              help="A stalled host: skip the second round trip that reads where its processes wait (py-spy, /proc).")
 @output_options
 @transport_options
 @pass_ctx
 @handle_errors
 def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int, per_address: int,
-          deadline: float | None, save: str | None, all_cards: bool, **kw) -> None:
+          deadline: float | None, save: str | None, all_cards: bool, no_stacks: bool, **kw) -> None:
     """Run the funnel on the selected hosts and print one card per host.
 
     SELECTOR: a host, a group, all, a glob (uk-*), a range (gpu[01-04]), a,b or !exclusion.
@@ -141,6 +143,7 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     check_logs(hosts, kw.get("log"))
     settings = settings_from(inv, kw, ctx.rules())
     settings.save_dir = Path(save) if save else None
+    settings.stacks = not no_stacks
     t = settings.transport
     deadline = deadline or default_deadline(t.connect_timeout, t.command_timeout)
     results: list[HostResult] = []

@@ -81,7 +81,8 @@ class HostWatcher:
         self.view = HostView(host.name, address=host.target)
         self.buffer = LineBuffer(settings.buffer_lines)
         own = (host.funnel or {}).get("stall_after")  # the inventory's per-host value wins, as in probe
-        self.state = HostState(settings, self.view, self.buffer, float(own) if own else settings.stall_after)
+        self.state = HostState(settings, self.view, self.buffer, float(own) if own else settings.stall_after,
+                               rules=self.rules)
         self.facts: dict[str, Any] = {}
         self.raw_facts: dict[str, Any] = {}
         self.remote_pids: list[int] = []  # this session's followers on the host (their sh pids)
@@ -245,6 +246,7 @@ class HostWatcher:
             self.facts = facts_mod.build(fr.facts.get("raw"))
         self.view.markers = list(fr.markers)
         self.buffer.reset(fr.lines() if fr.status == "ok" else ())
+        self.state.run_start = fr.run_start
         self._pos = fr.size or 0
         idle = fr.idle_seconds
         if idle is not None:

@@ -18,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..analysis.lines import parse_all
+from ..evidence import hang as hang_mod
+from ..evidence.cadence import Silence
 from ..records import SCHEMA_VERSION, Decisive, HostResult, Timing, Verdict, WatchState
 from ..units import ago
 from .buffer import LineBuffer
@@ -149,6 +152,11 @@ class HostState:
     activity: float | None = None  # when the log last grew
     fp: str | None = None  # the decisive error's fingerprint while failed
     wall: Callable[[], float] = time.time  # unix time for the view (display only)
+    rules: Any = None  # the analysis rules: the silence judgement reads their ready/waiting patterns
+    run_start: int | None = None  # the snapshot's latest run start: older lines have no say in the rhythm
+    stall_limit: float | None = None  # silence beyond this may be a stall (None: serving); set per analysis
+    parsed: list[Any] = field(default_factory=list)  # the latest run's buffered lines, parsed once per analysis
+    judged: tuple[float, Silence] | None = None  # (when, judgement) while silent past the limit
 
     # -- evidence --
     def idle(self, now: float) -> float | None:
@@ -178,9 +186,20 @@ class HostState:
         if permanent:
             self.fatal = True
 
+    def silence(self, idle: float) -> Silence:
+        """Probe's judgement (``hang.judge_silence``) of a silence this long after the buffered lines."""
+        return hang_mod.judge_silence(self.parsed, 0.0, idle, self.rules, self.stall_after,
+                                      alive=self.view.process_alive)
+
     def analysed(self, res: HostResult, now: float) -> None:
         """A new analysis of the buffer; the wait-limit clock runs while it says "starting"."""
         self.view.result = res
+        if self.rules is not None:  # the lines changed: so may the log's rhythm and phase
+            self.parsed = parse_all(hang_mod.run_lines(self.buffer.lines(), self.run_start))
+            self.judged = None
+            self.stall_limit = self.silence(0.0).threshold_s
+        else:
+            self.stall_limit = self.stall_after
         if res.verdict == Verdict.STARTING:
             if self.waiting_since is None:
                 self.waiting_since = now
@@ -214,11 +233,20 @@ class HostState:
         if v.process_alive is False:
             return STALLED, f"no process matches '{s.process}', and the log names no error"
         idle = self.idle(now)
-        if idle is not None and idle >= self.stall_after:
-            if missing:
+        if missing:
+            if idle is not None and idle >= self.stall_after:
                 return STALLED, f"the log has not appeared for {ago(idle)}: {v.log}"
-            last = f"; last: {one_line(res.summary, 160)}" if res.summary else ""
-            return STALLED, f"the log has not grown for {ago(idle)}{last}"
+        elif idle is not None and self.stall_limit is not None and idle >= self.stall_limit:
+            if self.rules is None:  # no rules to judge the rhythm by: the fixed limit
+                last = f"; last: {one_line(res.summary, 160)}" if res.summary else ""
+                return STALLED, f"the log has not grown for {ago(idle)}{last}"
+            # as probe judges it (never an idle server, only starting or training); once a second at most
+            if self.judged is None or now - self.judged[0] >= 1.0:
+                self.judged = (now, self.silence(idle))
+            sil = self.judged[1]
+            if sil.stalled:
+                starting = one_line(res.summary, 160) if res.verdict == Verdict.STARTING else None
+                return STALLED, hang_mod.stall_summary(sil, starting)
         if res.verdict == Verdict.STARTING and self.waiting_since is not None and now - self.waiting_since >= s.wait_limit:
             return STALLED, f"still not ready after {ago(now - self.waiting_since)} ({one_line(res.summary, 160)})"
         if missing:
