@@ -297,7 +297,8 @@ async def probe_many(
     result (verdict ``no-log``, ``facts.error_kind == "internal"``) rather
     than losing the rest of the fleet.
     """
-    settings.get_rules()  # load once; the per-host copies share them
+    if settings.rules_pending is None:
+        settings.get_rules()  # load once; the per-host copies share them (a pending load they share too)
     ordered = memory.order(hosts) if memory is not None else list(hosts)
     queue = deque(ordered)
     out: asyncio.Queue[HostResult | Exception] = asyncio.Queue()

@@ -44,6 +44,22 @@ class Context:
             self._rules = load_rules(extra=list(self.rules_files))
         return self._rules
 
+    def rules_soon(self):
+        """Start loading the rules in a thread and return its Future: a probe connects meanwhile."""
+        import concurrent.futures
+        import threading
+
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def load() -> None:
+            try:
+                fut.set_result(self.rules())
+            except BaseException as exc:  # handed to whoever waits for the rules
+                fut.set_exception(exc)
+
+        threading.Thread(target=load, name="fleetdiag-rules", daemon=True).start()
+        return fut
+
     def inventory(self):
         from ..inventory import find_inventory, load_inventory
 

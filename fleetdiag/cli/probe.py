@@ -51,10 +51,12 @@ def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
     return inv, select(inv, selectors)
 
 
-def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
+def settings_from(ctx: Context, inv, kw: dict, overlap_rules: bool = False) -> ProbeSettings:
+    """``overlap_rules``: the rules load in a thread while the first handshakes run."""
     return ProbeSettings(
         log=kw.pop("log", None),
-        rules=ctx.rules(),
+        rules=None if overlap_rules else ctx.rules(),
+        rules_pending=ctx.rules_soon() if overlap_rules else None,
         transport=transport_from(kw),
         jump_resolver=jump_resolver(inv),
         path_prepend=kw.pop("path_prepend", None),
@@ -130,7 +132,7 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     fleet view folds them into a range (gpu[01-04,07]).
     """
     inv, hosts = inventory_or_adhoc(ctx, selectors)
-    settings = settings_from(ctx, inv, kw)
+    settings = settings_from(ctx, inv, kw, overlap_rules=True)
     settings.save_dir = Path(save) if save else None
     t = settings.transport
     deadline = deadline or default_deadline(t.connect_timeout, t.command_timeout)
@@ -141,6 +143,8 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
         with FleetProgress(ctx.out.err, len(hosts), enabled=show) as bar:
             async for res in probe_many(hosts, settings, fanout, deadline=deadline, per_address=per_address or None,
                                         memory=cost_memory(), progress=bar if show else None):
+                if not results:  # a bad --rules file stops here, before any output (exit 2)
+                    await settings.rules_ready()
                 results.append(res)
                 if fmt == "jsonl":
                     ctx.out.jsonl(res.to_json())
