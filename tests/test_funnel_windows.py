@@ -142,3 +142,13 @@ def test_mawk_same_result(tmp_path):
     win, ref = both(log, env=env)
     same(win, ref)
     assert win.window_start == log.stat().st_size - MIB
+
+
+def test_cr_only_log_line_numbers_in_a_window(tmp_path):
+    """CR-only line ends: the newlines before the window are counted as CRs, as the whole-file pass reads them."""
+    log = write(tmp_path / "vllm.log", chatter(3 * MIB).replace(b"\n", b"\r"), SEED.replace(b"\n", b"\r"))
+    win, ref = both(log)
+    same(win, ref)
+    assert win.window_start == log.stat().st_size - MIB
+    data = log.read_bytes()
+    assert win.hits and all(h.lineno == data.count(b"\r", 0, h.pos) + 1 for h in win.hits)

@@ -139,7 +139,11 @@ fd_scan() {
     start=0; [ "$size" -gt "$w" ] && start=$((size - w))
     [ "$start" -lt "$cap" ] && start=$cap
     # Line numbers as a whole-file scan gives them: the newlines before a window inside the cap's reach.
-    lnb=0; [ "$start" -gt 0 ] && [ "$cap" -eq 0 ] && lnb=$(fd_upto "$start" | fd_nl | wc -l | tr -d ' ')
+    lnb=0
+    if [ "$start" -gt 0 ] && [ "$cap" -eq 0 ]; then
+      if [ -n "$fd_cr" ]; then lnb=$(fd_upto "$start" | tr -cd '\r' | wc -c | tr -d ' ')
+      else lnb=$(fd_upto "$start" | wc -l | tr -d ' '); fi
+    fi
     fd_pass
     [ "$start" -le "$cap" ] && break
     case "$NL$p1" in *"${NL}M${T}run_start${T}"*) break ;; esac
