@@ -138,7 +138,7 @@ fd_scan() {
   while :; do
     start=0; [ "$size" -gt "$w" ] && start=$((size - w))
     [ "$start" -lt "$cap" ] && start=$cap
-    # Line numbers as a whole-file scan gives them: the newlines before a window inside the cap's reach.
+    # Line numbers as a whole-file scan gives them: the newlines before a window within the cap.
     lnb=0
     if [ "$start" -gt 0 ] && [ "$cap" -eq 0 ]; then
       if [ -n "$fd_cr" ]; then lnb=$(fd_upto "$start" | tr -cd '\r' | wc -c | tr -d ' ')
