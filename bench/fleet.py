@@ -61,6 +61,8 @@ from _common import (  # noqa: E402
     write_log,
 )
 
+from fleetdiag.scheduler import handshake_bound  # noqa: E402
+
 MIX = (20.0, 240.0, 500.0)
 TIMEOUT = 900  # seconds, per tool run: generous, but every run ends
 
@@ -318,13 +320,15 @@ def report(n: int, results, slowest: float, fd_label: str, args) -> dict:
     for name, m, ok, note, server in results:
         floor = max(slowest, (m.cpu + server) / cores)
         rows.append([name, f"{m.wall:.2f}", ratio(m.wall, slowest), ratio(m.wall, best), f"{m.cpu:.1f}",
-                     f"{server:.1f}", f"{floor:.1f}", ratio(m.wall, floor), f"{m.maxrss_mb:.0f}",
+                     f"{m.cpu * 1000 / n:.1f}", f"{server:.1f}", f"{floor:.1f}", ratio(m.wall, floor), f"{m.maxrss_mb:.0f}",
                      "-" if m.tree_mb is None else f"{m.tree_mb:.0f}", f"{ok}/{n}", note])
-        out_rows.append({"tool": name, "wall_s": m.wall, "cpu_s": m.cpu, "server_cpu_s": server, "floor_s": floor,
+        out_rows.append({"tool": name, "wall_s": m.wall, "cpu_s": m.cpu, "cpu_ms_per_host": m.cpu * 1000 / n,
+                         "server_cpu_s": server, "floor_s": floor,
                          "maxrss_mb": m.maxrss_mb, "tree_mb": m.tree_mb, "complete": ok, "note": note})
     print(f"\n{n} hosts (RTTs 20/240/500 ms in turn, fanout {args.fanout}); slowest host alone {slowest:.2f} s; "
-          f"best other tool: {best_name}; {cores} cores; load {load_average()}")
-    print(table(["tool", "wall s", "x slowest alone", "x best other", "CPU s", "server CPU s", "floor s",
+          f"best other tool: {best_name}; {cores} cores (fleetdiag: at most {handshake_bound()} handshakes in "
+          f"flight whatever the fanout); load {load_average()}")
+    print(table(["tool", "wall s", "x slowest alone", "x best other", "CPU s", "CPU ms/host", "server CPU s", "floor s",
                  "x floor", "peak RSS MB", "tree RSS MB", "complete", "note"], rows))
     out = {"rows": out_rows, "best_other": best_name, "best_other_s": best}
     fd_rows = [r for r in results if r[0].startswith("fleetdiag")]

@@ -138,12 +138,14 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
 
     walls: dict[tuple[str, float], list[float]] = {}
     exch: dict[tuple[str, float], list[int]] = {}
+    cpus: dict[tuple[str, float], list[float]] = {}
     for i, rtt in enumerate(rtts):
         for rep in range(args.repeat):
             for name, fn in tools:
                 lab.reset_counts()
                 ms = fn(i)
                 walls.setdefault((name, rtt), []).append(sum(m.wall for m in ms))
+                cpus.setdefault((name, rtt), []).append(sum(m.cpu for m in ms))
                 exch.setdefault((name, rtt), []).append(lab.exchanges()[i])
             print(f"  RTT {rtt:g} ms: run {rep + 1}/{args.repeat} done", flush=True)
 
@@ -155,17 +157,19 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
         for name, _fn in tools:
             w = median(walls[(name, rtt)])
             e = median(exch[(name, rtt)])
+            c = median(cpus[(name, rtt)])
             rows.append([name, f"{rtt:g}", f"{w:.2f}", ratio(w, base_true), ratio(w, base_four), f"{e:g}",
-                         f"{w * 1000 / rtt:.1f}"])
+                         f"{w * 1000 / rtt:.1f}", f"{c * 1000:.0f}"])
             summary["rows"].append({"tool": name, "rtt_ms": rtt, "wall_s": w, "vs_ssh_true": w / base_true,
-                                    "vs_four_calls": w / base_four, "exchanges": e,
+                                    "vs_four_calls": w / base_four, "exchanges": e, "cpu_ms": c * 1000,
                                     "runs": walls[(name, rtt)]})
-    rows.append(["python start-up (fleetdiag --version)", "-", f"{median(startup):.2f}", "", "", "0", ""])
+    rows.append(["python start-up (fleetdiag --version)", "-", f"{median(startup):.2f}", "", "", "0", "", ""])
     rows.append(["funnel script alone (local sh, no SSH)", "-", f"{median(m.wall for m in local):.2f}", "", "", "0",
-                 ""])
+                 "", ""])
     summary["funnel_local_s"] = median(m.wall for m in local)
     print(f"\nload average after: {load_average()}")
-    print(table(["tool", "RTT ms", "wall s", "x ssh true", "x 4 calls", "exchanges", "wall/RTT"], rows))
+    print(table(["tool", "RTT ms", "wall s", "x ssh true", "x 4 calls", "exchanges", "wall/RTT", "client CPU ms"],
+                rows))
 
     print("\nprobe_host() timing breakdown (median ms): ")
     for i, rtt in enumerate(rtts):

@@ -6,8 +6,11 @@ a host costs one exec round trip, and each stage computes what the next one
 needs on the remote side:
 
 1. tail: the last lines of the log, with its size, mtime and inode.
-2. keyword grep: error-shaped lines of the latest run (one ``grep -E`` pass
-   over the last ``scan_bytes`` of the file, cut at the last run-start banner).
+2. keyword grep: error-shaped lines of the latest run (a ``grep -E`` pass
+   over the end of the file, cut at the last run-start banner). It reads the
+   last 1 MiB, then 8, then 64 (``scan_bytes`` is the cap) and stops at the
+   first window that holds a run start, so a 1 GiB log costs what its last
+   run costs.
 3. worker grep: the process tags that own those lines, earliest first.
 4. tag-targeted grep: for the earliest failing tags, every line of theirs
    (and their unprefixed continuation lines) from their first error on, so
@@ -43,6 +46,9 @@ class FunnelSpec:
     tail_lines: int = 80
     tail_bytes: int = 32 * 1024
     scan_bytes: int = 64 * 1024 * 1024
+    # The keyword pass reads backwards in windows growing 8x from this size (up to scan_bytes) and
+    # stops at the first that holds a run start: the result is that of scanning all of scan_bytes.
+    first_window: int = 1024 * 1024
     max_line: int = 4096
     hits_head: int = 400
     hits_tail: int = 200
@@ -94,6 +100,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_TL": spec.tail_lines,
         "FD_TB": spec.tail_bytes,
         "FD_SCAN": spec.scan_bytes,
+        "FD_W0": spec.first_window,
         "FD_MAXLINE": spec.max_line,
         "FD_H1": spec.hits_head,
         "FD_H2": spec.hits_tail,

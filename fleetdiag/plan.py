@@ -42,11 +42,15 @@ def transport_options(options: dict[str, Any]) -> TransportOptions:
     )
 
 
-def settings_from(inv: Any, options: dict[str, Any], rules: Any = None) -> ProbeSettings:
-    """ProbeSettings for hosts of ``inv`` from the parsed options (``log``, ``path_prepend``, transport ones)."""
+def settings_from(inv: Any, options: dict[str, Any], rules: Any = None, rules_pending: Any = None) -> ProbeSettings:
+    """ProbeSettings for hosts of ``inv`` from the parsed options (``log``, ``path_prepend``, transport ones).
+
+    ``rules_pending``: a Future of the rules loading in a thread while the first handshakes run.
+    """
     return ProbeSettings(
         log=options.pop("log", None),
         rules=rules,
+        rules_pending=rules_pending,
         transport=transport_options(options),
         jump_resolver=jump_resolver(inv),
         path_prepend=options.pop("path_prepend", None),

@@ -6,6 +6,8 @@ a log gets the same verdict whichever way it was read.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import math
 import time
 from dataclasses import dataclass, field
@@ -79,10 +81,22 @@ class ProbeSettings:
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
 
+    # Rules still loading in a thread (the CLI starts it before the first handshake, so the
+    # ~6-round-trip login overlaps it); the funnel needs them only once the connection is up.
+    rules_pending: concurrent.futures.Future[Rules] | None = None
+
     def get_rules(self) -> Rules:
+        if self.rules is None and self.rules_pending is not None:
+            self.rules = self.rules_pending.result()
         if self.rules is None:
             self.rules = load_rules()
         return self.rules
+
+    async def rules_ready(self) -> Rules:
+        """The rules, waiting for a pending load without blocking the event loop."""
+        if self.rules is None and self.rules_pending is not None:
+            self.rules = await asyncio.wrap_future(self.rules_pending)
+        return self.get_rules()
 
 
 def spec_for(log: str, rules: Rules, overrides: dict[str, Any] | None = None) -> funnel_mod.FunnelSpec:
@@ -221,7 +235,6 @@ def parse_jump(text: str) -> tuple[str, int | None, str | None]:
 async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:
     """Probe one host; never raises for a host-side problem: it becomes the verdict."""
     t0 = time.perf_counter()
-    rules = settings.get_rules()
     timing = Timing()
     try:
         log_name, source = source_of(host, settings.log)
@@ -233,6 +246,7 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         if conn is None:
             conn = await open_host(host, settings)
         timing.connect_ms = round(conn.connect_ms, 1)
+        rules = await settings.rules_ready()
         spec = spec_for(log_path or "", rules, host.funnel)
         apply_source(spec, source, host, settings.path_prepend)
         if settings.facts:  # same exec: the facts snippet runs after the funnel

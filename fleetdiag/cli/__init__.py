@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 from typing import Any, Callable
@@ -12,8 +13,6 @@ from rich.text import Text
 
 from .. import __version__
 from ..exitcodes import Exit
-from ..analysis.rules import RulesError
-from ..inventory import InventoryError
 from ..render import Output
 
 
@@ -55,6 +54,22 @@ class Context:
         if self._rules is None:
             self._rules = load_rules(extra=list(self.rules_files))
         return self._rules
+
+    def rules_soon(self):
+        """Start loading the rules in a thread and return its Future: a probe connects meanwhile."""
+        import concurrent.futures
+        import threading
+
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def load() -> None:
+            try:
+                fut.set_result(self.rules())
+            except BaseException as exc:  # handed to whoever waits for the rules
+                fut.set_exception(exc)
+
+        threading.Thread(target=load, name="fleetdiag-rules", daemon=True).start()
+        return fut
 
     def inventory(self):
         from ..inventory import find_inventory, load_inventory
@@ -222,6 +237,17 @@ def quiet_stdout() -> None:
         pass
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """InventoryError and RulesError, from whichever of their modules the command imported: an
+    error of a module never imported cannot be raised, so the CLI need not import it to catch it."""
+    found: list[type[BaseException]] = []
+    for mod, name in (("fleetdiag.inventory.model", "InventoryError"), ("fleetdiag.analysis.rules", "RulesError")):
+        cls = getattr(sys.modules.get(mod), name, None)
+        if cls is not None:
+            found.append(cls)
+    return tuple(found)
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map fleetdiag's errors to the exit-code contract at one edge."""
 
@@ -231,7 +257,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         env: Output = ctx.find_object(Context).out
         try:
             return fn(*args, **kwargs)
-        except (InventoryError, RulesError) as exc:  # the user's input, not our bug
+        except _user_errors() as exc:  # the user's input, not our bug
             # as Text, never markup: a selector or value like "[/x]" is data, not a style tag
             env.err.print(Text.assemble(("error: ", "bold red"), env.shown(str(exc))), soft_wrap=True)
             ctx.exit(Exit.USAGE)
@@ -255,7 +281,29 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Each command's module, imported only when that command runs (or for --help): `fleetdiag analyze`
+# does not pay for SSH, the scheduler, the store or watch. A module registers its commands on ``main``.
+COMMANDS = {"analyze": "analyze", "demo": "demo", "hosts": "hosts", "check": "hosts", "preflight": "preflight",
+            "probe": "probe", "sweep": "sweep", "history": "sweep", "watch": "watch"}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use (see ``COMMANDS``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"{__name__}.{COMMANDS[cmd_name]}")
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None and not getattr(cmd, "_global_options", False):
+            cmd.params.extend(_global_options())  # every subcommand takes them too (`probe -i inv.yaml gpu01`)
+            cmd._global_options = True  # type: ignore[attr-defined]
+        return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="fleetdiag")
 @click.option("-i", "--inventory", envvar="FLEETDIAG_INVENTORY", help="inventory.yaml (default: $FLEETDIAG_INVENTORY, ./inventory.yaml, ~/.config/fleetdiag/inventory.yaml).")
 @click.option("--rules", "rules", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Extra rules file(s), on top of the shipped rules and ~/.config/fleetdiag/rules.yaml.")
@@ -313,16 +361,3 @@ def _global_options() -> list[click.Option]:
                      **kw),
         click.Option(["--debug"], is_flag=True, default=False, help="Show the traceback of an internal error.", **kw),
     ]
-
-
-from . import analyze as _analyze  # noqa: E402,F401  (registers commands)
-from . import demo as _demo  # noqa: E402,F401
-from . import hosts as _hosts  # noqa: E402,F401
-from . import probe as _probe  # noqa: E402,F401
-from . import sweep as _sweep  # noqa: E402,F401
-from . import preflight as _preflight  # noqa: E402,F401
-from . import watch as _watch  # noqa: E402,F401
-
-
-for _cmd in main.commands.values():  # every subcommand takes the global options too (`probe -i inv.yaml gpu01`)
-    _cmd.params.extend(_global_options())

@@ -141,7 +141,7 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     """
     inv, hosts = inventory_or_adhoc(ctx, selectors)
     check_logs(hosts, kw.get("log"))
-    settings = settings_from(inv, kw, ctx.rules())
+    settings = settings_from(inv, kw, rules_pending=ctx.rules_soon())
     settings.save_dir = Path(save) if save else None
     settings.stacks = not no_stacks
     t = settings.transport
@@ -158,6 +158,8 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
                 async for res in probe_many(hosts, settings, fanout, deadline=deadline,
                                             per_address=per_address or None, memory=cost_memory(),
                                             progress=bar if show else None):
+                    if not results:  # a bad --rules file stops here, before any output (exit 2)
+                        await settings.rules_ready()
                     results.append(res)
                     if fmt == "jsonl":
                         ctx.out.jsonl(res.to_json())

@@ -13,6 +13,8 @@ if command -v timeout >/dev/null 2>&1; then
   if timeout -k 1 1 true >/dev/null 2>&1; then TO="timeout -k 2 $FD_TMO"; else TO="timeout $FD_TMO"; fi
 fi
 T=$(printf '\t')
+NL='
+'
 echo "$FD_MARK begin $FD_VERSION"
 m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
 x() { printf 'X\t%s\n' "$1"; }
@@ -26,6 +28,7 @@ fd_nl() { if [ -n "$fd_cr" ]; then tr '\r' '\n'; else cat; fi; }
 # A stream source (journal, docker, command) was read once into $fd_buf (bounded): the passes read that.
 fd_all() { if [ -n "$fd_s" ]; then printf '%s\n' "$fd_buf"; else $TO cat "$r"; fi; }
 fd_last() { if [ -n "$fd_s" ]; then fd_all | tail -c "$1"; else $TO tail -c "$1" "$r"; fi; }
+fd_upto() { if [ -n "$fd_s" ]; then fd_all | head -c "$1"; else $TO head -c "$1" "$r"; fi; }
 fd_from() {
   if [ -n "$fd_s" ]; then fd_all | tail -c "+$(( $1 + 1 ))"
   elif [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
@@ -106,14 +109,9 @@ fd_scan() {
      [ "$(fd_last 8192 | tr -cd '\r' | wc -c | tr -d ' ')" -gt 0 ]; then
     fd_cr=1; m note "the log ends its lines with CR only: CR read as the line end"
   fi
-  start=0
-  if [ "$size" -gt "$FD_SCAN" ]; then start=$((size - FD_SCAN)); fi
-  m window "$start"
-  # A line that starts before the window and runs on past FD_MAXLINE bytes into it: its start,
-  # where an error message would be, was not searched. Say so rather than pass as healthy.
-  if [ "$start" -gt 0 ] && [ "$(fd_from "$start" | head -c "$FD_MAXLINE" | fd_nl | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ]; then
-    x "the scan window (last $FD_SCAN bytes) starts inside a line longer than $FD_MAXLINE bytes: the part of it before the window was not searched"
-  fi
+  # The cap: the last FD_SCAN bytes (start 0 when the whole log fits).
+  cap=0
+  if [ "$size" -gt "$FD_SCAN" ]; then cap=$((size - FD_SCAN)); fi
   if printf 'x\n' | grep -E -e "$FD_KW" >/dev/null 2>&1; [ $? -gt 1 ]; then
     x "the remote grep rejected the keyword pattern: error lines may be missing"
   fi
@@ -131,8 +129,48 @@ fd_scan() {
     fd_grep() { tr '\000' ' ' | $TO awk 'BEGIN{kw=ENVIRON["FD_KW"]; rs=ENVIRON["FD_RS"]; o=0}
       { if ($0 ~ kw || (rs != "" && $0 ~ rs)) print NR ":" sprintf("%.0f", o) ":" $0; o += length($0) + 1 }'; }
   fi
+  # Backwards in growing windows (1, 8, 64 MiB, ... up to the cap): the latest run is usually the
+  # last few KB, so once a window holds a run-start banner (past its possibly cut first line) the
+  # hits, tags and run start are exactly those of a scan of the whole cap, at a fraction of its cost.
+  # Without a run_start pattern there is nothing to stop at: the cap is scanned at once.
+  w=$FD_W0; [ -n "$FD_RS" ] && [ "$w" -gt 0 ] || w=$FD_SCAN
   t0=$(secs)
-  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else fd_all; fi; } | fd_nl | fd_grep | tr '\000' ' ' | awk -v start="$start" "$FD_AWKLIB"'
+  while :; do
+    start=0; [ "$size" -gt "$w" ] && start=$((size - w))
+    [ "$start" -lt "$cap" ] && start=$cap
+    # Line numbers as a whole-file scan gives them: the newlines before a window within the cap.
+    lnb=0
+    if [ "$start" -gt 0 ] && [ "$cap" -eq 0 ]; then
+      if [ -n "$fd_cr" ]; then lnb=$(fd_upto "$start" | tr -cd '\r' | wc -c | tr -d ' ')
+      else lnb=$(fd_upto "$start" | wc -l | tr -d ' '); fi
+    fi
+    fd_pass
+    [ "$start" -le "$cap" ] && break
+    case "$NL$p1" in *"${NL}M${T}run_start${T}"*) break ;; esac
+    w=$((w * 8))
+  done
+  m window "$start"
+  # A line that starts before the window and runs on past FD_MAXLINE bytes into it: its start,
+  # where an error message would be, was not searched. Say so rather than pass as healthy.
+  if [ "$start" -gt 0 ] && [ "$start" -eq "$cap" ] && [ "$(fd_from "$start" | head -c "$FD_MAXLINE" | fd_nl | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ]; then
+    x "the scan window (last $FD_SCAN bytes) starts inside a line longer than $FD_MAXLINE bytes: the part of it before the window was not searched"
+  fi
+  printf '%s\n' "$p1"
+  late "$t0" "keyword pass"
+  rp=$(printf '%s\n' "$p1" | awk -F "$T" '$1 == "M" && $2 == "run_start" { print $3 }')
+  [ -n "$rp" ] || rp=0
+  echo "S${T}tail"
+  tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
+  t0=$(secs)
+  fd_tailpass
+  late "$t0" "tail pass"
+  fd_ctxpasses
+  fd_changed
+  fd_close
+}
+# The keyword pass over the window from $start (cut at the latest run start): sets $p1.
+fd_pass() {
+  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else fd_all; fi; } | fd_nl | fd_grep | tr '\000' ' ' | awk -v start="$start" -v cap="$cap" -v lnb="$lnb" "$FD_AWKLIB"'
     function reset() { nh = 0; nr = 0; hb = 0; dropped = 0; nt = 0; split("", first); split("", firstln); split("", order); split("", ring) }
     BEGIN { kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
       H1 = ENVIRON["FD_H1"] + 0; H2 = ENVIRON["FD_H2"] + 0; HB = ENVIRON["FD_HB"] + 0; runpos = -1; reset() }
@@ -142,7 +180,7 @@ fd_scan() {
       if (start > 0 && ln == 1) { if (t ~ kw) cutkw = 1; next }
       pos = start + off; sub(/\r$/, "", t)
       if (rs != "" && t ~ rs) { reset(); runpos = pos; runln = ln }
-      lno = (start > 0) ? "-" : ln
+      lno = (start == 0) ? ln : (cap == 0) ? lnb + ln : "-"
       rec = fd_int(pos) "\t" lno "\t" fd_clip(t)
       if (nh < H1 && hb + length(rec) <= HB) { head[nh++] = rec; hb += length(rec) }
       else { if (nr >= H2) dropped++; ring[nr % H2] = rec; nr++ }
@@ -151,7 +189,7 @@ fd_scan() {
       else if (t ~ /Traceback \(most recent call last\)/ && !("" in first)) { first[""] = pos; firstln[""] = lno; order[nt++] = "" }
     }
     END {
-      if (cutkw) print "X\tthe scan window starts inside an error-shaped line: its start was not searched"
+      if (cutkw && start <= cap) print "X\tthe scan window starts inside an error-shaped line: its start was not searched"
       if (runpos >= 0) printf "M\trun_start\t%s\n", fd_int(runpos)
       print "S\thits"
       for (k = 0; k < nh; k++) print "L\t" head[k]
@@ -160,13 +198,9 @@ fd_scan() {
       for (k = s; k < nr; k++) print "L\t" ring[k % H2]
       for (k = 0; k < nt; k++) printf "T\t%s\t%s\t%s\n", fd_int(first[order[k]]), firstln[order[k]], order[k]
     }')
-  printf '%s\n' "$p1"
-  late "$t0" "keyword pass"
-  rp=$(printf '%s\n' "$p1" | awk -F "$T" '$1 == "M" && $2 == "run_start" { print $3 }')
-  [ -n "$rp" ] || rp=0
-  echo "S${T}tail"
-  tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
-  t0=$(secs)
+}
+# The last lines from the latest run start ($rp) on.
+fd_tailpass() {
   fd_last "$tb" | fd_nl | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
     BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
     { p = pos; pos += length($0) + 1
@@ -178,7 +212,9 @@ fd_scan() {
     END { s = (k > N) ? k - N : 0
       if (s > 0) printf "X\ttail: last %d lines shown\n", N
       for (i = s; i < k; i++) print "L\t" buf[i % N] }'
-  late "$t0" "tail pass"
+}
+# Every line of the earliest failing tags from their first error on.
+fd_ctxpasses() {
   printf '%s\n' "$p1" | awk -F "$T" '$1 == "T"' | head -n "$FD_NTAGS" | while IFS="$T" read -r kind apos aln atag; do
     echo "S${T}ctx${T}$atag"
     t0=$(secs)
@@ -199,8 +235,6 @@ fd_scan() {
         print "L\t" fd_int(p) "\t" lno "\t" t; k++ }'
     late "$t0" "context pass for ${atag:-untagged lines}"
   done
-  fd_changed
-  fd_close
 }
 # The log changed under us? Compare the name's inode and the opened file's size with the start.
 fd_changed() {
