@@ -64,6 +64,9 @@ class ProbeSettings:
     kernel: bool = True  # the kernel log and GPU health, in the same exec (fleetdiag/remote/kernel.sh)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
+    # Kept connections (fleetdiag/keeper.py): seconds a host's connection stays open after use; 0: direct.
+    persist: float = 0.0
+    keeper_dir: Path | None = None  # None: the user's runtime directory
 
     def get_rules(self) -> Rules:
         if self.rules is None:
@@ -162,9 +165,22 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
         resolve = settings.jump_resolver or parse_jump
         jump = resolve(host.jump)
     if settings.connect_gate is None:
-        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+        return await _connect(host, settings, jump, connect)
     async with settings.connect_gate(host):
-        return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
+        return await _connect(host, settings, jump, connect)
+
+
+async def _connect(host: HostLike, settings: ProbeSettings, jump: Any, connect: Callable[..., Any]) -> Any:
+    """Through the keeper when connections are kept and it answers; directly otherwise, silently."""
+    if settings.persist > 0:
+        from .keeper import KeeperUnavailable, open_kept
+
+        try:
+            return await open_kept(host.target, host.port, host.user, settings.transport, jump, host.name,
+                                   settings.persist, settings.keeper_dir)
+        except KeeperUnavailable:
+            pass
+    return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
 
 
 def parse_jump(text: str) -> tuple[str, int | None, str | None]:

@@ -163,3 +163,4 @@ from . import probe as _probe  # noqa: E402,F401
 from . import sweep as _sweep  # noqa: E402,F401
 from . import preflight as _preflight  # noqa: E402,F401
 from . import watch as _watch  # noqa: E402,F401
+from . import connections as _connections  # noqa: E402,F401

@@ -14,6 +14,7 @@ from ..records import HostResult, report_json
 from ..inventory import fold
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
+from .connections import persist_option
 from . import Context, fanout_options, handle_errors, main, output_options, pass_ctx, transport_from, transport_options
 
 
@@ -31,12 +32,15 @@ def jump_resolver(inv):
 
 
 def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
+    from .connections import persist_from
+
     return ProbeSettings(
         log=kw.pop("log", None),
         rules=ctx.rules(),
         transport=transport_from(kw),
         jump_resolver=jump_resolver(inv),
         path_prepend=kw.pop("path_prepend", None),
+        persist=persist_from(kw),
     )
 
 
@@ -95,6 +99,7 @@ def cost_memory() -> CostMemory:
 @click.option("--all-cards", is_flag=True, help="With several hosts, print every host's card, not one per root cause.")
 @output_options
 @transport_options
+@persist_option
 @pass_ctx
 @handle_errors
 def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int, per_address: int,

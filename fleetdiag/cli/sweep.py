@@ -51,6 +51,7 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     run_notify,
 )
 from . import Context, fanout_options, handle_errors, main, pass_ctx, transport_options
+from .connections import persist_option
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -197,6 +198,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
               help="Days of per-sweep results to keep (incidents are kept); 0: keep all.")
 @click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
 @transport_options
+@persist_option
 @pass_ctx
 @handle_errors
 def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str | None, notify: str | None,
