@@ -158,19 +158,17 @@ def _log_problem(fr: FunnelResult) -> str:
 
 
 async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
-    from .transport import connect  # asyncssh loads only when a host is really reached
-
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
         jump = resolve(host.jump)
     if settings.connect_gate is None:
-        return await _connect(host, settings, jump, connect)
+        return await _connect(host, settings, jump)
     async with settings.connect_gate(host):
-        return await _connect(host, settings, jump, connect)
+        return await _connect(host, settings, jump)
 
 
-async def _connect(host: HostLike, settings: ProbeSettings, jump: Any, connect: Callable[..., Any]) -> Any:
+async def _connect(host: HostLike, settings: ProbeSettings, jump: Any) -> Any:
     """Through the keeper when connections are kept and it answers; directly otherwise, silently."""
     if settings.persist > 0:
         from .keeper import KeeperUnavailable, open_kept
@@ -180,6 +178,8 @@ async def _connect(host: HostLike, settings: ProbeSettings, jump: Any, connect: 
                                    settings.persist, settings.keeper_dir)
         except KeeperUnavailable:
             pass
+    from .transport import connect  # asyncssh loads only when a host is really reached directly
+
     return await connect(host.target, host.port, host.user, settings.transport, jump=jump)
 
 
