@@ -99,17 +99,20 @@ def rt(tmp_path):
             pass
 
 
-def write_inv(tmp_path: Path, server, port: int | None = None, user: str | None = None, name: str = "uk-node") -> Path:
+def write_inv(tmp_path: Path, server, port: int | None = None, user: str | None = None, name: str = "uk-node",
+              persist: str | None = None) -> Path:
     log = tmp_path / "vllm.log"
     if not log.exists():
         log.write_text(SEED)
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port or server.port}\n"
+    head = f"defaults:\n  persist: {persist}\n" if persist else ""
+    inv.write_text(f"{head}hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port or server.port}\n"
                    f"    user: {user or server.user}\n    logs:\n      vllm: {log}\n")
     return inv
 
 
-def cli(server, rt: Path, inv: Path | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def cli(server, rt: Path, inv: Path | None, *args: str, timeout: float = 60,
+        env_extra: dict | None = None) -> subprocess.CompletedProcess:
     """The real CLI in its own process; capture_output waits for EOF, so a keeper holding our pipes would hang it."""
     argv = [sys.executable, "-c", "from fleetdiag.cli import main; main()"]
     if inv is not None:
@@ -118,12 +121,13 @@ def cli(server, rt: Path, inv: Path | None, *args: str, timeout: float = 60) -> 
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", "FLEETDIAG_RUNTIME_DIR": str(rt),
            "PYTHONPATH": str(REPO), "FLEETDIAG_DB": str(rt.parent / "history.db")}
     env.pop("FLEETDIAG_PERSIST", None)
+    env.update(env_extra or {})
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def probe(server, rt: Path, inv: Path, *extra: str) -> dict:
+def probe(server, rt: Path, inv: Path, *extra: str, env_extra: dict | None = None) -> dict:
     out = cli(server, rt, inv, "probe", "uk-node", "--json", "--known-hosts", str(server.known_hosts),
-              "-k", str(server.client_key), "--ssh-config", str(server.ssh_config), *extra)
+              "-k", str(server.client_key), "--ssh-config", str(server.ssh_config), *extra, env_extra=env_extra)
     assert out.returncode in (0, 1, 3), out.stderr + out.stdout
     return json.loads(out.stdout)["hosts"][0]
 
@@ -163,6 +167,23 @@ def test_persist_zero_leaves_nothing_running(loud_sshd, rt, tmp_path):
     assert logins(loud_sshd) - before == 2
     assert keeper_pids(rt) == []
     assert not (rt / "keeper.sock").exists()
+
+
+def test_inventory_persist_then_keeper_exits_when_idle(loud_sshd, rt, tmp_path):
+    """defaults.persist applies without --persist; past it the connection closes and the keeper exits."""
+    inv = write_inv(tmp_path, loud_sshd, persist="1s")
+    res = probe(loud_sshd, rt, inv)
+    assert DECISIVE in decisive(res)
+    assert keeper_pids(rt), "defaults.persist kept the connection"
+    assert wait_gone(rt, timeout=15), "idle past persist: the keeper exits"
+    assert not (rt / "keeper.sock").exists()
+
+
+def test_env_persist_zero_beats_the_inventory(loud_sshd, rt, tmp_path):
+    inv = write_inv(tmp_path, loud_sshd, persist="10m")
+    res = probe(loud_sshd, rt, inv, env_extra={"FLEETDIAG_PERSIST": "0"})
+    assert DECISIVE in decisive(res)
+    assert keeper_pids(rt) == []
 
 
 def test_connections_close_ends_keeper(loud_sshd, rt, tmp_path):

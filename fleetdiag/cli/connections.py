@@ -28,11 +28,14 @@ def persist_option(fn: Callable[..., Any]) -> Callable[..., Any]:
              "(like ssh ControlPersist) [default: 10m; 0: close at exit; $FLEETDIAG_PERSIST].")(fn)
 
 
-def persist_from(kw: dict[str, Any]) -> float:
-    """The --persist value in seconds: the option (or $FLEETDIAG_PERSIST), else the default."""
+def persist_from(kw: dict[str, Any], inv: Any = None) -> float:
+    """Seconds to keep connections: --persist, else $FLEETDIAG_PERSIST, else the inventory's defaults.persist,
+    else 10 minutes."""
     from ..keeper import DEFAULT_PERSIST
 
     value = kw.pop("persist", None)
+    if value is None:
+        value = getattr(inv, "persist", None)
     return DEFAULT_PERSIST if value is None else float(value)
 
 

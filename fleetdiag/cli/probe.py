@@ -40,7 +40,7 @@ def settings_from(ctx: Context, inv, kw: dict) -> ProbeSettings:
         transport=transport_from(kw),
         jump_resolver=jump_resolver(inv),
         path_prepend=kw.pop("path_prepend", None),
-        persist=persist_from(kw),
+        persist=persist_from(kw, inv),
     )
 
 

@@ -128,6 +128,7 @@ class Inventory:
     path: Path | None
     hosts: dict[str, Host]
     groups: dict[str, list[str]]  # group -> host names, file order; `all` is implicit, not listed
+    persist: float | None = None  # defaults.persist: seconds connections are kept (None: the command's default)
 
     def __iter__(self) -> Iterator[Host]:
         return iter(self.hosts.values())
