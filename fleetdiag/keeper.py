@@ -99,6 +99,14 @@ def private_dir(path: Path, create: bool = True) -> Path | None:
         return None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
+    try:
+        parent = os.stat(path.parent)
+    except OSError:
+        return None
+    if parent.st_uid not in (0, os.getuid()):  # someone else could swap our directory for theirs
+        return None
+    if len(os.fsencode(path / SOCKET_NAME)) > 100:  # AF_UNIX paths are short (108 bytes on Linux)
+        return None
     return path
 
 
@@ -510,15 +518,35 @@ def _bind(directory: Path) -> socket.socket | None:
     return sock
 
 
-def serve_forever(directory: Path, persist: float) -> int:
-    """The keeper's main, after it detached."""
-    if private_dir(directory) is None:
+READY, FAILED, TAKEN = b"0", b"1", b"2"  # what a starting keeper tells the command that started it
+
+
+def serve_forever(directory: Path, persist: float, ready_fd: int | None = None) -> int:
+    """The keeper's main, after it detached; ``ready_fd`` hears READY, FAILED or TAKEN, then is closed."""
+
+    def tell(what: bytes) -> None:
+        nonlocal ready_fd
+        if ready_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(ready_fd, what)
+                os.close(ready_fd)
+            ready_fd = None
+
+    try:
+        if private_dir(directory) is None:
+            tell(FAILED)
+            return 1
+        sock = _bind(directory)
+    except OSError:
+        tell(FAILED)
         return 1
-    sock = _bind(directory)
     if sock is None:
+        tell(TAKEN)
         return 0
+    _raise_fd_limit()  # one descriptor per kept host
     keeper = Keeper(directory, persist)
     keeper.sock_ino = os.stat(socket_path(directory)).st_ino
+    tell(READY)
     try:
         asyncio.run(keeper.serve(sock))
     finally:
@@ -528,21 +556,42 @@ def serve_forever(directory: Path, persist: float) -> int:
     return 0
 
 
-def spawn(directory: Path, persist: float) -> None:
-    """Start a keeper for ``directory``, fully detached (it double-forks: this returns at once)."""
-    subprocess.run(
-        [sys.executable, "-m", "fleetdiag.keeper", str(directory), repr(float(persist))],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        close_fds=True, start_new_session=True, timeout=10, check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(Path(__file__).resolve().parent.parent),
-                                                                    os.environ.get("PYTHONPATH", "")] if p)},
-    )
+def _raise_fd_limit() -> None:
+    with contextlib.suppress(Exception):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
+
+
+def spawn(directory: Path, persist: float) -> bytes:
+    """Start a keeper for ``directory``, fully detached; returns READY, TAKEN (another keeper won) or FAILED.
+
+    The started process double-forks; the first one waits only until the keeper
+    has bound its socket (or failed), so no command polls for it.
+    """
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fleetdiag.keeper", str(directory), repr(float(persist))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            close_fds=True, start_new_session=True, timeout=START_WAIT * 2, check=False,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")] if p)},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return FAILED
+    return {0: READY, 2: TAKEN}.get(proc.returncode, FAILED)
 
 
 def _detach_main(argv: list[str]) -> int:
     directory, persist = Path(argv[0]), float(argv[1])
-    if os.fork() > 0:  # the first child returns to the command that spawned it, which reaps it
-        os._exit(0)
+    r, w = os.pipe()
+    if os.fork() > 0:  # the process the command waits for: exits once the keeper is ready (or is not)
+        os.close(w)
+        answer = os.read(r, 1)
+        os._exit({READY: 0, TAKEN: 2}.get(answer, 1))
+    os.close(r)
     os.setsid()
     if os.fork() > 0:
         os._exit(0)
@@ -551,8 +600,9 @@ def _detach_main(argv: list[str]) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.closerange(3, 1 << 16)  # nothing inherited stays open (a cron job's pipe, a lock)
-    return serve_forever(directory, persist)
+    os.closerange(3, w)  # nothing inherited stays open (a cron job's pipe, a lock) but the ready pipe
+    os.closerange(w + 1, 1 << 16)
+    return serve_forever(directory, persist, ready_fd=w)
 
 
 # --------------------------------------------------------------------------- the client
@@ -709,7 +759,9 @@ async def open_kept(target: str, port: int | None, user: str | None, opts: Trans
     except KeeperUnavailable as exc:
         if not exc.absent:  # wedged or not ours: direct, without waiting on it again
             raise
-        await asyncio.get_running_loop().run_in_executor(None, spawn, directory, persist)
+        started = await asyncio.get_running_loop().run_in_executor(None, spawn, directory, persist)
+        if started == FAILED:
+            raise KeeperUnavailable("the keeper could not start") from exc
         deadline = time.monotonic() + START_WAIT
         while True:
             try:

@@ -158,6 +158,24 @@ def test_second_probe_reuses_kept_connection(loud_sshd, rt, tmp_path):
     assert "uk-node" in table.stdout and "127.0.0.1:" in table.stdout
 
 
+def test_concurrent_commands_share_one_keeper_and_one_login(loud_sshd, rt, tmp_path):
+    inv = write_inv(tmp_path, loud_sshd)
+    before = logins(loud_sshd)
+    env = {**os.environ, "NO_COLOR": "1", "FLEETDIAG_RUNTIME_DIR": str(rt), "PYTHONPATH": str(REPO),
+           "FLEETDIAG_DB": str(tmp_path / "history.db")}
+    env.pop("FLEETDIAG_PERSIST", None)
+    argv = [sys.executable, "-c", "from fleetdiag.cli import main; main()", "-i", str(inv), "probe", "uk-node",
+            "--json", "--persist", "1m", "--known-hosts", str(loud_sshd.known_hosts), "-k", str(loud_sshd.client_key),
+            "--ssh-config", str(loud_sshd.ssh_config)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    for out, err in outs:
+        assert DECISIVE in decisive(json.loads(out)["hosts"][0]), err
+    assert len(keeper_pids(rt)) == 1
+    assert logins(loud_sshd) - before == 1
+
+
 def test_persist_zero_leaves_nothing_running(loud_sshd, rt, tmp_path):
     inv = write_inv(tmp_path, loud_sshd)
     before = logins(loud_sshd)
@@ -267,9 +285,9 @@ def test_keeper_refuses_a_peer_of_another_uid(loud_sshd, tmp_path):
         code = (
             "import socket,sys\n"
             "s=socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(sys.argv[1])\n"
-            "s.sendall(b'\\x00\\x00\\x00\\x0e{\"op\": \"list\"}')\n"
             "data=b''\n"
             "try:\n"
+            "    s.sendall(b'\\x00\\x00\\x00\\x0e{\"op\": \"list\"}')\n"
             "    while True:\n"
             "        b=s.recv(4096)\n"
             "        if not b: break\n"
