@@ -60,6 +60,7 @@ RUNTIME_ENV = "FLEETDIAG_RUNTIME_DIR"  # where the socket lives (tests, or a use
 DEFAULT_PERSIST = 600.0
 OUTPUT_CAP = 8 * 1024 * 1024
 HELLO_TIMEOUT = 0.2  # a keeper that does not say hello within this is wedged: connect directly
+HELLO_ENV = "FLEETDIAG_KEEPER_HELLO"  # seconds, to override HELLO_TIMEOUT (a heavily loaded machine, tests)
 START_WAIT = 3.0  # how long a command waits for a keeper it started before connecting directly
 SOCKET_NAME = "keeper.sock"
 LOCK_NAME = "keeper.lock"
@@ -112,19 +113,6 @@ def private_dir(path: Path, create: bool = True) -> Path | None:
 
 def socket_path(directory: Path | None = None) -> Path:
     return (directory or runtime_dir()) / SOCKET_NAME
-
-
-def persist_default() -> float:
-    """``$FLEETDIAG_PERSIST`` when set and valid, else 10 minutes."""
-    from .units import parse_duration
-
-    raw = os.environ.get(PERSIST_ENV)
-    if raw:
-        try:
-            return parse_duration(raw)
-        except ValueError:
-            pass
-    return DEFAULT_PERSIST
 
 
 # --------------------------------------------------------------------------- the key
@@ -565,6 +553,11 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
+# The keeper runs this fleetdiag (an editable checkout too), whatever PYTHONPATH the command had.
+_BOOT = ("import sys; sys.path.insert(0, {root!r}); from fleetdiag.keeper import _detach_main; "
+         "sys.exit(_detach_main(sys.argv[2:]))").format(root=str(Path(__file__).resolve().parent.parent))
+
+
 def spawn(directory: Path, persist: float) -> bytes:
     """Start a keeper for ``directory``, fully detached; returns READY, TAKEN (another keeper won) or FAILED.
 
@@ -572,12 +565,10 @@ def spawn(directory: Path, persist: float) -> bytes:
     has bound its socket (or failed), so no command polls for it.
     """
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "fleetdiag.keeper", str(directory), repr(float(persist))],
+        proc = subprocess.run(  # `fleetdiag.keeper` in its argv: ps shows what it is
+            [sys.executable, "-c", _BOOT, "fleetdiag.keeper", str(directory), repr(float(persist))],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             close_fds=True, start_new_session=True, timeout=START_WAIT * 2, check=False,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                p for p in [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")] if p)},
         )
     except (OSError, subprocess.SubprocessError):
         return FAILED
@@ -620,8 +611,7 @@ class KeeperUnavailable(Exception):
         self.absent = absent
 
 
-async def _request(directory: Path, req: dict[str, Any], wait: float | None = None
-                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _request(directory: Path, req: dict[str, Any]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect, check the keeper is our own user's and alive (hello within 200 ms), send ``req``."""
     path = socket_path(directory)
     try:
@@ -631,7 +621,11 @@ async def _request(directory: Path, req: dict[str, Any], wait: float | None = No
     if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise KeeperUnavailable("keeper socket not private")
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), HELLO_TIMEOUT)
+        hello_wait = float(os.environ.get(HELLO_ENV) or HELLO_TIMEOUT)
+    except ValueError:
+        hello_wait = HELLO_TIMEOUT
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), hello_wait)
     except (ConnectionRefusedError, FileNotFoundError) as exc:
         raise KeeperUnavailable("stale keeper socket", absent=True) from exc
     except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
@@ -639,7 +633,7 @@ async def _request(directory: Path, req: dict[str, Any], wait: float | None = No
     try:
         if _peer_uid(writer.get_extra_info("socket")) != os.getuid():
             raise KeeperUnavailable("keeper runs as another user")
-        hello = json.loads(await asyncio.wait_for(_recv(reader), HELLO_TIMEOUT))
+        hello = json.loads(await asyncio.wait_for(_recv(reader), hello_wait))
         if hello.get("hello") != 1:
             raise KeeperUnavailable("not a keeper")
         await _send(writer, json.dumps(req).encode())
@@ -805,5 +799,5 @@ def close_kept(directory: Path | None = None, wait: float = 5.0) -> int | None:
     return int(answer.get("closed") or 0)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m fleetdiag.keeper DIR PERSIST: a keeper started by hand
     sys.exit(_detach_main(sys.argv[1:]))
