@@ -432,6 +432,9 @@ class Keeper:
         end: dict[str, Any] = {"open_ms": open_ms}
         try:
             await asyncio.wait_for(drain(), left)
+        except (ConnectionError, asyncio.CancelledError):  # the command went away (deadline, Ctrl-C): stop it
+            proc.close()
+            raise
         except (asyncio.TimeoutError, TimeoutError):
             proc.close()
             end["partial"] = "timeout"
