@@ -100,14 +100,15 @@ def rt(tmp_path):
 
 
 def write_inv(tmp_path: Path, server, port: int | None = None, user: str | None = None, name: str = "uk-node",
-              persist: str | None = None) -> Path:
+              persist: str | None = None, jump: str | None = None) -> Path:
     log = tmp_path / "vllm.log"
     if not log.exists():
         log.write_text(SEED)
     inv = tmp_path / "inventory.yaml"
     head = f"defaults:\n  persist: {persist}\n" if persist else ""
     inv.write_text(f"{head}hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port or server.port}\n"
-                   f"    user: {user or server.user}\n    logs:\n      vllm: {log}\n")
+                   f"    user: {user or server.user}\n" + (f"    jump: {jump}\n" if jump else "")
+                   + f"    logs:\n      vllm: {log}\n")
     return inv
 
 
@@ -365,6 +366,18 @@ def test_changed_inventory_entry_gets_a_new_connection(loud_sshd, rt, tmp_path):
         assert kept is not None and len(kept) == 3
     finally:
         stop()
+
+
+def test_added_jump_host_gets_a_new_connection_then_keeps_it(loud_sshd, rt, tmp_path):
+    before = logins(loud_sshd)
+    direct = probe(loud_sshd, rt, write_inv(tmp_path, loud_sshd), "--persist", "1m")
+    assert logins(loud_sshd) - before == 1
+    jump = f"{loud_sshd.user}@127.0.0.1:{loud_sshd.port}"  # the same sshd as the bastion
+    via = probe(loud_sshd, rt, write_inv(tmp_path, loud_sshd, jump=jump), "--persist", "1m")
+    assert logins(loud_sshd) - before == 3  # the jump host's login and the target's
+    again = probe(loud_sshd, rt, write_inv(tmp_path, loud_sshd, jump=jump), "--persist", "1m")
+    assert logins(loud_sshd) - before == 3  # kept, the jump included
+    assert decisive(direct) == decisive(via) == decisive(again) and DECISIVE in decisive(via), (via, again)
 
 
 def test_dead_connection_is_redialled_once(loud_sshd, rt, tmp_path):
