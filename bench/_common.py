@@ -101,6 +101,7 @@ def child_env(**extra: str) -> dict[str, str]:
     as they do on a user's machine (with it set, every start recompiles).
     """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.setdefault("FLEETDIAG_PERSIST", "0")  # fresh connections unless a bench asks for kept ones
     env.update(extra)
     return env
 

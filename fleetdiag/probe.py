@@ -80,6 +80,9 @@ class ProbeSettings:
     pyspy: str | None = None  # py-spy's path on the hosts when not on PATH ("none": do not use py-spy)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
+    # Kept connections (fleetdiag/keeper.py): seconds a host's connection stays open after use; 0: direct.
+    persist: float = 0.0
+    keeper_dir: Path | None = None  # None: the user's runtime directory
 
     # Rules still loading in a thread (the CLI starts it before the first handshake, so the
     # ~6-round-trip login overlaps it); the funnel needs them only once the connection is up.
@@ -189,8 +192,6 @@ def _log_problem(fr: FunnelResult) -> str:
 
 
 async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
-    from .transport import connect  # asyncssh loads only when a host is really reached
-
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
@@ -202,9 +203,24 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
         jump = [resolve(_hop_text(h)) for h in hops]
     opts = host_transport(host, settings.transport)
     if settings.connect_gate is None:
-        return await connect(host.target, host.port, host.user, opts, jump=jump)
+        return await _connect(host, settings, opts, jump)
     async with settings.connect_gate(host):
-        return await connect(host.target, host.port, host.user, opts, jump=jump)
+        return await _connect(host, settings, opts, jump)
+
+
+async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any) -> Any:
+    """Through the keeper when connections are kept and it answers; directly otherwise, silently."""
+    if settings.persist > 0:
+        from .keeper import KeeperUnavailable, open_kept
+
+        try:
+            return await open_kept(host.target, host.port, host.user, opts, jump, host.name,
+                                   settings.persist, settings.keeper_dir)
+        except KeeperUnavailable:
+            pass
+    from .transport import connect  # asyncssh loads only when a host is really reached directly
+
+    return await connect(host.target, host.port, host.user, opts, jump=jump)
 
 
 def host_transport(host: Any, opts: TransportOptions) -> TransportOptions:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Commands the tests run keep no connections unless a test asks (--persist): no keeper outlives the suite.
+os.environ.setdefault("FLEETDIAG_PERSIST", "0")
 
 from .sshd import Sshd, start_sshd
 

@@ -284,7 +284,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 # Each command's module, imported only when that command runs (or for --help): `fleetdiag analyze`
 # does not pay for SSH, the scheduler, the store or watch. A module registers its commands on ``main``.
 COMMANDS = {"analyze": "analyze", "demo": "demo", "hosts": "hosts", "check": "hosts", "preflight": "preflight",
-            "probe": "probe", "sweep": "sweep", "history": "sweep", "watch": "watch"}
+            "probe": "probe", "sweep": "sweep", "history": "sweep", "watch": "watch",
+            "connections": "connections"}
 
 
 class LazyGroup(click.Group):

@@ -18,6 +18,7 @@ from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
 from . import (Context, check_logs, complete_selector, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts,
                transport_options)
+from .connections import persist_option
 
 
 def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
@@ -127,6 +128,7 @@ def cost_memory() -> CostMemory:
               help="A stalled host: skip the second round trip that reads where its processes wait (py-spy, /proc).")
 @output_options
 @transport_options
+@persist_option
 @pass_ctx
 @handle_errors
 def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int, per_address: int,
@@ -141,7 +143,11 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     """
     inv, hosts = inventory_or_adhoc(ctx, selectors)
     check_logs(hosts, kw.get("log"))
+    from .connections import persist_from
+
+    persist = persist_from(kw, inv)
     settings = settings_from(inv, kw, rules_pending=ctx.rules_soon())
+    settings.persist = persist
     settings.save_dir = Path(save) if save else None
     settings.stacks = not no_stacks
     t = settings.transport

@@ -53,6 +53,7 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     run_notify,
 )
 from . import Context, Duration, complete_selector, check_logs, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
+from .connections import persist_option
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -209,6 +210,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
               help="How long to keep per-sweep results (90d, 12h, or days; incidents are kept); 0: keep all.")
 @click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
 @transport_options
+@persist_option
 @pass_ctx
 @handle_errors
 def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str | None, prometheus: str | None,
@@ -233,7 +235,11 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
 
         spool = tempfile.TemporaryDirectory(prefix="fleetdiag-report-")
         report = str(Path(spool.name) / "report.json")
+    from .connections import persist_from
+
+    persist = persist_from(kw, inv)
     settings = settings_from(inv, kw, ctx.rules())
+    settings.persist = persist
     t = settings.transport
     job = SweepJob(
         hosts=hosts, settings=settings, selector=",".join(selectors),

@@ -277,6 +277,7 @@ class FieldParser:
         self.errors: list[InventoryError] = []
         self.hosts: dict[str, Host] = {}
         self.origin: dict[str, tuple[str, int]] = {}  # host -> (key that defined it, line)
+        self.persist: float | None = None  # defaults.persist (native shape only)
 
     def err(self, line: int | None, key: str | None, message: str) -> None:
         self.errors.append(InventoryError(message, path=self.path, line=line, key=key))
@@ -377,7 +378,8 @@ class FieldParser:
             first = errs[0]
             first.errors = errs
             raise first
-        return Inventory(path=None if self.path == "<string>" else Path(self.path), hosts=self.hosts, groups=groups)
+        return Inventory(path=None if self.path == "<string>" else Path(self.path), hosts=self.hosts, groups=groups,
+                         persist=self.persist)
 
     def resolve_groups(self, raw: dict[str, tuple[int, list[tuple[str, int]], str]]) -> dict[str, list[str]]:
         """Resolve nested groups (a member may name a group defined anywhere); cycles are errors.

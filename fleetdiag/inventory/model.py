@@ -175,6 +175,7 @@ class Inventory:
     hosts: dict[str, Host]
     groups: dict[str, list[str]]  # group -> host names, file order; `all` is implicit, not listed
     warnings: list[str] = field(default_factory=list)  # keys read but not used (never silently dropped)
+    persist: float | None = None  # defaults.persist: seconds connections are kept (None: the command's default)
 
     def __iter__(self) -> Iterator[Host]:
         return iter(self.hosts.values())

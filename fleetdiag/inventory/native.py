@@ -67,11 +67,23 @@ class NativeParser(FieldParser):
         entries: list[Entry] = []
         for k in m:
             line = m.lines[k]
+            if key == "defaults" and k == "persist":  # how long connections are kept: the whole inventory's
+                self.persist = self.v_persist(m[k], f"{key}.{k}", line)
+                continue
             if k not in HOST_KEYS:
                 self.unknown_key(str(k), HOST_KEYS, f"{key}.{k}", line)
                 continue
             entries.append((k, f"{key}.{k}", line, m[k]))
         return self.settings(entries)
+
+    def v_persist(self, v: Any, key: str, line: int) -> float | None:
+        from ..units import parse_duration
+
+        try:
+            return parse_duration(v)
+        except ValueError as e:
+            self.err(line, key, str(e))
+            return None
 
     def add_hosts(self, key: str, names: list[str], settings: dict[str, Any], line: int) -> None:
         for n in names:

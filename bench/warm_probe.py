@@ -1,0 +1,150 @@
+"""One host at a simulated RTT: a warm probe (kept connection) vs a fresh `ssh host true`.
+
+    .venv/bin/python bench/warm_probe.py [--repeat 5] [--rtt 240] [--log-mb 5]
+
+One real OpenSSH sshd on 127.0.0.1 behind a DelayProxy (bench/_proxyd.py);
+every tool goes through the same proxy. The proxy counts *exchanges* (round
+trips actually spent).
+
+Rows:
+  ssh true                 OpenSSH client, fresh connection (no ControlMaster), runs `true`
+  fleetdiag probe, cold    the CLI with --persist 10m and no keeper yet: it starts one, which dials
+  fleetdiag probe, warm    the CLI again: a channel on the keeper's kept connection
+  fleetdiag probe, fresh   the CLI with --persist 0 (a direct connection, closed at exit)
+  python start-up          `fleetdiag --version`: interpreter and CLI imports, no network
+
+Not a timed test: the ratio is printed beside its target (warm ≤ 0.3× ssh true).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    DECISIVE,
+    MB,
+    Lab,
+    child_env,
+    fleetdiag_bin,
+    fleetdiag_transport_args,
+    load_average,
+    median,
+    ratio,
+    run_measured,
+    table,
+    verdict,
+    warm,
+    write_inventory,
+    write_log,
+)
+
+
+def keeper_pids(directory: Path) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"fleetdiag.keeper" in argv and str(directory).encode() in argv:
+                pids.append(int(entry.name))
+    return pids
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=5, help="runs per row; the median is shown")
+    ap.add_argument("--rtt", type=float, default=240.0, help="round-trip time in ms")
+    ap.add_argument("--log-mb", type=float, default=5, help="size of the log (MB)")
+    args = ap.parse_args(argv)
+    fd = fleetdiag_bin()
+    lab = Lab.start([args.rtt])
+    rt = Path(tempfile.mkdtemp(prefix="fleetdiag-bench-rt-")) / "rt"
+    try:
+        return run(lab, fd, rt, args)
+    finally:
+        for pid in keeper_pids(rt):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        lab.stop()
+
+
+def run(lab: Lab, fd: str, rt: Path, args) -> dict:
+    log = write_log(lab.dir / "vllm.log", int(args.log_mb * MB))
+    warm(log)
+    inv = write_inventory(lab.dir / "inventory.yaml", lab, [("far", lab.proxy_ports[0])], log)
+    env = child_env(FLEETDIAG_RUNTIME_DIR=str(rt), FLEETDIAG_DB=str(lab.dir / "history.db"))
+    print(f"log: {log.stat().st_size / MB:.1f} MiB; RTT {args.rtt:g} ms; median of {args.repeat}; "
+          f"load {load_average()}", flush=True)
+
+    timings: dict[str, list[dict]] = {}
+
+    def probe(persist: str, label: str = "") -> tuple[float, int]:
+        lab.reset_counts()
+        m = run_measured([fd, "-i", str(inv), "probe", "far", "--json", "--persist", persist,
+                          *fleetdiag_transport_args(lab)], env=env, timeout=300)
+        host = json.loads(m.out.decode() or "{}").get("hosts", [{}])[0]
+        if DECISIVE not in ((host.get("decisive") or {}).get("line") or ""):
+            raise SystemExit(f"the probe did not find the decisive error (rc {m.rc}): {m.err.decode()[-1500:]}")
+        timings.setdefault(label, []).append({**(host.get("timing") or {}), "cpu_s": m.cpu})
+        return m.wall, lab.exchanges()[0]
+
+    def ssh_true() -> tuple[float, int]:
+        lab.reset_counts()
+        m = run_measured(lab.ssh_base(lab.proxy_ports[0]) + ["true"], timeout=120)
+        if m.rc != 0:
+            raise SystemExit(f"ssh true failed: {m.err.decode()[-1000:]}")
+        return m.wall, lab.exchanges()[0]
+
+    run_measured([fd, "--version"], env=env)  # warm-up: pyc, page cache
+    probe("0")
+    rows: dict[str, list[tuple[float, int]]] = {"ssh true": [], "fleetdiag probe, cold (starts the keeper)": [],
+                                                "fleetdiag probe, warm (kept connection)": [],
+                                                "fleetdiag probe, fresh (--persist 0)": []}
+    for rep in range(args.repeat):
+        rows["ssh true"].append(ssh_true())
+        run_measured([fd, "connections", "--close"], env=env)  # no keeper: the next probe is cold
+        rows["fleetdiag probe, cold (starts the keeper)"].append(probe("10m", "cold"))
+        rows["fleetdiag probe, warm (kept connection)"].append(probe("10m", "warm"))
+        rows["fleetdiag probe, fresh (--persist 0)"].append(probe("0", "fresh"))
+        print(f"  run {rep + 1}/{args.repeat} done", flush=True)
+    run_measured([fd, "connections", "--close"], env=env)
+    startup = median(run_measured([fd, "--version"], env=env).wall for _ in range(3))
+
+    base = median(w for w, _ in rows["ssh true"])
+    out = []
+    summary: dict = {"rtt_ms": args.rtt, "rows": []}
+    for name, vals in rows.items():
+        w = median(v[0] for v in vals)
+        e = median(v[1] for v in vals)
+        out.append([name, f"{w:.2f}", ratio(w, base), f"{e:g}"])
+        summary["rows"].append({"tool": name, "wall_s": w, "vs_ssh_true": w / base, "exchanges": e})
+    out.append(["python start-up (fleetdiag --version)", f"{startup:.2f}", ratio(startup, base), "0"])
+    print(f"\nload average after: {load_average()}")
+    print(table(["tool", "wall s", "x ssh true", "exchanges"], out))
+    print("\nprobe timing inside the command (median ms; CPU s of the command's process tree):")
+    for label, det in timings.items():
+        if label:
+            print(f"  {label:5}: connect {median(d.get('connect_ms') or 0 for d in det):.0f}, exec "
+                  f"{median(d.get('exec_ms') or 0 for d in det):.0f}, probe total "
+                  f"{median(d.get('total_ms') or 0 for d in det):.0f}, CPU {median(d['cpu_s'] for d in det):.2f}")
+    w = median(v[0] for v in rows["fleetdiag probe, warm (kept connection)"])
+    print(f"\nwarm probe / fresh ssh true at {args.rtt:g} ms: {w / base:.2f}x (target <= 0.30x) "
+          f"{verdict(w <= 0.3 * base)}")
+    summary["warm_vs_ssh_true"] = w / base
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""``fleetdiag connections``: what the keeper holds open, and ``--persist`` for the commands that probe."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from . import Context, handle_errors, main, pass_ctx
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
+    if value is None:
+        return None
+    from ..units import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def persist_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--persist DURATION`` (also $FLEETDIAG_PERSIST): keep each host's connection open after the command."""
+    return click.option(
+        "--persist", metavar="DURATION", envvar="FLEETDIAG_PERSIST", callback=_duration,
+        help="Keep each host's SSH connection open this long after use, for the next command "
+             "(like ssh ControlPersist) [default: 10m; 0: close at exit; $FLEETDIAG_PERSIST].")(fn)
+
+
+def persist_from(kw: dict[str, Any], inv: Any = None) -> float:
+    """Seconds to keep connections: --persist, else $FLEETDIAG_PERSIST, else the inventory's defaults.persist,
+    else 10 minutes."""
+    from ..keeper import DEFAULT_PERSIST
+
+    value = kw.pop("persist", None)
+    if value is None:
+        value = getattr(inv, "persist", None)
+    return DEFAULT_PERSIST if value is None else float(value)
+
+
+@main.command()
+@click.option("--close", is_flag=True, help="Close every kept connection and end the keeper.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@pass_ctx
+@handle_errors
+def connections(ctx: Context, close: bool, as_json: bool) -> None:
+    """List the SSH connections kept open for the next command (host, age, idle, RTT)."""
+    from ..keeper import close_kept, list_kept
+    from ..units import ago, ms
+
+    env = ctx.out
+    if close:
+        n = close_kept()
+        if as_json:
+            env.json({"closed": n or 0, "keeper": n is not None})
+        else:
+            env.print("no keeper running" if n is None else f"closed {n} connection{'s' if n != 1 else ''}")
+        return
+    kept = list_kept()
+    if as_json:
+        env.json({"keeper": kept is not None, "connections": kept or []})
+        return
+    if not kept:
+        env.print("no kept connections" if kept is not None else "no keeper running: no kept connections")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(kept)} kept connection{'s' if len(kept) != 1 else ''}", title_justify="left")
+    for col in ("host", "address", "age", "idle", "RTT", "uses"):
+        table.add_column(col)
+    for c in kept:
+        table.add_row(env.shown(c["host"]), env.shown(c["where"]), ago(c["age_s"]), ago(c["idle_s"]),
+                      ms(c["rtt_ms"]), str(c["uses"]))
+    env.print(table)
