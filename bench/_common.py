@@ -18,9 +18,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -43,14 +43,18 @@ def fleetdiag_bin() -> str:
     found = shutil.which("fleetdiag")
     if found:
         return found
-    sys.exit("fleetdiag is not installed for this interpreter: run `bash scripts/test` "
-             "(makes .venv) or `pip install -e .`, then use that venv's python")
+    sys.exit(
+        "fleetdiag is not installed for this interpreter: run `bash scripts/test` "
+        "(makes .venv) or `pip install -e .`, then use that venv's python"
+    )
 
 
 def need_sshd() -> None:
     if not os.path.exists("/usr/sbin/sshd") or not shutil.which("ssh"):
-        sys.exit("needs OpenSSH: /usr/sbin/sshd and ssh (apt-get install openssh-server openssh-client; "
-                 "`bash scripts/test` installs them)")
+        sys.exit(
+            "needs OpenSSH: /usr/sbin/sshd and ssh (apt-get install openssh-server openssh-client; "
+            "`bash scripts/test` installs them)"
+        )
 
 
 # --------------------------------------------------------------------------- measuring
@@ -82,7 +86,7 @@ def _tree_rss_kb(root: int) -> int:
                 stat = fh.read()
         except OSError:
             continue
-        rest = stat[stat.rfind(b")") + 2:].split()
+        rest = stat[stat.rfind(b")") + 2 :].split()
         pid, ppid = int(entry.name), int(rest[1])
         children.setdefault(ppid, []).append(pid)
         rss[pid] = int(rest[21]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
@@ -116,8 +120,15 @@ def load_average() -> str:
 GNU_TIME = "/usr/bin/time"
 
 
-def run_measured(argv: Sequence[str], *, timeout: float = 600, env: dict | None = None,
-                 sample_tree: bool = False, cwd: str | None = None, stdin: bytes | None = None) -> Measured:
+def run_measured(
+    argv: Sequence[str],
+    *,
+    timeout: float = 600,
+    env: dict | None = None,
+    sample_tree: bool = False,
+    cwd: str | None = None,
+    stdin: bytes | None = None,
+) -> Measured:
     """Run ``argv`` and measure it; output goes to temp files (no pipe can stall it).
 
     Peak RSS comes from GNU time (``/usr/bin/time -f %M``), a small C
@@ -138,9 +149,15 @@ def run_measured(argv: Sequence[str], *, timeout: float = 600, env: dict | None 
             inp.write(stdin)
             inp.seek(0)
         t0 = time.perf_counter()
-        proc = subprocess.Popen(wrapped, stdin=inp if stdin is not None else subprocess.DEVNULL,
-                                stdout=out, stderr=err, env=env if env is not None else child_env(), cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            wrapped,
+            stdin=inp if stdin is not None else subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env if env is not None else child_env(),
+            cwd=cwd,
+            start_new_session=True,
+        )
         peak = [0]
         stop = threading.Event()
         killed = [False]
@@ -180,8 +197,9 @@ def run_measured(argv: Sequence[str], *, timeout: float = 600, env: dict | None 
             pass
         for fh in (out, err):
             fh.seek(0)
-        result = Measured(wall, rc, cpu, maxrss_kb / 1024, peak[0] / 1024 if sample_tree else None,
-                          out.read(), err.read(), killed[0])
+        result = Measured(
+            wall, rc, cpu, maxrss_kb / 1024, peak[0] / 1024 if sample_tree else None, out.read(), err.read(), killed[0]
+        )
         for fh in (out, err, inp):
             fh.close()
         return result
@@ -206,7 +224,7 @@ class Lab:
     _proxyd: subprocess.Popen | None = None
 
     @classmethod
-    def start(cls, rtts: Sequence[float], prefix: str = "fleetdiag-bench-") -> "Lab":
+    def start(cls, rtts: Sequence[float], prefix: str = "fleetdiag-bench-") -> Lab:
         need_sshd()
         d = Path(tempfile.mkdtemp(prefix=prefix))
         sshd = start_sshd(d / "sshd")
@@ -217,7 +235,10 @@ class Lab:
     def _start_proxies(self, rtts: list[float]) -> None:
         self._proxyd = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("_proxyd.py")), str(self.sshd.port), *map(str, rtts)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
         )
         assert self._proxyd.stdout is not None
         line = self._proxyd.stdout.readline()
@@ -252,15 +273,17 @@ class Lab:
         tck = os.sysconf("SC_CLK_TCK")
         total = 0.0
         # /proc/PID/stat fields (1-based): 14 utime, 15 stime, 16 cutime, 17 cstime
-        for pid, fields in ((self.sshd.proc.pid if self.sshd.proc else None, (14, 15, 16, 17)),
-                            (self._proxyd.pid if self._proxyd else None, (14, 15))):
+        for pid, fields in (
+            (self.sshd.proc.pid if self.sshd.proc else None, (14, 15, 16, 17)),
+            (self._proxyd.pid if self._proxyd else None, (14, 15)),
+        ):
             if pid is None:
                 continue
             try:
                 raw = Path(f"/proc/{pid}/stat").read_bytes()
             except OSError:
                 continue
-            rest = raw[raw.rfind(b")") + 2:].split()
+            rest = raw[raw.rfind(b")") + 2 :].split()
             total += sum(int(rest[k - 3]) for k in fields) / tck  # rest[0] is field 3
         return total
 
@@ -279,7 +302,7 @@ class Lab:
                     raw = Path(f"/proc/{entry.name}/stat").read_bytes()
                 except OSError:
                     continue
-                if raw[raw.rfind(b")") + 2:].split()[1].decode() == me:
+                if raw[raw.rfind(b")") + 2 :].split()[1].decode() == me:
                     busy = True
                     break
             if not busy:
@@ -328,8 +351,14 @@ def write_inventory(path: Path, lab: Lab, hosts: Sequence[tuple[str, int]], log:
     """A native fleetdiag inventory: each host is 127.0.0.1 on its own proxy port."""
     lines = ["hosts:"]
     for name, port in hosts:
-        lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {port}", f"    user: {lab.sshd.user}",
-                  "    logs:", f"      vllm: {json.dumps(str(log))}"]
+        lines += [
+            f"  {name}:",
+            "    address: 127.0.0.1",
+            f"    port: {port}",
+            f"    user: {lab.sshd.user}",
+            "    logs:",
+            f"      vllm: {json.dumps(str(log))}",
+        ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -340,9 +369,11 @@ def fleetdiag_transport_args(lab: Lab) -> list[str]:
 
 # --------------------------------------------------------------------------- logs
 
-_WORDS = ("the model answer request token batch cache prefix user system assistant tool call json schema "
-          "summary translate code review function python table value list number date city river book "
-          "write explain compare describe plan steps short long first second final draft reply").split()
+_WORDS = (
+    "the model answer request token batch cache prefix user system assistant tool call json schema "
+    "summary translate code review function python table value list number date city river book "
+    "write explain compare describe plan steps short long first second final draft reply"
+).split()
 _ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
 
 
@@ -356,28 +387,36 @@ def _noise_chunk(size: int, rng: random.Random, pid: int = 5123) -> bytes:
         t += rng.random() * 0.2
         ts = f"05-09 {int(t // 3600) % 24:02d}:{int(t // 60) % 60:02d}:{int(t) % 60:02d}"
         r = rng.random()
-        rid = "chatcmpl-%032x" % rng.getrandbits(128)
+        rid = f"chatcmpl-{rng.getrandbits(128):032x}"
         if r < 0.35:
-            line = (f'(APIServer pid={pid}) INFO:     127.0.0.1:{rng.randint(30000, 60999)} - '
-                    f'"{"POST" if rng.random() < 0.9 else "GET"} {rng.choice(_ROUTES)} HTTP/1.1" 200 OK')
+            line = (
+                f"(APIServer pid={pid}) INFO:     127.0.0.1:{rng.randint(30000, 60999)} - "
+                f'"{"POST" if rng.random() < 0.9 else "GET"} {rng.choice(_ROUTES)} HTTP/1.1" 200 OK'
+            )
         elif r < 0.65:
             prompt = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 60)))
-            line = (f"(APIServer pid={pid}) INFO {ts} [{files[1]}] Received request {rid}: prompt: "
-                    f"'<|im_start|>user\\n{prompt}<|im_end|>\\n<|im_start|>assistant\\n', params: SamplingParams("
-                    f"n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7, "
-                    f"top_p=0.8, top_k=20, min_p=0.0, seed=None, stop=[], stop_token_ids=[], "
-                    f"max_tokens={rng.choice((256, 512, 1024, 2048))}, min_tokens=0, logprobs=None, "
-                    f"skip_special_tokens=True), prompt_token_ids: None, lora_request: None.")
+            line = (
+                f"(APIServer pid={pid}) INFO {ts} [{files[1]}] Received request {rid}: prompt: "
+                f"'<|im_start|>user\\n{prompt}<|im_end|>\\n<|im_start|>assistant\\n', params: SamplingParams("
+                f"n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7, "
+                f"top_p=0.8, top_k=20, min_p=0.0, seed=None, stop=[], stop_token_ids=[], "
+                f"max_tokens={rng.choice((256, 512, 1024, 2048))}, min_tokens=0, logprobs=None, "
+                f"skip_special_tokens=True), prompt_token_ids: None, lora_request: None."
+            )
         elif r < 0.9:
             line = f"(APIServer pid={pid}) INFO {ts} [{files[2]}] Added request {rid}."
         elif r < 0.99:
-            line = (f"(APIServer pid={pid}) INFO {ts} [{files[0]}] Engine 000: Avg prompt throughput: "
-                    f"{rng.uniform(200, 4000):.1f} tokens/s, Avg generation throughput: {rng.uniform(50, 900):.1f} "
-                    f"tokens/s, Running: {rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 8)} reqs, "
-                    f"GPU KV cache usage: {rng.uniform(0, 90):.1f}%, Prefix cache hit rate: {rng.uniform(0, 80):.1f}%")
+            line = (
+                f"(APIServer pid={pid}) INFO {ts} [{files[0]}] Engine 000: Avg prompt throughput: "
+                f"{rng.uniform(200, 4000):.1f} tokens/s, Avg generation throughput: {rng.uniform(50, 900):.1f} "
+                f"tokens/s, Running: {rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 8)} reqs, "
+                f"GPU KV cache usage: {rng.uniform(0, 90):.1f}%, Prefix cache hit rate: {rng.uniform(0, 80):.1f}%"
+            )
         else:
-            line = (f"(APIServer pid={pid}) WARNING {ts} [protocol.py:93] The following fields were present "
-                    f"in the request but ignored: {{'stream_options'}}")
+            line = (
+                f"(APIServer pid={pid}) WARNING {ts} [protocol.py:93] The following fields were present "
+                f"in the request but ignored: {{'stream_options'}}"
+            )
         out.append(line)
         n += len(line) + 1
     return ("\n".join(out) + "\n").encode()
@@ -427,8 +466,10 @@ def warm(path: Path, times: int = 2) -> None:
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+
     def fmt(r: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
     return "\n".join([fmt(headers), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells])
 
 

@@ -61,13 +61,17 @@ def main() -> None:
     res = asyncio.run(probe_host(host, settings))
     t1 = time.perf_counter()
     d = res.decisive
-    print(json.dumps({
-        "wall_ms": (t1 - t_ready) * 1000,
-        "import_ms": (t_ready - T0) * 1000,
-        "verdict": res.verdict,
-        "decisive": d.line if d else None,
-        "timing": res.timing.__dict__ if hasattr(res.timing, "__dict__") else {},
-    }))
+    print(
+        json.dumps(
+            {
+                "wall_ms": (t1 - t_ready) * 1000,
+                "import_ms": (t_ready - T0) * 1000,
+                "verdict": res.verdict,
+                "decisive": d.line if d else None,
+                "timing": res.timing.__dict__ if hasattr(res.timing, "__dict__") else {},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

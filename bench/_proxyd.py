@@ -45,8 +45,12 @@ async def main(target_port: int, rtts: list[float]) -> None:
             if cmd is None:
                 return
             if cmd == "stats":
-                print(json.dumps({"exchanges": [p.exchanges for p in proxies],
-                                  "connections": [p.connections for p in proxies]}), flush=True)
+                print(
+                    json.dumps(
+                        {"exchanges": [p.exchanges for p in proxies], "connections": [p.connections for p in proxies]}
+                    ),
+                    flush=True,
+                )
             elif cmd == "reset":
                 for p in proxies:
                     p.reset_counts()

@@ -30,8 +30,9 @@ def _venv_python(install: bool) -> tuple[Path | None, str]:
     if not install:
         return None, f"no tools venv at {venv} (run without --no-install)"
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True,
-                       timeout=INSTALL_TIMEOUT)
+        subprocess.run(
+            [sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=INSTALL_TIMEOUT
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         return None, f"cannot make a venv at {venv}: {exc}"
     return py, ""
@@ -49,8 +50,9 @@ def pip_tool(package: str, probe: str, install: bool) -> tuple[Path | None, str]
         return None, f"{package} not installed in {tools_venv()} (run without --no-install)"
     print(f"  installing {package} into {tools_venv()} ...", flush=True)
     try:
-        p = subprocess.run([str(py), "-m", "pip", "install", "-q", package], capture_output=True, text=True,
-                           timeout=INSTALL_TIMEOUT)
+        p = subprocess.run(
+            [str(py), "-m", "pip", "install", "-q", package], capture_output=True, text=True, timeout=INSTALL_TIMEOUT
+        )
     except subprocess.TimeoutExpired:
         return None, f"pip install {package} timed out"
     if p.returncode != 0 or subprocess.run(check, capture_output=True).returncode != 0:

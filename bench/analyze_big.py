@@ -91,7 +91,10 @@ def run(fd: str, sizes: list[int], work: Path, args) -> dict:
         tools = {
             "LC_ALL=C grep -c ERROR": [["grep", "-c", "ERROR", str(log)], {}],
             "fleetdiag analyze --json": [[fd, "analyze", str(log), "--json"], {}],
-            "funnel over the whole file": [[sys.executable, "-c", FULL_SCAN, str(log), str(log.stat().st_size + 1)], {}],
+            "funnel over the whole file": [
+                [sys.executable, "-c", FULL_SCAN, str(log), str(log.stat().st_size + 1)],
+                {},
+            ],
             "(start-up alone: fleetdiag --version)": [[fd, "--version"], {}],
         }
         runs: dict[str, list] = {k: [] for k in tools}
@@ -119,9 +122,11 @@ def run(fd: str, sizes: list[int], work: Path, args) -> dict:
     summary["targets"] = {"analyze_vs_grep": a["vs_grep"], "rss_big_over_small": a["maxrss_mb"] / b["maxrss_mb"]}
     print(f"\ntargets ({big} MiB):")
     print(f"  fleetdiag analyze <= 1.5x grep -c ERROR : {a['vs_grep']:.2f}x  {verdict(a['vs_grep'] <= 1.5)}")
-    print(f"  peak memory {big} MiB vs {small} MiB      : {a['maxrss_mb']:.0f} MB vs {b['maxrss_mb']:.0f} MB "
-          f"({a['maxrss_mb'] / b['maxrss_mb']:.2f}x)  "
-          f"{verdict(a['maxrss_mb'] <= 1.1 * b['maxrss_mb'])} (independent of size)")
+    print(
+        f"  peak memory {big} MiB vs {small} MiB      : {a['maxrss_mb']:.0f} MB vs {b['maxrss_mb']:.0f} MB "
+        f"({a['maxrss_mb'] / b['maxrss_mb']:.2f}x)  "
+        f"{verdict(a['maxrss_mb'] <= 1.1 * b['maxrss_mb'])} (independent of size)"
+    )
     full = summary["sizes"][big]["funnel over the whole file"]
     print(f"  (whole-file funnel pass, for reference: {full['vs_grep']:.2f}x grep -c, {full['maxrss_mb']:.0f} MB)")
     dump_summary(args.json_out, summary)
@@ -134,7 +139,7 @@ def check(name: str, m) -> None:
         try:
             rec = json.loads(out)
         except ValueError:
-            raise SystemExit(f"fleetdiag analyze gave no JSON (rc {m.rc}): {m.err.decode()[-1500:]}")
+            raise SystemExit(f"fleetdiag analyze gave no JSON (rc {m.rc}): {m.err.decode()[-1500:]}") from None
         line = (rec.get("decisive") or {}).get("line") or ""
         if rec.get("verdict") != "failed" or DECISIVE not in line:
             raise SystemExit(f"fleetdiag analyze missed the decisive error: {out[:1500]}")

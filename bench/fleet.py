@@ -72,13 +72,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--sizes", default="50,200", help="fleet sizes")
     ap.add_argument("--fanout", type=int, default=64, help="parallel hosts for every tool")
     ap.add_argument("--log-mb", type=float, default=1, help="log size per host (MB); all hosts share 2 cores here")
-    ap.add_argument("--fanout-all", action="store_true",
-                    help="also run fleetdiag with fanout = fleet size (on 2 shared cores, 200 remote funnels at "
-                         "once starve each other past fleetdiag's 60 s command timeout)")
+    ap.add_argument(
+        "--fanout-all",
+        action="store_true",
+        help="also run fleetdiag with fanout = fleet size (on 2 shared cores, 200 remote funnels at "
+        "once starve each other past fleetdiag's 60 s command timeout)",
+    )
     ap.add_argument("--seq-sample", type=int, default=3, help="hosts per RTT for the extrapolated ssh loop")
     ap.add_argument("--full-sequential", action="store_true", help="run the ssh loop over every host")
-    ap.add_argument("--tools", default="fleetdiag,clush,pssh,parallel-ssh,ansible-raw,ansible-shell,ssh-loop",
-                    help="which tools to run")
+    ap.add_argument(
+        "--tools",
+        default="fleetdiag,clush,pssh,parallel-ssh,ansible-raw,ansible-shell,ssh-loop",
+        help="which tools to run",
+    )
     ap.add_argument("--no-install", action="store_true", help="skip tools that are missing instead of installing")
     ap.add_argument("--default-kex", action="store_true", help="leave OpenSSH tools at their default key exchange")
     ap.add_argument("--json-out", help="write the numbers here (run_all.py uses it)")
@@ -110,10 +116,15 @@ class Fleet:
         kex = "" if not pin_kex else " -o KexAlgorithms=curve25519-sha256"
         sshd = lab.sshd
         ini = ["[fleet]"] + [f"{h} ansible_host=127.0.0.1 ansible_port={p}" for h, p in zip(self.names, self.ports)]
-        ini += ["", "[fleet:vars]", f"ansible_user={sshd.user}", f"ansible_ssh_private_key_file={sshd.client_key}",
-                f"ansible_ssh_common_args='-o UserKnownHostsFile={sshd.known_hosts} -o IdentitiesOnly=yes"
-                f" -o BatchMode=yes{kex}'",
-                "ansible_python_interpreter=/usr/bin/python3"]
+        ini += [
+            "",
+            "[fleet:vars]",
+            f"ansible_user={sshd.user}",
+            f"ansible_ssh_private_key_file={sshd.client_key}",
+            f"ansible_ssh_common_args='-o UserKnownHostsFile={sshd.known_hosts} -o IdentitiesOnly=yes"
+            f" -o BatchMode=yes{kex}'",
+            "ansible_python_interpreter=/usr/bin/python3",
+        ]
         (d / "ansible.ini").write_text("\n".join(ini) + "\n")
 
 
@@ -126,9 +137,12 @@ def run(lab: Lab, sizes: list[int], args) -> dict:
     cmd_file.write_text(command)
     wanted = set(args.tools.split(","))
     install = not args.no_install
-    print(f"fleet bench: sizes {sizes}, fanout {args.fanout}, RTTs {'/'.join(f'{r:g}' for r in MIX)} ms in turn, "
-          f"log {log.stat().st_size / MB:.1f} MiB per host, remote command {len(command) / 1024:.1f} KiB; "
-          f"load {load_average()}", flush=True)
+    print(
+        f"fleet bench: sizes {sizes}, fanout {args.fanout}, RTTs {'/'.join(f'{r:g}' for r in MIX)} ms in turn, "
+        f"log {log.stat().st_size / MB:.1f} MiB per host, remote command {len(command) / 1024:.1f} KiB; "
+        f"load {load_average()}",
+        flush=True,
+    )
 
     # ------------------------------------------------------------------ which tools are there
     skipped: dict[str, str] = {}
@@ -159,17 +173,37 @@ def run(lab: Lab, sizes: list[int], args) -> dict:
     alone_fleet = Fleet(lab, len(MIX), log, not args.default_kex)
     alone = []
     for _ in range(3):
-        m = run_measured([fd, "-i", str(alone_fleet.inventory), "probe", alone_fleet.names[slow], "--json",
-                          *fleetdiag_transport_args(lab)], timeout=TIMEOUT)
+        m = run_measured(
+            [
+                fd,
+                "-i",
+                str(alone_fleet.inventory),
+                "probe",
+                alone_fleet.names[slow],
+                "--json",
+                *fleetdiag_transport_args(lab),
+            ],
+            timeout=TIMEOUT,
+        )
         alone.append(m.wall)
-    ssh_alone = [run_measured(lab.ssh_base(alone_fleet.ports[slow]) + [command], timeout=TIMEOUT).wall
-                 for _ in range(3)]
+    ssh_alone = [
+        run_measured(lab.ssh_base(alone_fleet.ports[slow]) + [command], timeout=TIMEOUT).wall for _ in range(3)
+    ]
     slowest = median(alone)
-    print(f"slowest host alone ({MIX[slow]:g} ms): fleetdiag probe {slowest:.2f} s, "
-          f"ssh + funnel {median(ssh_alone):.2f} s (median of 3)", flush=True)
+    print(
+        f"slowest host alone ({MIX[slow]:g} ms): fleetdiag probe {slowest:.2f} s, "
+        f"ssh + funnel {median(ssh_alone):.2f} s (median of 3)",
+        flush=True,
+    )
 
-    summary: dict = {"sizes": {}, "slowest_alone_s": slowest, "ssh_alone_s": median(ssh_alone),
-                     "skipped": skipped, "fanout": args.fanout, "log_mb": args.log_mb}
+    summary: dict = {
+        "sizes": {},
+        "slowest_alone_s": slowest,
+        "ssh_alone_s": median(ssh_alone),
+        "skipped": skipped,
+        "fanout": args.fanout,
+        "log_mb": args.log_mb,
+    }
     for n in sizes:
         fl = Fleet(lab, n, log, not args.default_kex)
         results: list[tuple[str, Measured, int, str, float]] = []
@@ -196,21 +230,54 @@ def run(lab: Lab, sizes: list[int], args) -> dict:
                 m, ok = run_fleetdiag(fd, fl, n, sweep_ok)
                 record(f"{fd_label} (fanout {n})", m, ok, "extra row")
         if "clush" in wanted and clush:
-            m = run_measured([clush, "-f", str(args.fanout), "-w", f"h[001-{n:03d}]", "-b",
-                              "-o", f"-F {fl.ssh_config}", command], timeout=TIMEOUT, sample_tree=True)
+            m = run_measured(
+                [clush, "-f", str(args.fanout), "-w", f"h[001-{n:03d}]", "-b", "-o", f"-F {fl.ssh_config}", command],
+                timeout=TIMEOUT,
+                sample_tree=True,
+            )
             record(f"clush -f {args.fanout} -b", m, complete_outputs(m.out, mark))
         if "pssh" in wanted and pssh:
             out = fl.dir / "pssh-out"
-            m = run_measured([pssh, "-h", str(fl.dir / "hosts.txt"), "-p", str(args.fanout), "-t", "0",
-                              "-x", f"-F {fl.ssh_config}", "-o", str(out), command], timeout=TIMEOUT, sample_tree=True)
+            m = run_measured(
+                [
+                    pssh,
+                    "-h",
+                    str(fl.dir / "hosts.txt"),
+                    "-p",
+                    str(args.fanout),
+                    "-t",
+                    "0",
+                    "-x",
+                    f"-F {fl.ssh_config}",
+                    "-o",
+                    str(out),
+                    command,
+                ],
+                timeout=TIMEOUT,
+                sample_tree=True,
+            )
             ok = sum(complete_outputs(f.read_bytes(), mark) for f in out.glob("*")) if out.exists() else 0
             record(f"parallel-ssh (Debian pssh) -p {args.fanout}", m, ok)
         if "parallel-ssh" in wanted and pssh_py:
-            m = run_measured([str(pssh_py), str(Path(__file__).with_name("_pssh_lib.py")), str(lab.sshd.client_key),
-                              lab.sshd.user, str(args.fanout), str(cmd_file), *map(str, fl.ports)],
-                             timeout=TIMEOUT, sample_tree=True)
-            record(f"parallel-ssh (PyPI, libssh2) pool {args.fanout}", m, complete_outputs(m.out, mark),
-                   "no host-key check")
+            m = run_measured(
+                [
+                    str(pssh_py),
+                    str(Path(__file__).with_name("_pssh_lib.py")),
+                    str(lab.sshd.client_key),
+                    lab.sshd.user,
+                    str(args.fanout),
+                    str(cmd_file),
+                    *map(str, fl.ports),
+                ],
+                timeout=TIMEOUT,
+                sample_tree=True,
+            )
+            record(
+                f"parallel-ssh (PyPI, libssh2) pool {args.fanout}",
+                m,
+                complete_outputs(m.out, mark),
+                "no host-key check",
+            )
         for module in ("raw", "shell"):
             if f"ansible-{module}" in wanted and ansible:
                 m = run_ansible(ansible, fl, module, command, args.fanout)
@@ -234,8 +301,12 @@ def run_fleetdiag(fd: str, fl: Fleet, fanout: int, sweep_ok: bool, tmp: Path | N
     env = child_env(FLEETDIAG_DB=str(tmp / "history.sqlite3"))
     if sweep_ok:  # a first sweep: fresh history, nothing known of the hosts
         report_path = tmp / "report.json"
-        m = run_measured(base + ["sweep", "all", "--db", str(tmp / "history.sqlite3"), "--report", str(report_path),
-                                 *opts], timeout=TIMEOUT, env=env, sample_tree=True)
+        m = run_measured(
+            base + ["sweep", "all", "--db", str(tmp / "history.sqlite3"), "--report", str(report_path), *opts],
+            timeout=TIMEOUT,
+            env=env,
+            sample_tree=True,
+        )
         text = report_path.read_text() if report_path.exists() else "{}"
     else:
         m = run_measured(base + ["probe", "all", "--json", *opts], timeout=TIMEOUT, env=env, sample_tree=True)
@@ -244,12 +315,17 @@ def run_fleetdiag(fd: str, fl: Fleet, fanout: int, sweep_ok: bool, tmp: Path | N
         hosts = json.loads(text).get("hosts", [])
     except ValueError:
         hosts = []
-    ok = sum(1 for h in hosts if h.get("verdict") == "failed" and DECISIVE in ((h.get("decisive") or {}).get("line") or ""))
+    ok = sum(
+        1 for h in hosts if h.get("verdict") == "failed" and DECISIVE in ((h.get("decisive") or {}).get("line") or "")
+    )
     if ok < fl.n:
         bad = [h for h in hosts if h.get("verdict") != "failed"][:3]
-        print(f"    fleetdiag: {ok}/{fl.n} found the decisive error; e.g. "
-              f"{[(h.get('host'), h.get('verdict'), h.get('error')) for h in bad]} rc={m.rc} "
-              f"{m.err.decode()[-300:]}", flush=True)
+        print(
+            f"    fleetdiag: {ok}/{fl.n} found the decisive error; e.g. "
+            f"{[(h.get('host'), h.get('verdict'), h.get('error')) for h in bad]} rc={m.rc} "
+            f"{m.err.decode()[-300:]}",
+            flush=True,
+        )
     run_fleetdiag.last_tmp = tmp  # type: ignore[attr-defined]
     return m, ok
 
@@ -257,12 +333,22 @@ def run_fleetdiag(fd: str, fl: Fleet, fanout: int, sweep_ok: bool, tmp: Path | N
 def run_ansible(ansible: str, fl: Fleet, module: str, command: str, fanout: int) -> Measured:
     tmp = Path(tempfile.mkdtemp(dir=fl.dir))
     cfg = tmp / "ansible.cfg"
-    cfg.write_text("[defaults]\nhost_key_checking = True\ninterpreter_python = /usr/bin/python3\n"
-                   f"local_tmp = {tmp}/local\n")
-    env = child_env(ANSIBLE_CONFIG=str(cfg), ANSIBLE_HOME=str(tmp / "home"), ANSIBLE_NOCOLOR="1",
-                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp / "cp"), ANSIBLE_LOAD_CALLBACK_PLUGINS="0")
-    m = run_measured([ansible, "all", "-i", str(fl.dir / "ansible.ini"), "-f", str(fanout), "-m", module,
-                      "-a", command], timeout=TIMEOUT, env=env, sample_tree=True)
+    cfg.write_text(
+        f"[defaults]\nhost_key_checking = True\ninterpreter_python = /usr/bin/python3\nlocal_tmp = {tmp}/local\n"
+    )
+    env = child_env(
+        ANSIBLE_CONFIG=str(cfg),
+        ANSIBLE_HOME=str(tmp / "home"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp / "cp"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="0",
+    )
+    m = run_measured(
+        [ansible, "all", "-i", str(fl.dir / "ansible.ini"), "-f", str(fanout), "-m", module, "-a", command],
+        timeout=TIMEOUT,
+        env=env,
+        sample_tree=True,
+    )
     end_masters(str(tmp / "cp"))
     return m
 
@@ -283,8 +369,7 @@ def end_masters(control_dir: str) -> None:
                 pass
 
 
-def ssh_loop(lab: Lab, fl: Fleet, command: str, mark: str,
-             per_rtt: int | None) -> tuple[Measured, int, str, float]:
+def ssh_loop(lab: Lab, fl: Fleet, command: str, mark: str, per_rtt: int | None) -> tuple[Measured, int, str, float]:
     """One host after another with the OpenSSH client; a sample per RTT, extrapolated, unless per_rtt is None."""
     by_rtt: dict[float, list[int]] = {}
     for i, r in enumerate(fl.rtts):
@@ -319,27 +404,78 @@ def report(n: int, results, slowest: float, fd_label: str, args) -> dict:
     rows, out_rows = [], []
     for name, m, ok, note, server in results:
         floor = max(slowest, (m.cpu + server) / cores)
-        rows.append([name, f"{m.wall:.2f}", ratio(m.wall, slowest), ratio(m.wall, best), f"{m.cpu:.1f}",
-                     f"{m.cpu * 1000 / n:.1f}", f"{server:.1f}", f"{floor:.1f}", ratio(m.wall, floor), f"{m.maxrss_mb:.0f}",
-                     "-" if m.tree_mb is None else f"{m.tree_mb:.0f}", f"{ok}/{n}", note])
-        out_rows.append({"tool": name, "wall_s": m.wall, "cpu_s": m.cpu, "cpu_ms_per_host": m.cpu * 1000 / n,
-                         "server_cpu_s": server, "floor_s": floor,
-                         "maxrss_mb": m.maxrss_mb, "tree_mb": m.tree_mb, "complete": ok, "note": note})
-    print(f"\n{n} hosts (RTTs 20/240/500 ms in turn, fanout {args.fanout}); slowest host alone {slowest:.2f} s; "
-          f"best other tool: {best_name}; {cores} cores (fleetdiag: at most {handshake_bound()} handshakes in "
-          f"flight whatever the fanout); load {load_average()}")
-    print(table(["tool", "wall s", "x slowest alone", "x best other", "CPU s", "CPU ms/host", "server CPU s", "floor s",
-                 "x floor", "peak RSS MB", "tree RSS MB", "complete", "note"], rows))
+        rows.append(
+            [
+                name,
+                f"{m.wall:.2f}",
+                ratio(m.wall, slowest),
+                ratio(m.wall, best),
+                f"{m.cpu:.1f}",
+                f"{m.cpu * 1000 / n:.1f}",
+                f"{server:.1f}",
+                f"{floor:.1f}",
+                ratio(m.wall, floor),
+                f"{m.maxrss_mb:.0f}",
+                "-" if m.tree_mb is None else f"{m.tree_mb:.0f}",
+                f"{ok}/{n}",
+                note,
+            ]
+        )
+        out_rows.append(
+            {
+                "tool": name,
+                "wall_s": m.wall,
+                "cpu_s": m.cpu,
+                "cpu_ms_per_host": m.cpu * 1000 / n,
+                "server_cpu_s": server,
+                "floor_s": floor,
+                "maxrss_mb": m.maxrss_mb,
+                "tree_mb": m.tree_mb,
+                "complete": ok,
+                "note": note,
+            }
+        )
+    print(
+        f"\n{n} hosts (RTTs 20/240/500 ms in turn, fanout {args.fanout}); slowest host alone {slowest:.2f} s; "
+        f"best other tool: {best_name}; {cores} cores (fleetdiag: at most {handshake_bound()} handshakes in "
+        f"flight whatever the fanout); load {load_average()}"
+    )
+    print(
+        table(
+            [
+                "tool",
+                "wall s",
+                "x slowest alone",
+                "x best other",
+                "CPU s",
+                "CPU ms/host",
+                "server CPU s",
+                "floor s",
+                "x floor",
+                "peak RSS MB",
+                "tree RSS MB",
+                "complete",
+                "note",
+            ],
+            rows,
+        )
+    )
     out = {"rows": out_rows, "best_other": best_name, "best_other_s": best}
     fd_rows = [r for r in results if r[0].startswith("fleetdiag")]
     if fd_rows:
         name, m, ok, _, server = fd_rows[0]
-        out["targets"] = {"vs_best_other": m.wall / best if best == best else None,
-                          "vs_slowest_alone": m.wall / slowest, "maxrss_mb": m.maxrss_mb,
-                          "vs_floor": m.wall / max(slowest, (m.cpu + server) / cores)}
+        out["targets"] = {
+            "vs_best_other": m.wall / best if best == best else None,
+            "vs_slowest_alone": m.wall / slowest,
+            "maxrss_mb": m.maxrss_mb,
+            "vs_floor": m.wall / max(slowest, (m.cpu + server) / cores),
+        }
         print(f"targets for {name}:")
-        print(f"  <= 0.80x the best other tool : {m.wall / best:.2f}x  {verdict(m.wall <= 0.8 * best)}"
-              if best == best else "  <= 0.80x the best other tool : no other tool completed")
+        print(
+            f"  <= 0.80x the best other tool : {m.wall / best:.2f}x  {verdict(m.wall <= 0.8 * best)}"
+            if best == best
+            else "  <= 0.80x the best other tool : no other tool completed"
+        )
         print(f"  <= 1.10x the slowest host alone: {m.wall / slowest:.2f}x  {verdict(m.wall <= 1.1 * slowest)}")
         if n >= 200:
             print(f"  peak RSS <= 200 MB            : {m.maxrss_mb:.0f} MB  {verdict(m.maxrss_mb <= 200)}")

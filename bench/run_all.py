@@ -74,15 +74,25 @@ def summarise(chosen: list[str]) -> None:
             t = rows.get(("ssh true", rtt))
             f = rows.get(("4 seed calls", rtt))
             if cli and lib and t and f:
-                print(f"  RTT {rtt:>4g} ms: ssh true {t['wall_s']:.2f}, 4 calls {f['wall_s']:.2f}, "
-                      f"probe CLI {cli['wall_s']:.2f} ({cli['vs_ssh_true']:.2f}x / {cli['vs_four_calls']:.2f}x), "
-                      f"probe_host() {lib['wall_s']:.2f} ({lib['vs_ssh_true']:.2f}x / {lib['vs_four_calls']:.2f}x)")
+                print(
+                    f"  RTT {rtt:>4g} ms: ssh true {t['wall_s']:.2f}, 4 calls {f['wall_s']:.2f}, "
+                    f"probe CLI {cli['wall_s']:.2f} ({cli['vs_ssh_true']:.2f}x / {cli['vs_four_calls']:.2f}x), "
+                    f"probe_host() {lib['wall_s']:.2f} ({lib['vs_ssh_true']:.2f}x / {lib['vs_four_calls']:.2f}x)"
+                )
         tg = s.get("targets") or {}
         if tg:
-            print(f"  [{mark(tg['cli_vs_ssh_true'] <= 1.0)}] probe CLI <= 1.0x ssh true at 240 ms: {tg['cli_vs_ssh_true']:.2f}x")
-            print(f"  [{mark(tg['cli_vs_four'] <= 0.25)}] probe CLI <= 0.25x the 4 calls at 240 ms: {tg['cli_vs_four']:.2f}x")
-            print(f"  [{mark(tg['lib_vs_ssh_true'] <= 1.0)}] probe_host() <= 1.0x ssh true at 240 ms: {tg['lib_vs_ssh_true']:.2f}x")
-            print(f"  [{mark(tg['lib_vs_four'] <= 0.25)}] probe_host() <= 0.25x the 4 calls at 240 ms: {tg['lib_vs_four']:.2f}x")
+            print(
+                f"  [{mark(tg['cli_vs_ssh_true'] <= 1.0)}] probe CLI <= 1.0x ssh true at 240 ms: {tg['cli_vs_ssh_true']:.2f}x"
+            )
+            print(
+                f"  [{mark(tg['cli_vs_four'] <= 0.25)}] probe CLI <= 0.25x the 4 calls at 240 ms: {tg['cli_vs_four']:.2f}x"
+            )
+            print(
+                f"  [{mark(tg['lib_vs_ssh_true'] <= 1.0)}] probe_host() <= 1.0x ssh true at 240 ms: {tg['lib_vs_ssh_true']:.2f}x"
+            )
+            print(
+                f"  [{mark(tg['lib_vs_four'] <= 0.25)}] probe_host() <= 0.25x the 4 calls at 240 ms: {tg['lib_vs_four']:.2f}x"
+            )
     f = load("fleet") if "fleet" in chosen else None
     if f:
         print(f"fleet (slowest host alone {f['slowest_alone_s']:.2f} s; fanout {f['fanout']}):")
@@ -92,13 +102,21 @@ def summarise(chosen: list[str]) -> None:
                 continue
             tg = d.get("targets") or {}
             vb = tg.get("vs_best_other")
-            print(f"  {n} hosts: {fd['tool']} {fd['wall_s']:.2f} s, {fd['complete']}/{n} complete; "
-                  f"best other: {d['best_other']} {d['best_other_s']:.2f} s")
+            print(
+                f"  {n} hosts: {fd['tool']} {fd['wall_s']:.2f} s, {fd['complete']}/{n} complete; "
+                f"best other: {d['best_other']} {d['best_other_s']:.2f} s"
+            )
             if vb is not None:
                 print(f"  [{mark(vb <= 0.8)}] {n} hosts: <= 0.8x the best other tool: {vb:.2f}x")
-            print(f"  [{mark(tg['vs_slowest_alone'] <= 1.1)}] {n} hosts: <= 1.1x the slowest host alone: "
-                  f"{tg['vs_slowest_alone']:.2f}x" + (f" ({tg['vs_floor']:.2f}x this machine's floor: slowest host "
-                                                       "or CPU / cores)" if "vs_floor" in tg else ""))
+            print(
+                f"  [{mark(tg['vs_slowest_alone'] <= 1.1)}] {n} hosts: <= 1.1x the slowest host alone: "
+                f"{tg['vs_slowest_alone']:.2f}x"
+                + (
+                    f" ({tg['vs_floor']:.2f}x this machine's floor: slowest host or CPU / cores)"
+                    if "vs_floor" in tg
+                    else ""
+                )
+            )
             if int(n) >= 200:
                 print(f"  [{mark(tg['maxrss_mb'] <= 200)}] {n} hosts: peak RSS <= 200 MB: {tg['maxrss_mb']:.0f} MB")
         if f.get("skipped"):
@@ -108,11 +126,15 @@ def summarise(chosen: list[str]) -> None:
         tg = a["targets"]
         sizes = list(a["sizes"])
         big = a["sizes"][sizes[-1]]
-        print(f"analyze ({sizes[-1]} MiB log):  grep -c ERROR {big['LC_ALL=C grep -c ERROR']['wall_s']:.2f} s, "
-              f"fleetdiag analyze {big['fleetdiag analyze --json']['wall_s']:.2f} s")
+        print(
+            f"analyze ({sizes[-1]} MiB log):  grep -c ERROR {big['LC_ALL=C grep -c ERROR']['wall_s']:.2f} s, "
+            f"fleetdiag analyze {big['fleetdiag analyze --json']['wall_s']:.2f} s"
+        )
         print(f"  [{mark(tg['analyze_vs_grep'] <= 1.5)}] analyze <= 1.5x grep -c: {tg['analyze_vs_grep']:.2f}x")
-        print(f"  [{mark(tg['rss_big_over_small'] <= 1.1)}] peak memory {sizes[-1]} MiB / {sizes[0]} MiB: "
-              f"{tg['rss_big_over_small']:.2f}x")
+        print(
+            f"  [{mark(tg['rss_big_over_small'] <= 1.1)}] peak memory {sizes[-1]} MiB / {sizes[0]} MiB: "
+            f"{tg['rss_big_over_small']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -37,14 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     DECISIVE,
-    complete_outputs,
-    funnel_command,
-    load_average,
     MB,
     Lab,
+    complete_outputs,
     dump_summary,
     fleetdiag_bin,
     fleetdiag_transport_args,
+    funnel_command,
+    load_average,
     median,
     ratio,
     run_measured,
@@ -84,8 +84,11 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
     warm(log)
     hosts = [(f"h{int(r)}", port) for r, port in zip(rtts, lab.proxy_ports)]
     inv = write_inventory(lab.dir / "inventory.yaml", lab, hosts, log)
-    print(f"log: {log.stat().st_size / MB:.1f} MiB ({log}); sshd 127.0.0.1:{lab.sshd.port}; "
-          f"RTTs {', '.join(f'{r:g}' for r in rtts)} ms; median of {args.repeat}; load {load_average()}", flush=True)
+    print(
+        f"log: {log.stat().st_size / MB:.1f} MiB ({log}); sshd 127.0.0.1:{lab.sshd.port}; "
+        f"RTTs {', '.join(f'{r:g}' for r in rtts)} ms; median of {args.repeat}; load {load_average()}",
+        flush=True,
+    )
 
     def ssh_true(i: int):
         return [run_measured(lab.ssh_base(lab.proxy_ports[i]) + ["true"], timeout=120)]
@@ -95,14 +98,25 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
         return [run_measured(base + [c.format(log=shlex.quote(str(log)))], timeout=300) for c in SEED_CALLS]
 
     def cli(i: int):
-        m = run_measured([fd, "-i", str(inv), "probe", hosts[i][0], "--json", *fleetdiag_transport_args(lab)],
-                         timeout=300)
+        m = run_measured(
+            [fd, "-i", str(inv), "probe", hosts[i][0], "--json", *fleetdiag_transport_args(lab)], timeout=300
+        )
         check_cli(m)
         return [m]
 
     def lib(i: int, *flags: str):
-        m = run_measured([sys.executable, str(Path(__file__).with_name("_probe_once.py")), str(inv), hosts[i][0],
-                          str(lab.sshd.known_hosts), str(lab.sshd.client_key), *flags], timeout=300)
+        m = run_measured(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("_probe_once.py")),
+                str(inv),
+                hosts[i][0],
+                str(lab.sshd.known_hosts),
+                str(lab.sshd.client_key),
+                *flags,
+            ],
+            timeout=300,
+        )
         try:
             data = json.loads(m.out.decode() or "{}")
         except ValueError:
@@ -123,9 +137,14 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
         return [m]
 
     lib_detail: dict[int, list[dict]] = {}
-    tools = [("ssh true", ssh_true), ("4 seed calls", seed_calls), ("fleetdiag probe (CLI)", cli),
-             ("probe_host() in-process", lib), ("ssh + funnel script (1 call)", ssh_funnel),
-             ("what-if: probe_host() -2 auth RTTs", lambda i: lib(i, "--fast-auth"))]
+    tools = [
+        ("ssh true", ssh_true),
+        ("4 seed calls", seed_calls),
+        ("fleetdiag probe (CLI)", cli),
+        ("probe_host() in-process", lib),
+        ("ssh + funnel script (1 call)", ssh_funnel),
+        ("what-if: probe_host() -2 auth RTTs", lambda i: lib(i, "--fast-auth")),
+    ]
 
     # warm-up (pyc, page cache, sshd's first fork) at the lowest RTT: not counted
     for _name, fn in tools:
@@ -158,26 +177,49 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
             w = median(walls[(name, rtt)])
             e = median(exch[(name, rtt)])
             c = median(cpus[(name, rtt)])
-            rows.append([name, f"{rtt:g}", f"{w:.2f}", ratio(w, base_true), ratio(w, base_four), f"{e:g}",
-                         f"{w * 1000 / rtt:.1f}", f"{c * 1000:.0f}"])
-            summary["rows"].append({"tool": name, "rtt_ms": rtt, "wall_s": w, "vs_ssh_true": w / base_true,
-                                    "vs_four_calls": w / base_four, "exchanges": e, "cpu_ms": c * 1000,
-                                    "runs": walls[(name, rtt)]})
+            rows.append(
+                [
+                    name,
+                    f"{rtt:g}",
+                    f"{w:.2f}",
+                    ratio(w, base_true),
+                    ratio(w, base_four),
+                    f"{e:g}",
+                    f"{w * 1000 / rtt:.1f}",
+                    f"{c * 1000:.0f}",
+                ]
+            )
+            summary["rows"].append(
+                {
+                    "tool": name,
+                    "rtt_ms": rtt,
+                    "wall_s": w,
+                    "vs_ssh_true": w / base_true,
+                    "vs_four_calls": w / base_four,
+                    "exchanges": e,
+                    "cpu_ms": c * 1000,
+                    "runs": walls[(name, rtt)],
+                }
+            )
     rows.append(["python start-up (fleetdiag --version)", "-", f"{median(startup):.2f}", "", "", "0", "", ""])
-    rows.append(["funnel script alone (local sh, no SSH)", "-", f"{median(m.wall for m in local):.2f}", "", "", "0",
-                 "", ""])
+    rows.append(
+        ["funnel script alone (local sh, no SSH)", "-", f"{median(m.wall for m in local):.2f}", "", "", "0", "", ""]
+    )
     summary["funnel_local_s"] = median(m.wall for m in local)
     print(f"\nload average after: {load_average()}")
-    print(table(["tool", "RTT ms", "wall s", "x ssh true", "x 4 calls", "exchanges", "wall/RTT", "client CPU ms"],
-                rows))
+    print(
+        table(["tool", "RTT ms", "wall s", "x ssh true", "x 4 calls", "exchanges", "wall/RTT", "client CPU ms"], rows)
+    )
 
     print("\nprobe_host() timing breakdown (median ms): ")
     for i, rtt in enumerate(rtts):
-        det = lib_detail.get(i, [])[-args.repeat:]
+        det = lib_detail.get(i, [])[-args.repeat :]
         if det:
-            print(f"  RTT {rtt:g}: connect {median(d['connect_ms'] for d in det):.0f}, exec (open+funnel+read) "
-                  f"{median(d['exec_ms'] for d in det):.0f}, total {median(d['total_ms'] for d in det):.0f}, "
-                  f"payload {median(d['bytes'] for d in det) / 1024:.1f} KiB")
+            print(
+                f"  RTT {rtt:g}: connect {median(d['connect_ms'] for d in det):.0f}, exec (open+funnel+read) "
+                f"{median(d['exec_ms'] for d in det):.0f}, total {median(d['total_ms'] for d in det):.0f}, "
+                f"payload {median(d['bytes'] for d in det) / 1024:.1f} KiB"
+            )
 
     if 240.0 in rtts:
         cli_w = median(walls[("fleetdiag probe (CLI)", 240.0)])
@@ -185,8 +227,10 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
         t = median(walls[("ssh true", 240.0)])
         f = median(walls[("4 seed calls", 240.0)])
         summary["targets"] = {
-            "cli_vs_ssh_true": cli_w / t, "cli_vs_four": cli_w / f,
-            "lib_vs_ssh_true": lib_w / t, "lib_vs_four": lib_w / f,
+            "cli_vs_ssh_true": cli_w / t,
+            "cli_vs_four": cli_w / f,
+            "lib_vs_ssh_true": lib_w / t,
+            "lib_vs_four": lib_w / f,
         }
         print("\ntargets at RTT 240 ms:")
         print(f"  fleetdiag probe (CLI) <= 1.00x ssh true : {cli_w / t:.2f}x  {verdict(cli_w <= t)}")
@@ -202,7 +246,7 @@ def check_cli(m) -> None:
     try:
         host = json.loads(m.out.decode())["hosts"][0]
     except (ValueError, KeyError, IndexError):
-        raise SystemExit(f"fleetdiag probe gave no JSON (rc {m.rc}): {m.err.decode()[-2000:]}")
+        raise SystemExit(f"fleetdiag probe gave no JSON (rc {m.rc}): {m.err.decode()[-2000:]}") from None
     line = (host.get("decisive") or {}).get("line") or ""
     if host.get("verdict") != "failed" or DECISIVE not in line:
         raise SystemExit(f"fleetdiag probe did not find the decisive error: {json.dumps(host)[:2000]}")

@@ -85,15 +85,20 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
     warm(log)
     inv = write_inventory(lab.dir / "inventory.yaml", lab, [("far", lab.proxy_ports[0])], log)
     env = child_env(FLEETDIAG_RUNTIME_DIR=str(rt), FLEETDIAG_DB=str(lab.dir / "history.db"))
-    print(f"log: {log.stat().st_size / MB:.1f} MiB; RTT {args.rtt:g} ms; median of {args.repeat}; "
-          f"load {load_average()}", flush=True)
+    print(
+        f"log: {log.stat().st_size / MB:.1f} MiB; RTT {args.rtt:g} ms; median of {args.repeat}; load {load_average()}",
+        flush=True,
+    )
 
     timings: dict[str, list[dict]] = {}
 
     def probe(persist: str, label: str = "") -> tuple[float, int]:
         lab.reset_counts()
-        m = run_measured([fd, "-i", str(inv), "probe", "far", "--json", "--persist", persist,
-                          *fleetdiag_transport_args(lab)], env=env, timeout=300)
+        m = run_measured(
+            [fd, "-i", str(inv), "probe", "far", "--json", "--persist", persist, *fleetdiag_transport_args(lab)],
+            env=env,
+            timeout=300,
+        )
         host = json.loads(m.out.decode() or "{}").get("hosts", [{}])[0]
         if DECISIVE not in ((host.get("decisive") or {}).get("line") or ""):
             raise SystemExit(f"the probe did not find the decisive error (rc {m.rc}): {m.err.decode()[-1500:]}")
@@ -109,9 +114,12 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
 
     run_measured([fd, "--version"], env=env)  # warm-up: pyc, page cache
     probe("0")
-    rows: dict[str, list[tuple[float, int]]] = {"ssh true": [], "fleetdiag probe, cold (starts the keeper)": [],
-                                                "fleetdiag probe, warm (kept connection)": [],
-                                                "fleetdiag probe, fresh (--persist 0)": []}
+    rows: dict[str, list[tuple[float, int]]] = {
+        "ssh true": [],
+        "fleetdiag probe, cold (starts the keeper)": [],
+        "fleetdiag probe, warm (kept connection)": [],
+        "fleetdiag probe, fresh (--persist 0)": [],
+    }
     for rep in range(args.repeat):
         rows["ssh true"].append(ssh_true())
         run_measured([fd, "connections", "--close"], env=env)  # no keeper: the next probe is cold
@@ -136,12 +144,16 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
     print("\nprobe timing inside the command (median ms; CPU s of the command's process tree):")
     for label, det in timings.items():
         if label:
-            print(f"  {label:5}: connect {median(d.get('connect_ms') or 0 for d in det):.0f}, exec "
-                  f"{median(d.get('exec_ms') or 0 for d in det):.0f}, probe total "
-                  f"{median(d.get('total_ms') or 0 for d in det):.0f}, CPU {median(d['cpu_s'] for d in det):.2f}")
+            print(
+                f"  {label:5}: connect {median(d.get('connect_ms') or 0 for d in det):.0f}, exec "
+                f"{median(d.get('exec_ms') or 0 for d in det):.0f}, probe total "
+                f"{median(d.get('total_ms') or 0 for d in det):.0f}, CPU {median(d['cpu_s'] for d in det):.2f}"
+            )
     w = median(v[0] for v in rows["fleetdiag probe, warm (kept connection)"])
-    print(f"\nwarm probe / fresh ssh true at {args.rtt:g} ms: {w / base:.2f}x (target <= 0.30x) "
-          f"{verdict(w <= 0.3 * base)}")
+    print(
+        f"\nwarm probe / fresh ssh true at {args.rtt:g} ms: {w / base:.2f}x (target <= 0.30x) "
+        f"{verdict(w <= 0.3 * base)}"
+    )
     summary["warm_vs_ssh_true"] = w / base
     return summary
 

@@ -76,8 +76,11 @@ async def watch_latency(server, rtt: float, trials: int, mode: str, workdir: Pat
     log.write_text(HEAD)
     proxy = await DelayProxy("127.0.0.1", server.port, rtt).start()
     server.trust(proxy.port)
-    inv = parse_inventory(f"hosts:\n  far:\n    address: 127.0.0.1\n    port: {proxy.port}\n    user: {server.user}\n"
-                          f"    logs:\n      vllm: {log}\n", "bench.yaml")
+    inv = parse_inventory(
+        f"hosts:\n  far:\n    address: 127.0.0.1\n    port: {proxy.port}\n    user: {server.user}\n"
+        f"    logs:\n      vllm: {log}\n",
+        "bench.yaml",
+    )
     w = Watch(list(inv.hosts.values()), WatchSettings(transport=server.opts(), rules=RULES, mode=mode, facts=False))
     got: dict[str, float] = {}
     changed = asyncio.Event()
@@ -176,7 +179,7 @@ def _tree_ticks(root: int) -> int:
             raw = open(f"/proc/{d}/stat").read()
         except OSError:
             continue
-        f = raw[raw.rindex(")") + 2:].split()
+        f = raw[raw.rindex(")") + 2 :].split()
         stats[int(d)] = (int(f[1]), f)
     kids: dict[int, list[int]] = {}
     for pid, (ppid, _f) in stats.items():
@@ -194,8 +197,11 @@ async def idle_cpu(server, workdir: Path, seconds: float, grow_every: float | No
     """Percent of one core used by the remote follower's process tree while its log is idle (or growing)."""
     log = workdir / f"idle-{random.randrange(10**6)}.log"
     log.write_text(HEAD)
-    inv = parse_inventory(f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {server.port}\n    user: {server.user}\n"
-                          f"    logs:\n      vllm: {log}\n", "bench.yaml")
+    inv = parse_inventory(
+        f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {server.port}\n    user: {server.user}\n"
+        f"    logs:\n      vllm: {log}\n",
+        "bench.yaml",
+    )
     w = Watch(list(inv.hosts.values()), WatchSettings(transport=server.opts(), rules=RULES, facts=False, **kw))
 
     async def consume() -> None:
@@ -229,8 +235,10 @@ async def run(args: argparse.Namespace) -> None:
     rtt = args.rtt
     target = rtt / 2 + 250
     try:
-        print(f"fleetdiag watch: detection latency at simulated RTT {rtt:.0f} ms "
-              f"(target ≤ RTT/2 + 250 ms = {target:.0f} ms), {args.trials} trials each")
+        print(
+            f"fleetdiag watch: detection latency at simulated RTT {rtt:.0f} ms "
+            f"(target ≤ RTT/2 + 250 ms = {target:.0f} ms), {args.trials} trials each"
+        )
         print(f"  {'':40} {'median':>8} {'p90':>8} {'max':>8}")
         rows = [
             ("watch, follower woken by inotify", await watch_latency(server, rtt, args.trials, "auto", work)),
@@ -243,9 +251,13 @@ async def run(args: argparse.Namespace) -> None:
             ok = "ok" if pct(ms, 0.9) <= target else "over target"
             ratio = f"{med / base:5.1f}×"
             print(f"  {name:40} {med:6.0f}ms {pct(ms, 0.9):6.0f}ms {max(ms):6.0f}ms  {ratio}  p90 {ok}")
-        print(f"  (the seeds' user: a 30 s poll loop, ≈{15000 + 1.5 * rtt:.0f} ms on average, "
-              f"{(15000 + 1.5 * rtt) / base:.0f}× the follower)")
-        print(f"\nremote follower CPU while the log is idle ({args.cpu_seconds:.0f} s, process tree via /proc; target < 1 % of a core)")
+        print(
+            f"  (the seeds' user: a 30 s poll loop, ≈{15000 + 1.5 * rtt:.0f} ms on average, "
+            f"{(15000 + 1.5 * rtt) / base:.0f}× the follower)"
+        )
+        print(
+            f"\nremote follower CPU while the log is idle ({args.cpu_seconds:.0f} s, process tree via /proc; target < 1 % of a core)"
+        )
         for name, kw in [
             ("wake mode (default: inotify doorbell, bash)", {}),
             ("wake mode + --process (pgrep check)", {"process": "sshd"}),

@@ -1,7 +1,7 @@
 """The program output shown in README.md, produced by fleetdiag's own code.
 
 README.md holds ``cog`` blocks that call these functions (``cog -r README.md``
-rewrites them; ``tests/test_docs.py`` fails when they drift). Inputs are fixed
+rewrites them, from the project root; ``tests/test_docs.py`` fails when they drift). Inputs are fixed
 (the demo's logs, the recorded H200 nvidia-smi, a fixed timing and clock) so
 the text is the same on every machine.
 """
@@ -48,7 +48,7 @@ def host_card() -> str:
     res = finish("uk-node", fr, load_rules(), timing=timing)
     res.address = "uk-node"
     res.evidence = []
-    return _print(render.host_card(res))
+    return _print(render.host_card(res, traceback_lines=12))
 
 
 def job_view() -> str:

@@ -26,7 +26,7 @@ class DelayProxy:
     _last_dir: dict[int, str] = field(default_factory=dict, repr=False)
     _writers: set[asyncio.StreamWriter] = field(default_factory=set, repr=False)
 
-    async def start(self) -> "DelayProxy":
+    async def start(self) -> DelayProxy:
         self._server = await asyncio.start_server(self._handle, self.listen_host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -69,7 +69,9 @@ class DelayProxy:
             self._writers.discard(writer)
             self._writers.discard(up_w)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float, cid: int, direction: str) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float, cid: int, direction: str
+    ) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
         async def deliver() -> None:

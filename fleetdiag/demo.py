@@ -41,23 +41,50 @@ class DemoNode:
 
 def default_nodes() -> list[DemoNode]:
     return [
-        DemoNode("uk-node", "dp_rank.log", 240, "uk",
-                 "vLLM launched with TP=2 × DP=2 on a 2-GPU node: a worker dies at startup"),
-        DemoNode("cn-node", "broken_pipe.log", 500, "cn",
-                 "one worker crashes, its sibling fails with BrokenPipeError"),
+        DemoNode(
+            "uk-node",
+            "dp_rank.log",
+            240,
+            "uk",
+            "vLLM launched with TP=2 × DP=2 on a 2-GPU node: a worker dies at startup",
+        ),
+        DemoNode("cn-node", "broken_pipe.log", 500, "cn", "one worker crashes, its sibling fails with BrokenPipeError"),
         DemoNode("us-node", "healthy.log", 20, "us", "serving requests", busy_gpu=True, expect="healthy"),
-        DemoNode("de-node", "stalled.log", 80, "de",
-                 "the launch script waits for a server that never came up", idle_seconds=1500,
-                 expect="stalled"),
-        DemoNode("jp-node", "gpu_fault.log", 150, "jp",
-                 "serving, until a worker dies of a CUDA error: its GPU fell off the bus (kernel: Xid 79)",
-                 idle_seconds=40, kernel="gpu_fault.txt", gpu_lost=True),
+        DemoNode(
+            "de-node",
+            "stalled.log",
+            80,
+            "de",
+            "the launch script waits for a server that never came up",
+            idle_seconds=1500,
+            expect="stalled",
+        ),
+        DemoNode(
+            "jp-node",
+            "gpu_fault.log",
+            150,
+            "jp",
+            "serving, until a worker dies of a CUDA error: its GPU fell off the bus (kernel: Xid 79)",
+            idle_seconds=40,
+            kernel="gpu_fault.txt",
+            gpu_lost=True,
+        ),
         # One torchrun job over two nodes (real logs, corpus/multinode/m1_exc): node B's rank raises,
         # node A's rank only sees the NCCL peer vanish. Both fail; the job line names B.
-        DemoNode("fr-node-a", "job_node_a.log", 60, "fr",
-                 "rank 0 of a 2-node training job: NCCL says a remote process exited"),
-        DemoNode("fr-node-b", "job_node_b.log", 60, "fr",
-                 "rank 1 of the same job: a shape error in its own code (the job's root cause)"),
+        DemoNode(
+            "fr-node-a",
+            "job_node_a.log",
+            60,
+            "fr",
+            "rank 0 of a 2-node training job: NCCL says a remote process exited",
+        ),
+        DemoNode(
+            "fr-node-b",
+            "job_node_b.log",
+            60,
+            "fr",
+            "rank 1 of the same job: a shape error in its own code (the job's root cause)",
+        ),
     ]
 
 
@@ -80,7 +107,9 @@ async def _run_command(process: asyncssh.SSHServerProcess, nodes_dir: Path) -> N
     """Run the exec request with the local sh, streaming its output back."""
     command = process.command or "true"
     proc = await asyncio.create_subprocess_exec(
-        "/bin/sh", "-c", command,
+        "/bin/sh",
+        "-c",
+        command,
         env=_node_env(process, nodes_dir),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -119,10 +148,15 @@ class DemoFleet:
 
     @property
     def options(self) -> TransportOptions:
-        return TransportOptions(known_hosts=str(self.known_hosts), client_keys=[str(self.client_key)],
-                                ssh_config=[], connect_timeout=10, command_timeout=30)
+        return TransportOptions(
+            known_hosts=str(self.known_hosts),
+            client_keys=[str(self.client_key)],
+            ssh_config=[],
+            connect_timeout=10,
+            command_timeout=30,
+        )
 
-    async def __aenter__(self) -> "DemoFleet":
+    async def __aenter__(self) -> DemoFleet:
         await self.start()
         return self
 
@@ -138,9 +172,13 @@ class DemoFleet:
         os.chmod(self.client_key, 0o600)
         authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
         self._server = await asyncssh.create_server(
-            _Server, "127.0.0.1", 0,
-            server_host_keys=[host_key], authorized_client_keys=authorized,
-            process_factory=lambda p: _run_command(p, self.workdir / "nodes"), encoding=None,
+            _Server,
+            "127.0.0.1",
+            0,
+            server_host_keys=[host_key],
+            authorized_client_keys=authorized,
+            process_factory=lambda p: _run_command(p, self.workdir / "nodes"),
+            encoding=None,
         )
         port = self._server.sockets[0].getsockname()[1]
         pub = host_key.export_public_key().decode().strip()
@@ -165,8 +203,7 @@ class DemoFleet:
         text = resources.files("fleetdiag").joinpath("data", "demo", node.log).read_text(encoding="utf-8")
         end = time.time() - node.idle_seconds
         # @T-30@: a vLLM time stamp 30 s before the log's last write (logs whose story needs today's clock)
-        text = re.sub(r"@T([+-]\d+)@", lambda m: time.strftime("%m-%d %H:%M:%S", time.localtime(end + int(m[1]))),
-                      text)
+        text = re.sub(r"@T([+-]\d+)@", lambda m: time.strftime("%m-%d %H:%M:%S", time.localtime(end + int(m[1]))), text)
         path.write_text(text, encoding="utf-8")
         if node.idle_seconds:
             os.utime(path, (end, end))
@@ -197,12 +234,22 @@ class DemoFleet:
         bindir = self.workdir / "nodes" / node.name / "bin"
         bindir.mkdir(parents=True, exist_ok=True)
         smi = resources.files("fleetdiag").joinpath("data", "demo", "nvidia-smi")
-        for name in ("nvidia-smi-query.csv", "nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv",
-                     "nvidia-smi-L.txt", "nvidia-smi.txt", "nvidia-smi-health.csv", "nvidia-smi-health-lost.csv",
-                     "nvidia-smi-help-query-gpu.txt"):
+        for name in (
+            "nvidia-smi-query.csv",
+            "nvidia-smi-query-busy.csv",
+            "nvidia-smi-apps.csv",
+            "nvidia-smi-L.txt",
+            "nvidia-smi.txt",
+            "nvidia-smi-health.csv",
+            "nvidia-smi-health-lost.csv",
+            "nvidia-smi-help-query-gpu.txt",
+        ):
             (bindir / name).write_bytes(smi.joinpath(name).read_bytes())
-        query, apps = ("nvidia-smi-query-busy.csv", "cat \"$d/nvidia-smi-apps.csv\"") if node.busy_gpu \
+        query, apps = (
+            ("nvidia-smi-query-busy.csv", 'cat "$d/nvidia-smi-apps.csv"')
+            if node.busy_gpu
             else ("nvidia-smi-query.csv", ":")
+        )
         query_cmd, health = f'cat "$d/{query}"', "nvidia-smi-health.csv"
         if node.gpu_lost:  # a GPU has left the bus: every query names it, and the GPU list query fails
             health = "nvidia-smi-health-lost.csv"

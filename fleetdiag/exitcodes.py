@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
-from typing import Any, Iterable
+from typing import Any
 
 from .records import DEGRADED, FAILED, NO_LOG, STALLED, UNREACHABLE, CheckStatus, HostResult
 

@@ -36,7 +36,6 @@ partial line, so positions stay exact byte offsets of the file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from . import funnel as funnel_mod
 from . import remote
@@ -185,7 +184,7 @@ class Note:
     text: str
 
 
-Record = Union[Line, Tail, Started, Sync, Heartbeat, Reset, Gone, Note]
+Record = Line | Tail | Started | Sync | Heartbeat | Reset | Gone | Note
 
 
 def _int(s: str) -> int | None:
@@ -221,16 +220,18 @@ def parse_record(raw: str) -> Record | None:
         if len(parts) < 6:
             return None
         alive = {"1": True, "0": False}.get(parts[4])
-        return Heartbeat(_float(parts[0]) or 0.0, _int(parts[1]), _float(parts[2]), _int(parts[3]), alive,
-                         _int(parts[5]) or 0)
+        return Heartbeat(
+            _float(parts[0]) or 0.0, _int(parts[1]), _float(parts[2]), _int(parts[3]), alive, _int(parts[5]) or 0
+        )
     if kind == "A":
         pos, _, lno = rest.partition("\t")
         p = _int(pos)
         return Started(p, _int(lno)) if p is not None else None
     if kind == "R":
         parts = rest.split("\t", 2)
-        return Reset(parts[0], _int(parts[1]) if len(parts) > 1 else None,
-                     parts[2] if len(parts) > 2 and parts[2] else None)
+        return Reset(
+            parts[0], _int(parts[1]) if len(parts) > 1 else None, parts[2] if len(parts) > 2 and parts[2] else None
+        )
     if kind == "G":
         return Gone(rest)
     if kind == "X":

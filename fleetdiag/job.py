@@ -28,6 +28,7 @@ LOOPBACK = re.compile(r"^(?:localhost|127\.\d+\.\d+\.\d+|::1|0\.0\.0\.0)$")
 
 # ---------------------------------------------------------------- clocks
 
+
 def clock_offset(local_receive: float, rtt: float, remote_now: float) -> float:
     """Seconds to add to a remote clock reading to get the local clock.
 
@@ -37,8 +38,10 @@ def clock_offset(local_receive: float, rtt: float, remote_now: float) -> float:
     return local_receive - rtt / 2.0 - remote_now
 
 
-_T_ISO = re.compile(r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:[.,]\d+)?)"
-                    r"(?P<z>Z|[+-]\d\d:?\d\d)?")
+_T_ISO = re.compile(
+    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:[.,]\d+)?)"
+    r"(?P<z>Z|[+-]\d\d:?\d\d)?"
+)
 _T_GLOG = re.compile(r"(?<![\d-])(?P<mo>\d{1,2}?)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:\.\d+)?)")
 _T_MD = re.compile(r"(?<![\d-])(?P<mo>\d\d)-(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:[.,]\d+)?)")
 _T_GLOG_LINE = re.compile(r"(?:^|[\[\]:\s])[IWEF](?P<t>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)")
@@ -68,8 +71,9 @@ def _frac(s: str) -> tuple[int, float]:
     return int(v), v - int(v)
 
 
-def normalise(raw_time: str | None, host_zone: Any = None, mtime: float | None = None,
-              offset: float = 0.0) -> float | None:
+def normalise(
+    raw_time: str | None, host_zone: Any = None, mtime: float | None = None, offset: float = 0.0
+) -> float | None:
     """A framework timestamp as seconds since the epoch on the local clock, or None.
 
     Accepts ISO (``2024-11-20 14:37:16[.f][Z|±hh:mm]``, torchrun's
@@ -119,6 +123,7 @@ def normalise(raw_time: str | None, host_zone: Any = None, mtime: float | None =
 
 # ---------------------------------------------------------------- input and output records
 
+
 @dataclass
 class HostEvidence:
     """What one failed host says about the job, in the shape the job analysis needs.
@@ -161,12 +166,26 @@ class RootCause:
     consequences: list[tuple[str, str, float | None]] = field(default_factory=list)  # host, kind, seconds after root
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "rank": self.rank, "line": self.line, "time": self.time,
-                "fingerprint": self.fingerprint, "affected": list(self.affected), "why": self.why}
+        return {
+            "host": self.host,
+            "rank": self.rank,
+            "line": self.line,
+            "time": self.time,
+            "fingerprint": self.fingerprint,
+            "affected": list(self.affected),
+            "why": self.why,
+        }
 
 
-def evidence_from_result(result: Any, *, lines: Sequence[str] | None = None, offset: float | None = None,
-                         rtt: float | None = None, mtime: float | None = None, zone: Any = None) -> HostEvidence | None:
+def evidence_from_result(
+    result: Any,
+    *,
+    lines: Sequence[str] | None = None,
+    offset: float | None = None,
+    rtt: float | None = None,
+    mtime: float | None = None,
+    zone: Any = None,
+) -> HostEvidence | None:
     """HostEvidence from a ``fleetdiag.records.HostResult`` (None when it has no decisive error).
 
     Clock inputs missing here are read from ``result.facts["clock"]``
@@ -192,14 +211,28 @@ def evidence_from_result(result: Any, *, lines: Sequence[str] | None = None, off
     if lines is None and isinstance(kept.get("lines"), list):
         lines = [str(x) for x in kept["lines"]]
     return HostEvidence(
-        host=result.host, line=dec.line, message=dec.message, process=dec.process, rank=dec.rank, time=dec.time,
-        fingerprint=dec.fingerprint, traceback=list(dec.traceback or []), pos=dec.pos, lineno=dec.lineno,
-        address=getattr(result, "address", None), facts=facts, offset=offset or 0.0, rtt=rtt, mtime=mtime,
+        host=result.host,
+        line=dec.line,
+        message=dec.message,
+        process=dec.process,
+        rank=dec.rank,
+        time=dec.time,
+        fingerprint=dec.fingerprint,
+        traceback=list(dec.traceback or []),
+        pos=dec.pos,
+        lineno=dec.lineno,
+        address=getattr(result, "address", None),
+        facts=facts,
+        offset=offset or 0.0,
+        rtt=rtt,
+        mtime=mtime,
         zone=zone if zone is not None else facts.get("zone"),
-        lines=list(lines) if lines is not None else list(dec.traceback or []) or [dec.line])
+        lines=list(lines) if lines is not None else list(dec.traceback or []) or [dec.line],
+    )
 
 
 # ---------------------------------------------------------------- classification and per-host facts
+
 
 def classify(ev: HostEvidence, rules: JobRules) -> str:
     """The peer-caused kind of the host's decisive error, or "" when it is local-origin."""
@@ -318,8 +351,9 @@ def _killed(ev: HostEvidence, rules: JobRules) -> tuple[str, int | None] | None:
 def _keys(ev: HostEvidence) -> set[str]:
     """The names another host's error could call this one by (host name, address)."""
     # a name short and wordlike ("a", "gpu") would match ordinary words: only distinctive names count
-    return {k for k in (ev.host, ev.address)
-            if k and not LOOPBACK.match(k) and (len(k) >= 4 and re.search(r"[\d.-]", k))}
+    return {
+        k for k in (ev.host, ev.address) if k and not LOOPBACK.match(k) and (len(k) >= 4 and re.search(r"[\d.-]", k))
+    }
 
 
 _WORDISH = re.compile(r"[\w.-]+")
@@ -358,6 +392,7 @@ def _names(ev: HostEvidence, other: HostEvidence) -> bool:
 
 
 # ---------------------------------------------------------------- membership
+
 
 @dataclass
 class _Host:
@@ -426,6 +461,7 @@ def groups(hosts: list[_Host], window: float = WINDOW_S) -> list[list[_Host]]:
 
 # ---------------------------------------------------------------- the root cause
 
+
 def _iso(t: float | None) -> str | None:
     if t is None:
         return None
@@ -461,9 +497,11 @@ def _straggler(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, 
         missing = set(range(world)) - waiting[seq] - (seen - ranks)
     rank = min(missing) if len(missing) == 1 else (min(ranks) if len(ranks) == 1 else None)
     others = sorted(reporters)
-    why = (f"hang: {', '.join(others)} waited in collective SeqNum={seq} until the watchdog fired "
-           f"(ranks {', '.join(map(str, sorted(waiting[seq]))) or '?'}); {h.ev.host}"
-           f"{f' (rank {rank})' if rank is not None else ''} shows no collective error of its own: it never reached it")
+    why = (
+        f"hang: {', '.join(others)} waited in collective SeqNum={seq} until the watchdog fired "
+        f"(ranks {', '.join(map(str, sorted(waiting[seq]))) or '?'}); {h.ev.host}"
+        f"{f' (rank {rank})' if rank is not None else ''} shows no collective error of its own: it never reached it"
+    )
     return h, rank, why
 
 
@@ -477,8 +515,10 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
         peer = [h for h in group if h.kind]
         if peer:
             early = [h.ev.host for h in peer if h.t is not None and best.t is not None and h.t < best.t]
-            parts.append(f"{len(peer)} other host{'s show' if len(peer) != 1 else ' shows'} only peer-caused errors"
-                         + (f" ({', '.join(early)} stamped earlier, demoted as a consequence)" if early else ""))
+            parts.append(
+                f"{len(peer)} other host{'s show' if len(peer) != 1 else ' shows'} only peer-caused errors"
+                + (f" ({', '.join(early)} stamped earlier, demoted as a consequence)" if early else "")
+            )
         if len(local) > 1:
             parts.append(f"earliest of {len(local)} local-origin failures by corrected time")
         return best, best.ev.rank, best.ev.line, "; ".join(parts)
@@ -490,14 +530,24 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
         k = _killed(h.ev, rules)
         if k is not None:
             line, rank = k
-            return h, rank if rank is not None else h.ev.rank, line, (
-                f"the launcher on {h.ev.host} reports its rank killed (SIGKILL) with no traceback of its own; "
-                "the other hosts show only consequences")
+            return (
+                h,
+                rank if rank is not None else h.ev.rank,
+                line,
+                (
+                    f"the launcher on {h.ev.host} reports its rank killed (SIGKILL) with no traceback of its own; "
+                    "the other hosts show only consequences"
+                ),
+            )
     named = [h for h in group if sum(1 for o in group if o is not h and o.names(h)) == len(group) - 1]
     if len(named) == 1:
         h = named[0]
-        return h, h.ev.rank, h.ev.line, (f"every other host's peer-caused error names {h.ev.host}; "
-                                        "it has no local-origin error in the lines read")
+        return (
+            h,
+            h.ev.rank,
+            h.ev.line,
+            (f"every other host's peer-caused error names {h.ev.host}; it has no local-origin error in the lines read"),
+        )
     return None
 
 
@@ -527,8 +577,18 @@ def root_causes(results: Sequence[Any], *, rules: JobRules | None = None, window
         h, rank, line, why = found
         others = sorted((o for o in g if o is not h), key=lambda o: o.ev.host)
         cons = [(o.ev.host, o.kind or "local-origin error", _delta(o.t, h.t)) for o in others]
-        out.append(RootCause(host=h.ev.host, rank=rank, line=line, time=_iso(h.t), fingerprint=h.ev.fingerprint,
-                             affected=[o.ev.host for o in others], why=why, consequences=cons))
+        out.append(
+            RootCause(
+                host=h.ev.host,
+                rank=rank,
+                line=line,
+                time=_iso(h.t),
+                fingerprint=h.ev.fingerprint,
+                affected=[o.ev.host for o in others],
+                why=why,
+                consequences=cons,
+            )
+        )
     out.sort(key=lambda rc: (rc.time is None, rc.time or "", rc.host))
     return out
 
@@ -537,7 +597,7 @@ def summary_line(rc: RootCause, width: int = 60) -> str:
     """The fleet view's opening line for a job."""
     msg = rc.line.strip()
     for prefix in re.findall(r"^(?:\[[^\]]*\]:?\s*)+", msg)[:1]:
-        msg = msg[len(prefix):]
+        msg = msg[len(prefix) :]
     if len(msg) > width:
         msg = msg[:width].rstrip() + " …"
     head = f"job root cause: {rc.host}" + (f" · rank {rc.rank}" if rc.rank is not None else "") + f" · {msg}"
@@ -573,9 +633,14 @@ def clock_sample(text: str | None, local_receive: float, rtt: float | None) -> d
     remote_now = float(m.group("s"))
     measured = clock_offset(local_receive, rtt or 0.0, remote_now)
     noise = max(CLOCK_DEADBAND_S, rtt or 0.0)
-    return {"local_receive": round(local_receive, 3), "remote_now": remote_now, "rtt": rtt,
-            "measured": round(measured, 3), "offset": 0.0 if abs(measured) <= noise else round(measured, 3),
-            **({"zone": m.group("z")} if m.group("z") else {})}
+    return {
+        "local_receive": round(local_receive, 3),
+        "remote_now": remote_now,
+        "rtt": rtt,
+        "measured": round(measured, 3),
+        "offset": 0.0 if abs(measured) <= noise else round(measured, 3),
+        **({"zone": m.group("z")} if m.group("z") else {}),
+    }
 
 
 def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_LINES) -> list[str]:
@@ -666,8 +731,9 @@ def annotate(results: Sequence[Any], rcs: Sequence[RootCause]) -> None:
     for rc in rcs:
         root = by_host.get(rc.host)
         if root is not None:
-            root.facts.setdefault("job", {}).update(role="root", rank=rc.rank, affected=list(rc.affected),
-                                                    why=rc.why, time=rc.time)
+            root.facts.setdefault("job", {}).update(
+                role="root", rank=rc.rank, affected=list(rc.affected), why=rc.why, time=rc.time
+            )
         for h in rc.affected:
             v = by_host.get(h)
             if v is not None:

@@ -135,8 +135,9 @@ def _file_id(path: str | os.PathLike[str] | None, content: bool = False) -> list
     return [str(p), st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def connect_params(target: str, port: int | None, user: str | None, opts: TransportOptions,
-                   jump: Any = None) -> dict[str, Any]:
+def connect_params(
+    target: str, port: int | None, user: str | None, opts: TransportOptions, jump: Any = None
+) -> dict[str, Any]:
     """The plain (JSON) description of one connection: what the keeper needs to dial it. No secrets."""
     return {
         "target": target,
@@ -261,8 +262,9 @@ class Keeper:
 
     # ---- connections
 
-    async def get(self, key: str, params: dict[str, Any], label: str, persist: float,
-                  fresh: bool = False) -> tuple[Kept, bool, float]:
+    async def get(
+        self, key: str, params: dict[str, Any], label: str, persist: float, fresh: bool = False
+    ) -> tuple[Kept, bool, float]:
         """The kept connection for ``key`` (dialled when missing or dead); (kept, reused, dial ms)."""
         lock = self.dialling.setdefault(key, asyncio.Lock())
         async with lock:
@@ -285,8 +287,9 @@ class Keeper:
             )
             if params.get("client_keys") is None:  # the client's agent, not the one the keeper was started with
                 opts.extra["agent_path"] = params.get("agent_path")
-            conn = await connect(params["target"], params.get("port"), params.get("user"), opts,
-                                 jump=_unplain(params.get("jump")))
+            conn = await connect(
+                params["target"], params.get("port"), params.get("user"), opts, jump=_unplain(params.get("jump"))
+            )
             k = Kept(key, label, f"{params['target']}:{params.get('port') or 22}", conn, persist=persist)
             self.kept[key] = k
             return k, False, conn.connect_ms
@@ -332,8 +335,9 @@ class Keeper:
 
     async def op_open(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         try:
-            k, reused, dial_ms = await self.get(req["key"], req["params"], req.get("label") or "",
-                                                float(req.get("persist") or self.persist))
+            k, reused, dial_ms = await self.get(
+                req["key"], req["params"], req.get("label") or "", float(req.get("persist") or self.persist)
+            )
         except HostError as exc:
             await _send(writer, json.dumps({"error": [exc.kind, str(exc)]}).encode())
             return
@@ -358,11 +362,23 @@ class Keeper:
             t0 = time.perf_counter()
             try:
                 proc = await asyncio.wait_for(
-                    k.conn.conn.create_process(req["command"], encoding=None, stdin=asyncssh.DEVNULL), timeout)
+                    k.conn.conn.create_process(req["command"], encoding=None, stdin=asyncssh.DEVNULL), timeout
+                )
             except (asyncio.TimeoutError, TimeoutError):
                 k.busy -= 1
-                await _send(writer, b"X" + json.dumps({"error": [TIMEOUT, f"no answer within {timeout:g}s to the "
-                                                       "command: logged in, then the host stopped answering"]}).encode())
+                await _send(
+                    writer,
+                    b"X"
+                    + json.dumps(
+                        {
+                            "error": [
+                                TIMEOUT,
+                                f"no answer within {timeout:g}s to the "
+                                "command: logged in, then the host stopped answering",
+                            ]
+                        }
+                    ).encode(),
+                )
                 return
             except (asyncssh.Error, OSError) as exc:
                 k.busy -= 1
@@ -387,8 +403,9 @@ class Keeper:
             await _send(writer, b"X" + json.dumps(end).encode())
             return
 
-    async def _stream(self, proc: Any, writer: asyncio.StreamWriter, timeout: float | None, t0: float,
-                      cap: int) -> dict[str, Any]:
+    async def _stream(
+        self, proc: Any, writer: asyncio.StreamWriter, timeout: float | None, t0: float, cap: int
+    ) -> dict[str, Any]:
         import asyncssh
 
         open_ms = (time.perf_counter() - t0) * 1000
@@ -451,9 +468,16 @@ class Keeper:
     def listing(self) -> list[dict[str, Any]]:
         now = time.monotonic()
         return [
-            {"host": k.label or k.where, "where": k.where, "key": k.key[:12], "age_s": round(time.time() - k.opened, 1),
-             "idle_s": round(now - k.last_used, 1), "rtt_ms": None if k.rtt_ms is None else round(k.rtt_ms, 1),
-             "uses": k.uses, "persist_s": k.persist}
+            {
+                "host": k.label or k.where,
+                "where": k.where,
+                "key": k.key[:12],
+                "age_s": round(time.time() - k.opened, 1),
+                "idle_s": round(now - k.last_used, 1),
+                "rtt_ms": None if k.rtt_ms is None else round(k.rtt_ms, 1),
+                "uses": k.uses,
+                "persist_s": k.persist,
+            }
             for k in self.kept.values()
         ]
 
@@ -557,8 +581,10 @@ def _raise_fd_limit() -> None:
 
 
 # The keeper runs this fleetdiag (an editable checkout too), whatever PYTHONPATH the command had.
-_BOOT = ("import sys; sys.path.insert(0, {root!r}); from fleetdiag.keeper import _detach_main; "
-         "sys.exit(_detach_main(sys.argv[2:]))").format(root=str(Path(__file__).resolve().parent.parent))
+_BOOT = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); from fleetdiag.keeper import _detach_main; "
+    "sys.exit(_detach_main(sys.argv[2:]))"
+)
 
 
 def spawn(directory: Path, persist: float) -> bytes:
@@ -570,8 +596,13 @@ def spawn(directory: Path, persist: float) -> bytes:
     try:
         proc = subprocess.run(  # `fleetdiag.keeper` in its argv: ps shows what it is
             [sys.executable, "-c", _BOOT, "fleetdiag.keeper", str(directory), repr(float(persist))],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=True, start_new_session=True, timeout=START_WAIT * 2, check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,
+            timeout=START_WAIT * 2,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return FAILED
@@ -664,8 +695,17 @@ class KeptConnection:
 
     STDERR_KEEP = STDERR_KEEP
 
-    def __init__(self, directory: Path, key: str, params: dict[str, Any], label: str, persist: float,
-                 connect_ms: float, reused: bool, cap: int = OUTPUT_CAP):
+    def __init__(
+        self,
+        directory: Path,
+        key: str,
+        params: dict[str, Any],
+        label: str,
+        persist: float,
+        connect_ms: float,
+        reused: bool,
+        cap: int = OUTPUT_CAP,
+    ):
         self.directory = directory
         self.key = key
         self.params = params
@@ -681,8 +721,16 @@ class KeptConnection:
     async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]:
         """As ``Connection.run``: (stdout, exit status, open+exec ms, total ms); same errors."""
         self.last_stderr, self.last_status = b"", None
-        req = {"op": "run", "key": self.key, "params": self.params, "label": self.label, "persist": self.persist,
-               "command": command, "timeout": timeout, "cap": self.cap}
+        req = {
+            "op": "run",
+            "key": self.key,
+            "params": self.params,
+            "label": self.label,
+            "persist": self.persist,
+            "command": command,
+            "timeout": timeout,
+            "cap": self.cap,
+        }
         try:
             reader, writer = await _request(self.directory, req)
         except KeeperUnavailable as exc:
@@ -703,8 +751,9 @@ class KeptConnection:
                     break
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
             got = sum(map(len, out))
-            raise PartialOutput(b"".join(out), f"connection keeper for {self.where} stopped answering after "
-                                               f"{got} bytes of output") from exc
+            raise PartialOutput(
+                b"".join(out), f"connection keeper for {self.where} stopped answering after {got} bytes of output"
+            ) from exc
         finally:
             writer.close()
         self.last_stderr = b"".join(err)
@@ -716,12 +765,16 @@ class KeptConnection:
         if end.get("cut"):
             raise PartialOutput(data, f"output cut at {self.cap // (1024 * 1024)} MiB")
         if end.get("partial") == "timeout":
-            why = (f"command timed out after {timeout:g}s; output stopped after {len(data)} bytes" if data
-                   else f"no output within {timeout:g}s: the command started, then the host went silent")
+            why = (
+                f"command timed out after {timeout:g}s; output stopped after {len(data)} bytes"
+                if data
+                else f"no output within {timeout:g}s: the command started, then the host went silent"
+            )
             raise PartialOutput(data, why)
         if end.get("partial") == "lost":
-            raise PartialOutput(data, f"connection to {self.where} lost after {len(data)} bytes of output "
-                                      f"({end.get('reason')})")
+            raise PartialOutput(
+                data, f"connection to {self.where} lost after {len(data)} bytes of output ({end.get('reason')})"
+            )
         self.last_status = end.get("status")
         return data, self.last_status, float(end["open_ms"]), float(end["total_ms"])
 
@@ -734,8 +787,16 @@ def usable(opts: TransportOptions) -> bool:
     return not opts.passphrase and not opts.extra
 
 
-async def open_kept(target: str, port: int | None, user: str | None, opts: TransportOptions, jump: Any,
-                    label: str, persist: float, directory: Path | None = None) -> KeptConnection:
+async def open_kept(
+    target: str,
+    port: int | None,
+    user: str | None,
+    opts: TransportOptions,
+    jump: Any,
+    label: str,
+    persist: float,
+    directory: Path | None = None,
+) -> KeptConnection:
     """The host's kept connection (dialled by the keeper when it holds none); starts the keeper if needed.
 
     Raises KeeperUnavailable when there is no usable keeper (the caller connects
@@ -773,8 +834,9 @@ async def open_kept(target: str, port: int | None, user: str | None, opts: Trans
         if kind == KEY:  # the keeper lacks what unlocks a key (its environment): this command may not
             raise KeeperUnavailable(text)
         raise HostError(kind, text)
-    return KeptConnection(directory, key, params, label, persist, (time.perf_counter() - t0) * 1000,
-                          bool(answer.get("reused")))
+    return KeptConnection(
+        directory, key, params, label, persist, (time.perf_counter() - t0) * 1000, bool(answer.get("reused"))
+    )
 
 
 def list_kept(directory: Path | None = None) -> list[dict[str, Any]] | None:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from . import facts as facts_mod
 from . import funnel as funnel_mod
@@ -120,7 +121,9 @@ def build_script(launch: Launch, mark: str, path_prepend: str | None = None) -> 
 # ---------------------------------------------------------------- the checks (pure)
 
 
-def evaluate(launch: Launch, raw: Mapping[str, list[str]], expected_gpus: int | None = None) -> tuple[list[Check], dict[str, Any]]:
+def evaluate(
+    launch: Launch, raw: Mapping[str, list[str]], expected_gpus: int | None = None
+) -> tuple[list[Check], dict[str, Any]]:
     """The checks for one host, from the script's records. Pure: the tests feed it fixtures."""
     facts = facts_mod.build(raw)
     gpus: list[dict[str, Any]] | None = facts.get("gpus")
@@ -144,21 +147,33 @@ def evaluate(launch: Launch, raw: Mapping[str, list[str]], expected_gpus: int | 
     if smi == "ok":
         checks.append(Check("nvidia-smi", PASS, facts_mod.gpu_summary(gpus or [])))
     elif smi == "missing":
-        checks.append(Check("nvidia-smi", WARN, "nvidia-smi not found on PATH (use --path-prepend DIR): GPUs not checked"))
+        checks.append(
+            Check("nvidia-smi", WARN, "nvidia-smi not found on PATH (use --path-prepend DIR): GPUs not checked")
+        )
     elif smi:
-        checks.append(Check("nvidia-smi", FAIL, f"nvidia-smi {smi}: the driver is not answering, a launch would fail too"))
+        checks.append(
+            Check("nvidia-smi", FAIL, f"nvidia-smi {smi}: the driver is not answering, a launch would fail too")
+        )
     else:
         checks.append(Check("nvidia-smi", WARN, "no answer from the GPU query"))
 
     vis = visibility(cvd, gpus)
     if cvd is not None and not cvd.strip():
-        checks.append(Check("gpu-ids", WARN, f"CUDA_VISIBLE_DEVICES is set but empty (from {cvd_from}): every GPU is hidden"))
+        checks.append(
+            Check("gpu-ids", WARN, f"CUDA_VISIBLE_DEVICES is set but empty (from {cvd_from}): every GPU is hidden")
+        )
     elif cvd is not None and gpus is not None:
         if vis.invalid:
             checks.append(Check("gpu-ids", FAIL, vis.text))
         else:
-            checks.append(Check("gpu-ids", PASS, f"CUDA_VISIBLE_DEVICES={cvd} (from {cvd_from}): "
-                                                 f"GPU{'s' if len(vis.indices) != 1 else ''} {_list(vis.indices)} exist"))
+            checks.append(
+                Check(
+                    "gpu-ids",
+                    PASS,
+                    f"CUDA_VISIBLE_DEVICES={cvd} (from {cvd_from}): "
+                    f"GPU{'s' if len(vis.indices) != 1 else ''} {_list(vis.indices)} exist",
+                )
+            )
 
     n, arith = workers(launch.parallel(), launch.launcher, launch.dp_attention)
     checks.append(_count_check(launch, n, arith, vis))
@@ -166,7 +181,9 @@ def evaluate(launch: Launch, raw: Mapping[str, list[str]], expected_gpus: int | 
     checks.append(_model_check(launch, one("model"), raw.get("hf_cache")))
     if expected_gpus is not None and gpus is not None:
         if len(gpus) != expected_gpus:
-            checks.append(Check("inventory", WARN, f"the inventory says {expected_gpus} GPUs, nvidia-smi lists {len(gpus)}"))
+            checks.append(
+                Check("inventory", WARN, f"the inventory says {expected_gpus} GPUs, nvidia-smi lists {len(gpus)}")
+            )
         else:
             checks.append(Check("inventory", PASS, f"{len(gpus)} GPUs, as the inventory says"))
     for note in launch.notes:
@@ -182,13 +199,18 @@ def _count_check(launch: Launch, n: int | None, arith: str, vis: facts_mod.Visib
     if n is None:
         spec = launch.nproc_spec
         if spec in ("gpu", "auto") and vis.count is not None:
-            return Check("gpu-count", PASS if vis.count > 0 else FAIL,
-                         f"nproc_per_node={spec}: one worker per visible GPU; {vis.text}")
+            return Check(
+                "gpu-count",
+                PASS if vis.count > 0 else FAIL,
+                f"nproc_per_node={spec}: one worker per visible GPU; {vis.text}",
+            )
         if spec == "cpu":
             return Check("gpu-count", SKIP, "nproc_per_node=cpu: no GPUs needed")
         return Check("gpu-count", SKIP, "cannot tell the workers this launch needs")
     if vis.count is None:
-        return Check("gpu-count", WARN, f"{arith}; the visible GPUs are unknown (no nvidia-smi, no CUDA_VISIBLE_DEVICES)")
+        return Check(
+            "gpu-count", WARN, f"{arith}; the visible GPUs are unknown (no nvidia-smi, no CUDA_VISIBLE_DEVICES)"
+        )
     if n > vis.count:
         status = FAIL
         tail = ""
@@ -223,9 +245,11 @@ def _free_check(launch: Launch, n: int | None, vis: facts_mod.Visibility, gpus: 
         used = g.get("memory_used_mib") or 0
         total = g.get("memory_total_mib")
         procs = g.get("processes") or []
-        who = ", ".join(f"pid {p['pid']} {(p.get('cmdline') or p.get('name') or '')[:60]}".rstrip()
-                        + (f" {fmt_mib(p['used_mib'])}" if p.get("used_mib") and len(procs) > 1 else "")
-                        for p in procs[:3]) + (f", … {len(procs) - 3} more" if len(procs) > 3 else "")
+        who = ", ".join(
+            f"pid {p['pid']} {(p.get('cmdline') or p.get('name') or '')[:60]}".rstrip()
+            + (f" {fmt_mib(p['used_mib'])}" if p.get("used_mib") and len(procs) > 1 else "")
+            for p in procs[:3]
+        ) + (f", … {len(procs) - 3} more" if len(procs) > 3 else "")
         held = f"GPU {i}: {fmt_mib(used)} in use" + (f" by {who}" if who else "")
         if util is not None and total:
             need = util * total
@@ -239,7 +263,11 @@ def _free_check(launch: Launch, n: int | None, vis: facts_mod.Visibility, gpus: 
         return Check("gpus-free", FAIL, "; ".join(bad + warn))
     if warn:
         return Check("gpus-free", WARN, "; ".join(warn))
-    return Check("gpus-free", PASS, f"GPU{'s' if len(use) != 1 else ''} {_list(use)} idle (no process, under {fmt_mib(BUSY_MIB)} used)")
+    return Check(
+        "gpus-free",
+        PASS,
+        f"GPU{'s' if len(use) != 1 else ''} {_list(use)} idle (no process, under {fmt_mib(BUSY_MIB)} used)",
+    )
 
 
 def _model_check(launch: Launch, model: str | None, hf: list[str] | None) -> Check:
@@ -251,9 +279,13 @@ def _model_check(launch: Launch, model: str | None, hf: list[str] | None) -> Che
     if kind == "hf":
         state = (hf[-1] if hf else "").split("\t")
         if state[0] == "present":
-            return Check("model", PASS, f"{launch.model}: in the Hugging Face cache ({state[1] if len(state) > 1 else ''})")
+            return Check(
+                "model", PASS, f"{launch.model}: in the Hugging Face cache ({state[1] if len(state) > 1 else ''})"
+            )
         where = f" ({state[1]})" if len(state) > 1 else ""
-        return Check("model", WARN, f"{launch.model}: not in the Hugging Face cache{where}: the launch downloads it first")
+        return Check(
+            "model", WARN, f"{launch.model}: not in the Hugging Face cache{where}: the launch downloads it first"
+        )
     if launch.model:
         return Check("model", SKIP, f"{launch.model}: neither a path nor an org/name id: not checked")
     return Check("model", SKIP, "no model in the command")
@@ -293,8 +325,9 @@ async def preflight_host(host: HostLike, launch: Launch, settings: ProbeSettings
     return res
 
 
-async def preflight_many(hosts: Sequence[HostLike], launch: Launch, settings: ProbeSettings,
-                         fanout: int = 64) -> AsyncIterator[PreflightResult]:
+async def preflight_many(
+    hosts: Sequence[HostLike], launch: Launch, settings: ProbeSettings, fanout: int = 64
+) -> AsyncIterator[PreflightResult]:
     """Bounded fanout; results as each host answers."""
     sem = asyncio.Semaphore(max(1, fanout))
 
@@ -322,11 +355,37 @@ def report_json(launch: Launch, results: Sequence[PreflightResult]) -> dict[str,
     ld = launch.to_dict()
     return {
         "version": 1,
-        "launch": {k: ld[k] for k in ("argv", "launcher", "env", "model", "tp", "dp", "pp", "dp_local",
-                                      "nproc_per_node", "nnodes", "workers", "arithmetic")},
+        "launch": {
+            k: ld[k]
+            for k in (
+                "argv",
+                "launcher",
+                "env",
+                "model",
+                "tp",
+                "dp",
+                "pp",
+                "dp_local",
+                "nproc_per_node",
+                "nnodes",
+                "workers",
+                "arithmetic",
+            )
+        },
         "hosts": [r.to_json() for r in results],
     }
 
 
-__all__ = ["Check", "LaunchError", "PreflightResult", "build_script", "evaluate", "exit_code", "plan",
-           "preflight_host", "preflight_many", "report_json", "model_kind"]
+__all__ = [
+    "Check",
+    "LaunchError",
+    "PreflightResult",
+    "build_script",
+    "evaluate",
+    "exit_code",
+    "plan",
+    "preflight_host",
+    "preflight_many",
+    "report_json",
+    "model_kind",
+]

@@ -10,9 +10,11 @@ import asyncio
 import concurrent.futures
 import math
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import facts as facts_mod
 from . import funnel as funnel_mod
@@ -22,6 +24,7 @@ from .analysis import Rules, analyze, load_rules
 from .evidence import hang as hang_mod
 from .evidence import host as evidence_mod
 from .evidence import stacks as stacks_mod
+from .inventory.model import DISCOVER, LogSource
 from .reach import (
     JUMP,
     HostError,
@@ -30,7 +33,6 @@ from .reach import (
     TransportOptions,
     parse_jump_chain,
 )
-from .inventory.model import DISCOVER, LogSource
 from .records import (
     FAILED,
     HEALTHY,
@@ -165,8 +167,14 @@ def _finish_log(
         res.verdict = HEALTHY
     if res.verdict != FAILED and fr.mtime is not None and fr.now is not None:
         # silence against the log's own rhythm: a stall only while starting or training, never an idle server
-        sil = hang_mod.judge_silence(hang_mod.run_lines(lines, fr.run_start), fr.mtime, fr.now, rules,
-                                     stall_after, alive=hang_mod.alive_from_facts(res.facts))
+        sil = hang_mod.judge_silence(
+            hang_mod.run_lines(lines, fr.run_start),
+            fr.mtime,
+            fr.now,
+            rules,
+            stall_after,
+            alive=hang_mod.alive_from_facts(res.facts),
+        )
         res.facts["silence"] = hang_mod.silence_fact(sil)
         if sil.stalled:
             res.verdict = STALLED
@@ -187,8 +195,6 @@ def _log_problem(fr: FunnelResult) -> str:
     if text:
         return text
     return f"funnel failed: {'; '.join(fr.markers) or fr.status}" + (f" ({reason})" if reason else "")
-
-
 
 
 async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
@@ -214,8 +220,9 @@ async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptio
         from .keeper import KeeperUnavailable, open_kept
 
         try:
-            return await open_kept(host.target, host.port, host.user, opts, jump, host.name,
-                                   settings.persist, settings.keeper_dir)
+            return await open_kept(
+                host.target, host.port, host.user, opts, jump, host.name, settings.persist, settings.keeper_dir
+            )
         except KeeperUnavailable:
             pass
     from .transport import connect  # asyncssh loads only when a host is really reached directly
@@ -318,8 +325,9 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
     return res
 
 
-async def _stacks(conn: Connection, name: str, settings: ProbeSettings, res: HostResult,
-                  first_ms: float | None) -> None:
+async def _stacks(
+    conn: Connection, name: str, settings: ProbeSettings, res: HostResult, first_ms: float | None
+) -> None:
     """The second round trip, on the same connection: where the stalled job's processes wait.
 
     Bounded so the host still answers within its deadline: what is left of the command timeout after the
@@ -328,8 +336,13 @@ async def _stacks(conn: Connection, name: str, settings: ProbeSettings, res: Hos
     """
     left = settings.transport.command_timeout - (first_ms or 0.0) / 1000
     budget = min(hang_mod.TRIP_TIMEOUT, max(3.0, left))
-    command = hang_mod.command(hang_mod.job_pids(res.facts, res.log_source), res.log, settings.path_prepend, settings.pyspy,
-                               dump_timeout=min(hang_mod.DUMP_TIMEOUT, max(1.0, budget / 4)))
+    command = hang_mod.command(
+        hang_mod.job_pids(res.facts, res.log_source),
+        res.log,
+        settings.path_prepend,
+        settings.pyspy,
+        dump_timeout=min(hang_mod.DUMP_TIMEOUT, max(1.0, budget / 4)),
+    )
     cut = None
     t0 = time.perf_counter()
     try:

@@ -40,7 +40,7 @@ class SweepMetrics:
 
 def escape_label(value: str) -> str:
     """A label value as the exposition format wants it: backslash, double quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _escape_help(text: str) -> str:
@@ -70,35 +70,65 @@ class _Doc:
 
 def render(metrics: SweepMetrics, redactor: Any = None) -> str:
     """The exposition text for one sweep. Every per-host series carries a ``host`` label."""
+
     def name(host: str) -> str:
         return redactor.text(host) if redactor is not None else host
 
     rs = list(metrics.results)
     doc = _Doc()
     verdicts = list(VERDICTS) + sorted({r.verdict for r in rs} - set(VERDICTS))
-    doc.family("fleetdiag_host_verdict", "gauge",
-               "1 for the host's verdict in the last sweep, 0 for the other verdicts.",
-               [({"host": name(r.host), "verdict": str(v)}, 1 if r.verdict == v else 0) for r in rs for v in verdicts])
+    doc.family(
+        "fleetdiag_host_verdict",
+        "gauge",
+        "1 for the host's verdict in the last sweep, 0 for the other verdicts.",
+        [({"host": name(r.host), "verdict": str(v)}, 1 if r.verdict == v else 0) for r in rs for v in verdicts],
+    )
     rtt = [r for r in rs if r.timing.rtt_ms is not None]
-    doc.family("fleetdiag_host_rtt_seconds", "gauge", "SSH round trip to the host measured by the last sweep.",
-               [({"host": name(r.host)}, (r.timing.rtt_ms or 0.0) / 1000.0) for r in rtt])
+    doc.family(
+        "fleetdiag_host_rtt_seconds",
+        "gauge",
+        "SSH round trip to the host measured by the last sweep.",
+        [({"host": name(r.host)}, (r.timing.rtt_ms or 0.0) / 1000.0) for r in rtt],
+    )
     if metrics.open_incidents is not None:
         inc = metrics.open_incidents
-        doc.family("fleetdiag_host_open_incident", "gauge",
-                   "1 while the host has an incident open in the sweep history, else 0.",
-                   [({"host": name(r.host)}, 1 if r.host in inc else 0) for r in rs])
-        doc.family("fleetdiag_open_incidents", "gauge", "Open incidents in the sweep history.",
-                   [({}, len(inc))])
-    doc.family("fleetdiag_history_ok", "gauge", "1 when the sweep history could be read and updated.",
-               [({}, 1 if metrics.open_incidents is not None else 0)])
-    doc.family("fleetdiag_sweep_last_timestamp_seconds", "gauge", "Unix time the last sweep finished.",
-               [({}, round(metrics.finished, 3))])
-    doc.family("fleetdiag_sweep_duration_seconds", "gauge", "How long the last sweep took.",
-               [({}, round(metrics.finished - metrics.started, 3))])
-    doc.family("fleetdiag_sweep_hosts", "gauge", "Hosts in the last sweep, by verdict.",
-               [({"verdict": str(v)}, sum(1 for r in rs if r.verdict == v)) for v in verdicts])
-    doc.family("fleetdiag_sweep_interrupted", "gauge", "1 when the last sweep was cut short (signal, Ctrl-C).",
-               [({}, 1 if metrics.interrupted else 0)])
+        doc.family(
+            "fleetdiag_host_open_incident",
+            "gauge",
+            "1 while the host has an incident open in the sweep history, else 0.",
+            [({"host": name(r.host)}, 1 if r.host in inc else 0) for r in rs],
+        )
+        doc.family("fleetdiag_open_incidents", "gauge", "Open incidents in the sweep history.", [({}, len(inc))])
+    doc.family(
+        "fleetdiag_history_ok",
+        "gauge",
+        "1 when the sweep history could be read and updated.",
+        [({}, 1 if metrics.open_incidents is not None else 0)],
+    )
+    doc.family(
+        "fleetdiag_sweep_last_timestamp_seconds",
+        "gauge",
+        "Unix time the last sweep finished.",
+        [({}, round(metrics.finished, 3))],
+    )
+    doc.family(
+        "fleetdiag_sweep_duration_seconds",
+        "gauge",
+        "How long the last sweep took.",
+        [({}, round(metrics.finished - metrics.started, 3))],
+    )
+    doc.family(
+        "fleetdiag_sweep_hosts",
+        "gauge",
+        "Hosts in the last sweep, by verdict.",
+        [({"verdict": str(v)}, sum(1 for r in rs if r.verdict == v)) for v in verdicts],
+    )
+    doc.family(
+        "fleetdiag_sweep_interrupted",
+        "gauge",
+        "1 when the last sweep was cut short (signal, Ctrl-C).",
+        [({}, 1 if metrics.interrupted else 0)],
+    )
     return doc.text()
 
 

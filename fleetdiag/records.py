@@ -223,8 +223,9 @@ class HostResult:
         return asdict(self)
 
 
-def report_json(results: list[HostResult], root_causes: list[dict[str, Any]] | None = None,
-                **extra: Any) -> dict[str, Any]:
+def report_json(
+    results: list[HostResult], root_causes: list[dict[str, Any]] | None = None, **extra: Any
+) -> dict[str, Any]:
     """The one shape of a JSON report (probe --json, sweep report, watch's summary).
 
     ``{"version", **extra (e.g. "sweep": {...}), "hosts": [HOST...], "root_causes": [...]}``.

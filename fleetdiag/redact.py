@@ -33,30 +33,88 @@ import dataclasses
 import getpass
 import ipaddress
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .records import HostResult, host_result_from_json
 
 REDACTED = "<redacted>"
 
 # Accounts that name no person: never replaced (and "root" is a word in "root cause").
-SYSTEM_USERS = frozenset({
-    "root", "admin", "administrator", "ubuntu", "debian", "centos", "ec2-user", "fedora", "user", "nobody",
-    "daemon", "www-data", "ray", "jovyan", "app", "runner", "azureuser", "opc", "cloud-user", "core",
-})
+SYSTEM_USERS = frozenset(
+    {
+        "root",
+        "admin",
+        "administrator",
+        "ubuntu",
+        "debian",
+        "centos",
+        "ec2-user",
+        "fedora",
+        "user",
+        "nobody",
+        "daemon",
+        "www-data",
+        "ray",
+        "jovyan",
+        "app",
+        "runner",
+        "azureuser",
+        "opc",
+        "cloud-user",
+        "core",
+    }
+)
 # Public names that identify no one's infrastructure.
 PUBLIC_DOMAINS = (
-    "github.com", "githubusercontent.com", "huggingface.co", "hf.co", "pytorch.org", "python.org", "pypi.org",
-    "nvidia.com", "vllm.ai", "ray.io", "readthedocs.io", "deepspeed.ai", "sglang.ai", "docker.io", "docker.com",
-    "anaconda.org", "conda.io", "example.com", "example.org", "example.net", "googleapis.com", "microsoft.com",
-    "amazon.com", "cuda.com", "kernel.org", "ubuntu.com", "debian.org",
+    "github.com",
+    "githubusercontent.com",
+    "huggingface.co",
+    "hf.co",
+    "pytorch.org",
+    "python.org",
+    "pypi.org",
+    "nvidia.com",
+    "vllm.ai",
+    "ray.io",
+    "readthedocs.io",
+    "deepspeed.ai",
+    "sglang.ai",
+    "docker.io",
+    "docker.com",
+    "anaconda.org",
+    "conda.io",
+    "example.com",
+    "example.org",
+    "example.net",
+    "googleapis.com",
+    "microsoft.com",
+    "amazon.com",
+    "cuda.com",
+    "kernel.org",
+    "ubuntu.com",
+    "debian.org",
 )
-_TLDS = ("com|net|org|io|ai|dev|cloud|app|co|internal|local|lan|corp|intra|intranet|cluster|svc|private|home|"
-         "example|test|invalid|localdomain")
+_TLDS = (
+    "com|net|org|io|ai|dev|cloud|app|co|internal|local|lan|corp|intra|intranet|cluster|svc|private|home|"
+    "example|test|invalid|localdomain"
+)
 # Fields that are identifiers of fleetdiag's own vocabulary, never free text.
-_KEEP_KEYS = frozenset({"fingerprint", "verdict", "category", "rule", "exception_type", "error_kind", "state",
-                        "previous", "event", "status"})
+_KEEP_KEYS = frozenset(
+    {
+        "fingerprint",
+        "verdict",
+        "category",
+        "rule",
+        "exception_type",
+        "error_kind",
+        "state",
+        "previous",
+        "event",
+        "status",
+    }
+)
 
 _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # private-key blocks (each line of a traceback list comes separately: catch the armour too)
@@ -64,16 +122,35 @@ _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # credentials in URLs: scheme://user:password@host, scheme://:password@host (redis), a password with "@"
     (re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^\s/]+(?=@[^\s/@]+)"), r"\g<k>" + REDACTED),
     # curl -u user:password, --user user:password
-    (re.compile(r"(?P<k>(?<![\w-])(?:-u|--user|--proxy-user)(?:\s+|=)[\"']?[^\s:\"']*:)[^\s\"']+"), r"\g<k>" + REDACTED),
+    (
+        re.compile(r"(?P<k>(?<![\w-])(?:-u|--user|--proxy-user)(?:\s+|=)[\"']?[^\s:\"']*:)[^\s\"']+"),
+        r"\g<k>" + REDACTED,
+    ),
     # DB_PASS=…, MYSQL_PWD=…, PGPASSWORD is caught below (a name whose last word is pass or pwd)
-    (re.compile(r"(?P<k>[\"']?\b(?:[A-Za-z0-9]+[_.-])*(?:pass|pwd)[\"']?\s*[:=]\s*[\"']?)"
-                r"(?!None\b|null\b|<redacted>)[^\s\"',;)}\]]+", re.I), r"\g<k>" + REDACTED),
+    (
+        re.compile(
+            r"(?P<k>[\"']?\b(?:[A-Za-z0-9]+[_.-])*(?:pass|pwd)[\"']?\s*[:=]\s*[\"']?)"
+            r"(?!None\b|null\b|<redacted>)[^\s\"',;)}\]]+",
+            re.I,
+        ),
+        r"\g<k>" + REDACTED,
+    ),
     # signed-URL and API query parameters
-    (re.compile(r"(?P<k>[?&](?:[A-Za-z0-9_-]*(?:token|key|secret|signature|sig|password|credential|auth)"
-                r"[A-Za-z0-9_-]*)=)[^&\s\"'#]+", re.I), r"\g<k>" + REDACTED),
+    (
+        re.compile(
+            r"(?P<k>[?&](?:[A-Za-z0-9_-]*(?:token|key|secret|signature|sig|password|credential|auth)"
+            r"[A-Za-z0-9_-]*)=)[^&\s\"'#]+",
+            re.I,
+        ),
+        r"\g<k>" + REDACTED,
+    ),
     # Authorization headers and bearer tokens
-    (re.compile(r"(?P<k>\b(?:Authorization|Proxy-Authorization)\s*[:=]\s*(?:(?:Bearer|Basic|Token)\s+)?)[^\s\"',]+",
-                re.I), r"\g<k>" + REDACTED),
+    (
+        re.compile(
+            r"(?P<k>\b(?:Authorization|Proxy-Authorization)\s*[:=]\s*(?:(?:Bearer|Basic|Token)\s+)?)[^\s\"',]+", re.I
+        ),
+        r"\g<k>" + REDACTED,
+    ),
     (re.compile(r"(?P<k>\bBearer\s+)[A-Za-z0-9._~+/=-]{8,}", re.I), r"\g<k>" + REDACTED),
     # well-known token formats
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), REDACTED),
@@ -85,13 +162,24 @@ _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}\b"), REDACTED),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
     # NAME=value / 'name': 'value' where the name says secret
-    (re.compile(r"(?P<k>[\"']?\b[A-Za-z0-9_.-]*(?:token|secret|passwd|password|passphrase|api[_-]?key|apikey|"
-                r"access[_-]?key|private[_-]?key|credentials?|auth[_-]?key)[\"']?\s*[:=]\s*[\"']?)"
-                r"(?!None\b|null\b|True\b|False\b|true\b|false\b|\d+\b|<redacted>)[^\s\"',;)}\]]{3,}", re.I),
-     r"\g<k>" + REDACTED),
+    (
+        re.compile(
+            r"(?P<k>[\"']?\b[A-Za-z0-9_.-]*(?:token|secret|passwd|password|passphrase|api[_-]?key|apikey|"
+            r"access[_-]?key|private[_-]?key|credentials?|auth[_-]?key)[\"']?\s*[:=]\s*[\"']?)"
+            r"(?!None\b|null\b|True\b|False\b|true\b|false\b|\d+\b|<redacted>)[^\s\"',;)}\]]{3,}",
+            re.I,
+        ),
+        r"\g<k>" + REDACTED,
+    ),
     # --hf-token X, --api-key=X, --password X (the flag ends with the secret word)
-    (re.compile(r"(?P<k>--(?:[A-Za-z0-9]+-)*(?:token|api-key|apikey|secret|password|passwd|passphrase|access-key|"
-                r"secret-key|auth-token)(?:\s+|=))(?!-)[^\s\"',]+", re.I), r"\g<k>" + REDACTED),
+    (
+        re.compile(
+            r"(?P<k>--(?:[A-Za-z0-9]+-)*(?:token|api-key|apikey|secret|password|passwd|passphrase|access-key|"
+            r"secret-key|auth-token)(?:\s+|=))(?!-)[^\s\"',]+",
+            re.I,
+        ),
+        r"\g<k>" + REDACTED,
+    ),
 ]
 # Long random-looking strings (base64/hex keys) with mixed case and digits.
 _ENTROPY = re.compile(r"(?<![\w/+=.-])[A-Za-z0-9+/_-]{32,}={0,2}(?![\w/+=.-])")
@@ -105,10 +193,15 @@ _HOME = re.compile(r"(?P<k>(?:/home/|/Users/|[A-Za-z]:\\Users\\))(?P<u>[^/\\\s:'
 _FQDN = re.compile(r"(?<![\w.@/-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r"))(?![\w-])")
 _NCCL_HOST = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*)(?=:\d+:\d+ \[\d+\])")
 _URL_USER = re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<u>[^/\s:@]+)(?=(?::[^\s/]*)?@[^\s/@]+)")
-_URL_HOST = re.compile(r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^/\s@]*@)?)(?P<h>[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-                       r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?=[:/?#\s\"')]|$)")
-_HOST_KV = re.compile(r"(?P<k>\b(?:host|hostname|node|nodename|node_name|node_ip_address|master_addr|"
-                      r"MASTER_ADDR)\s*[=:]\s*[\"']?)(?P<v>[A-Za-z][A-Za-z0-9.-]*[A-Za-z0-9])", re.I)
+_URL_HOST = re.compile(
+    r"(?P<k>\b[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^/\s@]*@)?)(?P<h>[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?=[:/?#\s\"')]|$)"
+)
+_HOST_KV = re.compile(
+    r"(?P<k>\b(?:host|hostname|node|nodename|node_name|node_ip_address|master_addr|"
+    r"MASTER_ADDR)\s*[=:]\s*[\"']?)(?P<v>[A-Za-z][A-Za-z0-9.-]*[A-Za-z0-9])",
+    re.I,
+)
 
 
 class Redactor:
@@ -169,8 +262,13 @@ class Redactor:
         for pat, repl in _SECRET_PATTERNS:
             s = pat.sub(repl, s)
         s = _ENTROPY.sub(lambda m: REDACTED if _random_looking(m.group(0)) else m.group(0), s)
-        s = _URL_USER.sub(lambda m: m.group("k") + (m.group("u") if _is_placeholder(m.group("u"))
-                                                    else self._placeholder("user", m.group("u"))), s)
+        s = _URL_USER.sub(
+            lambda m: (
+                m.group("k")
+                + (m.group("u") if _is_placeholder(m.group("u")) else self._placeholder("user", m.group("u")))
+            ),
+            s,
+        )
         s = _EMAIL.sub(lambda m: f"{self._user(m.group(1))}@{self._host(m.group(2))}", s)
         s = _HOME.sub(lambda m: m.group("k") + self._user(m.group("u")), s)
         s = _USER_AT.sub(self._user_at, s)
@@ -179,7 +277,9 @@ class Redactor:
         s = _IPV4.sub(self._ipv4, s)
         s = _IPV6.sub(self._ipv6, s)
         s = _NCCL_HOST.sub(lambda m: self._host(m.group(1)), s)
-        s = _HOST_KV.sub(lambda m: m.group("k") + (m.group("v") if _is_placeholder(m.group("v")) else self._host(m.group("v"))), s)
+        s = _HOST_KV.sub(
+            lambda m: m.group("k") + (m.group("v") if _is_placeholder(m.group("v")) else self._host(m.group("v"))), s
+        )
         s = _FQDN.sub(lambda m: m.group(0) if _public(m.group(1)) else self._host(m.group(1)), s)
         if self._host_words is None:
             self._host_words = _words(self.maps["host"])
@@ -250,8 +350,12 @@ class Redactor:
         if isinstance(o, str):
             return o if key in _KEEP_KEYS else self.text(o)
         if isinstance(o, dict):
-            return {(self.text(k) if isinstance(k, str) and k not in _KEEP_KEYS else k): self.obj(v, k if isinstance(k, str) else None)
-                    for k, v in o.items()}
+            return {
+                (self.text(k) if isinstance(k, str) and k not in _KEEP_KEYS else k): self.obj(
+                    v, k if isinstance(k, str) else None
+                )
+                for k, v in o.items()
+            }
         if isinstance(o, (list, tuple)):
             items = [self.obj(v, key) for v in o]
             return type(o)(items) if isinstance(o, tuple) and not hasattr(o, "_fields") else items

@@ -13,8 +13,9 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable
+from typing import IO, Any
 
 from rich.console import Console, Group
 from rich.markup import escape as rich_escape
@@ -33,13 +34,13 @@ from rich.table import Table
 from rich.text import Text
 
 from . import units
-from .units import ago
 from .facts import summary_lines
 from .records import (
     DEGRADED,
     FAILED,
     HEALTHY,
     NO_LOG,
+    SCHEMA_VERSION,
     STALLED,
     STARTING,
     UNREACHABLE,
@@ -47,7 +48,7 @@ from .records import (
     HostResult,
     WatchState,
 )
-from .records import SCHEMA_VERSION
+from .units import ago
 
 STYLE = {
     FAILED: "bold red",
@@ -76,8 +77,16 @@ EXPLAIN = {
 # embedding/override/isolate marks: shown as escapes (``\x1b``, ``\u202e``),
 # never passed to a terminal. One str.translate pass with a total table: the
 # replacement text is printable ASCII, so nothing can re-form a sequence.
-_INVISIBLE = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0),
-              0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_INVISIBLE = [
+    *range(0x00, 0x09),
+    *range(0x0B, 0x20),
+    *range(0x7F, 0xA0),
+    0x061C,
+    0x200E,
+    0x200F,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+]
 _VISIBLE = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _INVISIBLE}
 _VISIBLE_ONE_LINE = {**_VISIBLE, 0x0A: "\\n", 0x09: "\\t"}
 
@@ -152,8 +161,13 @@ class Output:
 
     def __post_init__(self) -> None:
         no_color = bool(os.environ.get("NO_COLOR")) or self.color is False
-        self.out = SafeConsole(file=self.stdout, no_color=no_color, width=self.width,
-                               force_terminal=True if self.color else None, soft_wrap=False)
+        self.out = SafeConsole(
+            file=self.stdout,
+            no_color=no_color,
+            width=self.width,
+            force_terminal=True if self.color else None,
+            soft_wrap=False,
+        )
         self.err = SafeConsole(file=self.stderr, stderr=self.stderr is None, no_color=no_color, width=self.width)
         self.out.show_data = self.err.show_data = self.shown  # live views (progress, watch) redact through the console
 
@@ -218,7 +232,7 @@ def _strip_common_prefix(lines: list[str]) -> list[str]:
     cut = max(prefix.rfind("] "), prefix.rfind(") "), prefix.rfind("]: "))
     if cut <= 0:
         return lines
-    cut += 2 if prefix[cut:cut + 2] in ("] ", ") ") else 3
+    cut += 2 if prefix[cut : cut + 2] in ("] ", ") ") else 3
     return [ln[cut:] for ln in lines]
 
 
@@ -275,7 +289,9 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         grid.add_row("where", Text(" · ".join(where)))
         grid.add_row("log line", Text(d.line, style="dim"))
         kind = " · ".join(x for x in (d.exception_type, d.category) if x)
-        grid.add_row("kind", Text(f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}"))
+        grid.add_row(
+            "kind", Text(f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}")
+        )
         if d.reason:
             grid.add_row("why this", Text(d.reason))
         if d.hint:
@@ -290,7 +306,10 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
     if src:
         grid.add_row("log from", Text(src))
     if res.idle_seconds is not None and res.verdict != UNREACHABLE:
-        grid.add_row("log age", Text(f"last written {ago(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")))
+        grid.add_row(
+            "log age",
+            Text(f"last written {ago(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")),
+        )
     cascade = cascade_text(res.secondary)
     if cascade:
         grid.add_row("cascade", Text(cascade))
@@ -302,9 +321,14 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         grid.add_row("fix", Text(str(kernel_log.get("fix", "")), style="green"))
     faults = [e for e in res.evidence if e.get("source") == "gpu"]
     if faults and (d is None or d.source != "gpu"):
-        grid.add_row("GPU health", Text("; ".join(f"GPU {e.get('gpu')}: {e.get('line')}" for e in faults[:6])
-                                        + (f"; … {len(faults) - 6} more" if len(faults) > 6 else ""),
-                                        style="bold dark_orange" if res.verdict == DEGRADED else "yellow"))
+        grid.add_row(
+            "GPU health",
+            Text(
+                "; ".join(f"GPU {e.get('gpu')}: {e.get('line')}" for e in faults[:6])
+                + (f"; … {len(faults) - 6} more" if len(faults) > 6 else ""),
+                style="bold dark_orange" if res.verdict == DEGRADED else "yellow",
+            ),
+        )
     _stack_rows(grid, res)
     parts: list[Any] = [grid]
     if d is not None and d.traceback:
@@ -314,8 +338,9 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             tb = tb[:keep] + [f"… {len(tb) - 2 * keep} frames (see --json for all) …"] + tb[-keep:]
         body = Text("\n".join(tb), style="white", overflow="fold")
         owner = "the consequence" if d.source != "log" else (d.process or "the failing process")
-        parts.append(Panel(body, title=Text(f"traceback of {owner}"), title_align="left",
-                           border_style="dim", padding=(0, 1)))
+        parts.append(
+            Panel(body, title=Text(f"traceback of {owner}"), title_align="left", border_style="dim", padding=(0, 1))
+        )
     for m in res.markers:
         parts.append(Text(f"note: {m}", style="dim yellow"))
     parts.append(Text(found_text(res), style="dim"))
@@ -374,8 +399,6 @@ def found_text(res: HostResult) -> str:
     return "found with " + " · ".join(bits) if bits else ""
 
 
-
-
 def one_line(res: HostResult) -> str:
     if res.decisive is not None:
         return res.decisive.message or res.decisive.line
@@ -417,9 +440,13 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
         d = ex.decisive
         if d is not None and d.category and d.category != "other":
             cause.append(f"  {d.category}", style="dim")
-        table.add_row(Text(g.folded), str(len(g.results)),
-                      Text(f"{ICON.get(g.verdict, '')} {g.verdict}", style=STYLE.get(g.verdict, "")),
-                      cause, _rtt_range(g.results))
+        table.add_row(
+            Text(g.folded),
+            str(len(g.results)),
+            Text(f"{ICON.get(g.verdict, '')} {g.verdict}", style=STYLE.get(g.verdict, "")),
+            cause,
+            _rtt_range(g.results),
+        )
         for rc in rcs:  # the job's consequences, right under the row of its root
             if rc.host not in g.hosts:
                 continue
@@ -428,10 +455,13 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
                 continue
             kinds = sorted({k for _h, k, _d in rc.consequences})
             verdict = folded[0].verdict
-            table.add_row(Text(f"└ {fold([r.host for r in folded])}"), str(len(folded)),
-                          Text(f"{ICON.get(verdict, '')} {verdict}", style=STYLE.get(verdict, "")),
-                          Text(f"consequence of {rc.host} (job root cause): {', '.join(kinds)}", style="dim"),
-                          _rtt_range(folded))
+            table.add_row(
+                Text(f"└ {fold([r.host for r in folded])}"),
+                str(len(folded)),
+                Text(f"{ICON.get(verdict, '')} {verdict}", style=STYLE.get(verdict, "")),
+                Text(f"consequence of {rc.host} (job root cause): {', '.join(kinds)}", style="dim"),
+                _rtt_range(folded),
+            )
     return table
 
 
@@ -447,7 +477,7 @@ def _rtt_range(results: list[HostResult]) -> str:
 class _WaitingColumn(ProgressColumn):
     """Verdicts so far and the host kept waiting longest, recomputed at every refresh."""
 
-    def __init__(self, owner: "FleetProgress"):
+    def __init__(self, owner: FleetProgress):
         super().__init__()
         self.owner = owner
 
@@ -472,11 +502,17 @@ class FleetProgress:
         self._task: Any = None
         if self.enabled:
             self._bar = Progress(
-                SpinnerColumn(), TextColumn(label), BarColumn(bar_width=24), MofNCompleteColumn(),
-                TimeElapsedColumn(), _WaitingColumn(self), console=console, transient=True,
+                SpinnerColumn(),
+                TextColumn(label),
+                BarColumn(bar_width=24),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                _WaitingColumn(self),
+                console=console,
+                transient=True,
             )
 
-    def __enter__(self) -> "FleetProgress":
+    def __enter__(self) -> FleetProgress:
         if self._bar is not None:
             self._bar.start()
             self._task = self._bar.add_task("hosts", total=self.total)
@@ -541,8 +577,13 @@ def watch_table(views: Any, title: str | None = None) -> Table:
         reason = Text(" ".join((v.reason or "").split()))
         if not v.connected and v.state not in (UNREACHABLE, WatchState.CONNECTING) and v.error:
             reason.append(f"  (reconnecting: {v.error})", style="dim")
-        table.add_row(v.host, watch_state_text(v.state, v.connected), ago(idle) if idle is not None else "-",
-                      reason, fmt_ms(v.rtt_ms) if v.rtt_ms is not None else "-")
+        table.add_row(
+            v.host,
+            watch_state_text(v.state, v.connected),
+            ago(idle) if idle is not None else "-",
+            reason,
+            fmt_ms(v.rtt_ms) if v.rtt_ms is not None else "-",
+        )
     return table
 
 

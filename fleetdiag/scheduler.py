@@ -28,9 +28,10 @@ import os
 import time
 import traceback
 from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from .probe import HostLike, ProbeSettings, parse_jump, probe_host
 from .records import NO_LOG, UNREACHABLE, HostResult
@@ -152,8 +153,12 @@ class HandshakeGate:
     recognised as the same sshd.
     """
 
-    def __init__(self, limit: int | None, resolve_jump: Callable[[str], tuple[str, int | None, str | None]] | None = None,
-                 total: int | None = None):
+    def __init__(
+        self,
+        limit: int | None,
+        resolve_jump: Callable[[str], tuple[str, int | None, str | None]] | None = None,
+        total: int | None = None,
+    ):
         self.limit = limit if limit and limit > 0 else None
         self.resolve_jump = resolve_jump or parse_jump
         self._sems: dict[tuple[str, int], asyncio.Semaphore] = {}
@@ -303,7 +308,9 @@ async def probe_many(
     queue = deque(ordered)
     out: asyncio.Queue[HostResult | Exception] = asyncio.Queue()
     limit = handshake_bound() if handshakes is None else handshakes
-    gate = HandshakeGate(per_address, settings.jump_resolver, total=limit if 0 < limit < min(fanout, len(ordered)) else None)
+    gate = HandshakeGate(
+        per_address, settings.jump_resolver, total=limit if 0 < limit < min(fanout, len(ordered)) else None
+    )
     running: dict[str, float] = {}
     counts: Counter[str] = Counter()
     state = {"done": 0}
@@ -333,8 +340,10 @@ async def probe_many(
             raise
         except Exception as exc:  # a bug: keep the fleet's results, name the host
             res = placeholder(
-                host, f"internal error in fleetdiag while probing: {type(exc).__name__}: {exc} (please report)",
-                INTERNAL, _log_of(host, settings),
+                host,
+                f"internal error in fleetdiag while probing: {type(exc).__name__}: {exc} (please report)",
+                INTERNAL,
+                _log_of(host, settings),
             )
             tb = traceback.extract_tb(exc.__traceback__)
             if tb:
@@ -349,8 +358,7 @@ async def probe_many(
         assert deadline is not None
         res = placeholder(host, deadline_error(deadline), DEADLINE, _log_of(host, settings))
         res.markers.append(
-            "connected, but the remote funnel never finished" if track.connected
-            else "the SSH handshake never finished"
+            "connected, but the remote funnel never finished" if track.connected else "the SSH handshake never finished"
         )
         res.timing.total_ms = round(spent * 1000, 1)
         return res

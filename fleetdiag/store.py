@@ -25,10 +25,11 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from .records import DEGRADED, FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
 
@@ -203,8 +204,13 @@ class Change:
     verdict: str | None = None  # the host's verdict in this sweep
 
     def to_json(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "host": self.host, "verdict": self.verdict, "incident": self.incident.to_json(),
-               "recurred": self.recurred}
+        out = {
+            "kind": self.kind,
+            "host": self.host,
+            "verdict": self.verdict,
+            "incident": self.incident.to_json(),
+            "recurred": self.recurred,
+        }
         if self.previous is not None:
             prev = self.previous.to_json()
             prev.pop("record", None)
@@ -269,8 +275,12 @@ def _explain(exc: BaseException, path: Path, timeout: float) -> StoreError:
     if name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_FULL", "SQLITE_IOERR")) or any(
         w in low for w in ("unable to open", "readonly", "read-only", "disk is full", "disk i/o")
     ):
-        return StoreError("unwritable", f"history database {path} cannot be written ({msg}): check the path, "
-                          "its permissions and free space, or pass --db PATH", path)
+        return StoreError(
+            "unwritable",
+            f"history database {path} cannot be written ({msg}): check the path, "
+            "its permissions and free space, or pass --db PATH",
+            path,
+        )
     return StoreError("error", f"history database {path}: {msg}", path)
 
 
@@ -377,7 +387,9 @@ CREATE TABLE IF NOT EXISTS host_costs (
 );
 """
 
-_INCIDENT_COLS = "id, host, fingerprint, verdict, summary, category, first_seen, since, last_seen, count, resolved_at, record"
+_INCIDENT_COLS = (
+    "id, host, fingerprint, verdict, summary, category, first_seen, since, last_seen, count, resolved_at, record"
+)
 
 
 class Store:
@@ -390,8 +402,9 @@ class Store:
         with self._errors():
             if readonly:
                 if not self.path.exists():
-                    raise StoreError("missing", f"no history yet: {self.path} does not exist (run fleetdiag sweep first)",
-                                     self.path)
+                    raise StoreError(
+                        "missing", f"no history yet: {self.path} does not exist (run fleetdiag sweep first)", self.path
+                    )
                 uri = f"file:{self.path}?mode=ro"
                 self.db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
                 self._check_version(self.db.execute("PRAGMA user_version").fetchone()[0])
@@ -402,7 +415,7 @@ class Store:
                 self.db = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
                 self._setup()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -422,8 +435,11 @@ class Store:
         except sqlite3.Error as exc:
             raise _explain(exc, self.path, self.timeout) from exc
         except OSError as exc:  # e.g. the directory cannot be created
-            raise StoreError("unwritable", f"history database {self.path}: {exc.strerror or exc}: "
-                             "pass --db PATH to put it elsewhere", self.path) from exc
+            raise StoreError(
+                "unwritable",
+                f"history database {self.path}: {exc.strerror or exc}: pass --db PATH to put it elsewhere",
+                self.path,
+            ) from exc
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -440,8 +456,12 @@ class Store:
 
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
-            raise StoreError("newer", f"history database {self.path} was written by a newer fleetdiag "
-                             f"(schema {version} > {SCHEMA_VERSION}): upgrade fleetdiag or pass --db PATH", self.path)
+            raise StoreError(
+                "newer",
+                f"history database {self.path} was written by a newer fleetdiag "
+                f"(schema {version} > {SCHEMA_VERSION}): upgrade fleetdiag or pass --db PATH",
+                self.path,
+            )
 
     def _setup(self) -> None:
         assert self.db is not None
@@ -544,7 +564,16 @@ class Store:
                 record = None if key is None else json.dumps(res.to_json())
                 db.execute(
                     "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (sweep_id, res.host, res.verdict, key, describe(res), res.timing.rtt_ms, res.timing.total_ms, record),
+                    (
+                        sweep_id,
+                        res.host,
+                        res.verdict,
+                        key,
+                        describe(res),
+                        res.timing.rtt_ms,
+                        res.timing.total_ms,
+                        record,
+                    ),
                 )
                 if res.host in unknown:
                     continue
@@ -568,7 +597,7 @@ class Store:
     def _open_in(db: sqlite3.Connection, hosts: list[str]) -> list[Incident]:
         out: list[Incident] = []
         for i in range(0, len(hosts), 500):  # stay under SQLite's variable limit
-            chunk = hosts[i:i + 500]
+            chunk = hosts[i : i + 500]
             rows = db.execute(
                 f"SELECT {_INCIDENT_COLS} FROM incidents WHERE resolved_at IS NULL AND host IN ({','.join('?' * len(chunk))})",
                 chunk,
@@ -577,7 +606,12 @@ class Store:
         return out
 
     def _apply(
-        self, db: sqlite3.Connection, res: HostResult, key: str | None, record: str | None, prev: Incident | None,
+        self,
+        db: sqlite3.Connection,
+        res: HostResult,
+        key: str | None,
+        record: str | None,
+        prev: Incident | None,
         now: float,
     ) -> Change | None:
         if key is None:
@@ -598,8 +632,9 @@ class Store:
         if prev is not None:  # the host's trouble is a different one now: the old one has ended
             db.execute("UPDATE incidents SET resolved_at = ? WHERE id = ?", (now, prev.id))
             prev.resolved_at = now
-        row = db.execute(f"SELECT {_INCIDENT_COLS} FROM incidents WHERE host = ? AND fingerprint = ?",
-                         (res.host, key)).fetchone()
+        row = db.execute(
+            f"SELECT {_INCIDENT_COLS} FROM incidents WHERE host = ? AND fingerprint = ?", (res.host, key)
+        ).fetchone()
         recurred = row is not None
         if recurred:
             db.execute(
@@ -613,8 +648,11 @@ class Store:
                 "count, resolved_at, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)",
                 (res.host, key, res.verdict, summary, category, now, now, now, record),
             )
-        cur = _incident(db.execute(f"SELECT {_INCIDENT_COLS} FROM incidents WHERE host = ? AND fingerprint = ?",
-                                   (res.host, key)).fetchone())
+        cur = _incident(
+            db.execute(
+                f"SELECT {_INCIDENT_COLS} FROM incidents WHERE host = ? AND fingerprint = ?", (res.host, key)
+            ).fetchone()
+        )
         if prev is not None:
             return Change(CHANGED, res.host, cur, previous=prev, recurred=recurred, verdict=res.verdict)
         return Change(NEW, res.host, cur, recurred=recurred, verdict=res.verdict)
@@ -622,8 +660,20 @@ class Store:
 
 def _incident(row: Sequence[Any]) -> Incident:
     (id_, host, fp, verdict, summary, category, first, since, last, count, resolved, record) = row
-    return Incident(host, fp, verdict, summary, category, first, since, last, count, resolved,
-                    json.loads(record) if record else None, id_)
+    return Incident(
+        host,
+        fp,
+        verdict,
+        summary,
+        category,
+        first,
+        since,
+        last,
+        count,
+        resolved,
+        json.loads(record) if record else None,
+        id_,
+    )
 
 
 # --------------------------------------------------------------------------- the sweep lock
@@ -654,11 +704,11 @@ class SweepLock:
         self.fd: int | None = None
 
     @classmethod
-    def for_db(cls, db: Path | str) -> "SweepLock":
+    def for_db(cls, db: Path | str) -> SweepLock:
         db = Path(db)
         return cls(db.with_name(db.name + ".lock"))
 
-    def acquire(self) -> "SweepLock":
+    def acquire(self) -> SweepLock:
         """Raises LockBusy when held, StoreError when the lock file cannot be made or is not a plain file.
 
         Never through a symlink: a planted ``<db>.lock -> ~/.bashrc`` would otherwise be truncated.
@@ -666,16 +716,23 @@ class SweepLock:
         try:
             private_dir(self.path.parent)
             try:  # O_CREAT|O_EXCL: a new lock file is ours; else open the existing one, never following a link
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             PRIVATE_FILE)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
             except FileExistsError:
                 fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise StoreError("unsafe", f"sweep lock {self.path} is a symbolic link: refusing to follow it; "
-                                 "remove it (fleetdiag creates a plain file)", self.path) from exc
-            raise StoreError("unwritable", f"sweep lock {self.path} cannot be created: {exc.strerror or exc}: "
-                             "pass --db PATH to put the history elsewhere", self.path) from exc
+                raise StoreError(
+                    "unsafe",
+                    f"sweep lock {self.path} is a symbolic link: refusing to follow it; "
+                    "remove it (fleetdiag creates a plain file)",
+                    self.path,
+                ) from exc
+            raise StoreError(
+                "unwritable",
+                f"sweep lock {self.path} cannot be created: {exc.strerror or exc}: "
+                "pass --db PATH to put the history elsewhere",
+                self.path,
+            ) from exc
         if not _is_regular(fd):
             os.close(fd)
             raise StoreError("unsafe", f"sweep lock {self.path} is not a plain file: remove it", self.path)
@@ -712,7 +769,7 @@ class SweepLock:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self) -> "SweepLock":
+    def __enter__(self) -> SweepLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

@@ -17,9 +17,10 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from . import units
 from .exitcodes import Exit, exit_for
@@ -124,10 +125,15 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
             if store is not None:
                 try:
                     out.changes = store.record_sweep(
-                        results, started=started, finished=out.finished, selector=job.selector,
-                        report=str(out.report) if out.report else None, interrupted=interrupted,
+                        results,
+                        started=started,
+                        finished=out.finished,
+                        selector=job.selector,
+                        report=str(out.report) if out.report else None,
+                        interrupted=interrupted,
                         unknown=[r.host for r in results if r.facts.get("error_kind") == INTERRUPTED],
-                        costs=memory.pairs(), keep_days=job.keep_days,
+                        costs=memory.pairs(),
+                        keep_days=job.keep_days,
                     )
                 except StoreError as exc:
                     out.store_error = exc
@@ -150,8 +156,13 @@ async def _probe(job: SweepJob, progress: Any, memory: CostMemory) -> tuple[list
     with progress if progress is not None else contextlib.nullcontext():
         try:
             async for res in probe_many(
-                job.hosts, job.settings, job.fanout, deadline=job.deadline, per_address=job.per_address,
-                memory=memory, progress=progress,
+                job.hosts,
+                job.settings,
+                job.fanout,
+                deadline=job.deadline,
+                per_address=job.per_address,
+                memory=memory,
+                progress=progress,
             ):
                 results.append(res)
         except asyncio.CancelledError:
@@ -214,8 +225,11 @@ def notify_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for the ``--notify`` command: fleetdiag's secrets (``FLEETDIAG_PASSPHRASE`` and any
     other ``FLEETDIAG_*`` that looks like a secret) stay in fleetdiag."""
     src = dict(os.environ if environ is None else environ)
-    return {k: v for k, v in src.items()
-            if not (k.upper().startswith("FLEETDIAG_") and any(w in k.upper() for w in SECRET_ENV_WORDS))}
+    return {
+        k: v
+        for k, v in src.items()
+        if not (k.upper().startswith("FLEETDIAG_") and any(w in k.upper() for w in SECRET_ENV_WORDS))
+    }
 
 
 def run_notify(command: str, payload: dict[str, Any], report: Path | None) -> list[str]:
@@ -224,8 +238,14 @@ def run_notify(command: str, payload: dict[str, Any], report: Path | None) -> li
     if report is not None:
         env["FLEETDIAG_REPORT"] = str(report)
     try:
-        proc = subprocess.run(command, shell=True, input=json.dumps(payload, indent=1).encode(), env=env,
-                              timeout=NOTIFY_TIMEOUT, check=False)
+        proc = subprocess.run(
+            command,
+            shell=True,
+            input=json.dumps(payload, indent=1).encode(),
+            env=env,
+            timeout=NOTIFY_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return [f"--notify command did not finish within {NOTIFY_TIMEOUT:g}s and was killed: {command}"]
     except OSError as exc:

@@ -209,8 +209,9 @@ class Connection:
         Raises HostError when the command could not start.
         """
         try:
-            proc = await self.conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL,
-                                                  stderr=asyncssh.DEVNULL)
+            proc = await self.conn.create_process(
+                command, encoding=None, stdin=asyncssh.DEVNULL, stderr=asyncssh.DEVNULL
+            )
         except (asyncssh.Error, OSError) as exc:
             raise explain(exc) from exc
         ls = LineStream(proc, self.where, cap)
@@ -227,8 +228,10 @@ class Connection:
 
 def too_much(cap: int, where: str) -> str:
     """The status of a host that sent more than ``cap`` bytes."""
-    return (f"{where} sent more than {cap // (1024 * 1024) or 1} MiB of output: reading stopped "
-            "(does its login print without end? check the shell's startup files or a ForceCommand)")
+    return (
+        f"{where} sent more than {cap // (1024 * 1024) or 1} MiB of output: reading stopped "
+        "(does its login print without end? check the shell's startup files or a ForceCommand)"
+    )
 
 
 class LineStream:
@@ -368,7 +371,9 @@ def config_jump(target: str, port: int | None, user: str | None, opts: Transport
     if not paths:
         return []
     try:
-        config = SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (), target, port or ())
+        config = SSHClientConfig.load(
+            None, paths, False, False, False, getpass.getuser(), user or (), target, port or ()
+        )
     except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
         return []
     value = config.get("ProxyJump")
@@ -389,8 +394,11 @@ async def _open(
             opts.connect_timeout * 2 + 1,
         )
     except (asyncio.TimeoutError, TimeoutError) as exc:
-        raise HostError(TIMEOUT, f"connect to {where} timed out after {opts.connect_timeout:g}s"
-                        f"{' (through jump host ' + via + ')' if via else ''}: no answer from the host") from exc
+        raise HostError(
+            TIMEOUT,
+            f"connect to {where} timed out after {opts.connect_timeout:g}s"
+            f"{' (through jump host ' + via + ')' if via else ''}: no answer from the host",
+        ) from exc
     except asyncssh.HostKeyNotVerifiable as exc:
         if client.verdict == HOSTKEY_CHANGED:
             raise HostError(
@@ -408,8 +416,10 @@ async def _open(
         raise HostError(HOSTKEY_CHANGED, f"host key of {where} refused: {exc.reason or exc}") from exc
     except asyncssh.ChannelOpenError as exc:
         if via:  # the jump host could not open the forward to the target
-            raise HostError(REFUSED if "refused" in str(exc.reason).lower() else NETWORK,
-                            f"jump host {via} could not reach {where}: {exc.reason or exc}") from exc
+            raise HostError(
+                REFUSED if "refused" in str(exc.reason).lower() else NETWORK,
+                f"jump host {via} could not reach {where}: {exc.reason or exc}",
+            ) from exc
         raise explain(exc, target, port) from exc
     except asyncssh.PermissionDenied as exc:
         raise HostError(AUTH, _auth_reason(where, opts)) from exc
@@ -439,10 +449,14 @@ def _key_reason(opts: TransportOptions, exc: BaseException) -> str:
     files = ", ".join(opts.client_keys) if opts.client_keys else "a key from the agent, ~/.ssh or IdentityFile"
     locked = isinstance(exc, asyncssh.KeyEncryptionError) or "passphrase" in str(exc).lower()
     if locked:
-        return (f"cannot load a client key ({files}): it is encrypted and the passphrase is missing or wrong "
-                f"(put it in ${PASSPHRASE_ENV}, or use an ssh-agent)")
-    return (f"cannot load a client key ({files}): not a valid private key file (its contents are not shown); "
-            f"an encrypted key needs its passphrase in ${PASSPHRASE_ENV}, or an ssh-agent")
+        return (
+            f"cannot load a client key ({files}): it is encrypted and the passphrase is missing or wrong "
+            f"(put it in ${PASSPHRASE_ENV}, or use an ssh-agent)"
+        )
+    return (
+        f"cannot load a client key ({files}): not a valid private key file (its contents are not shown); "
+        f"an encrypted key needs its passphrase in ${PASSPHRASE_ENV}, or an ssh-agent"
+    )
 
 
 def _auth_reason(where: str, opts: TransportOptions) -> str:
@@ -458,10 +472,13 @@ def _auth_reason(where: str, opts: TransportOptions) -> str:
     else:
         agent = None
     ssh_dir = Path.home() / ".ssh"
-    has_keys = any((ssh_dir / n).exists() for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk", "id_dsa"))
+    has_keys = any(
+        (ssh_dir / n).exists() for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk", "id_dsa")
+    )
     if agent and not has_keys:
-        return (f"{text}: {agent} and no default key in {ssh_dir}; start ssh-agent and ssh-add, "
-                "or pass --identity KEYFILE")
+        return (
+            f"{text}: {agent} and no default key in {ssh_dir}; start ssh-agent and ssh-add, or pass --identity KEYFILE"
+        )
     if agent:
         return f"{text} was accepted: {agent}; tried the default keys in {ssh_dir}"
     return f"{text} or agent identity was accepted"
@@ -502,8 +519,11 @@ def explain(exc: BaseException, target: str = "", port: int | None = None) -> Ho
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return HostError(TIMEOUT, f"{where} timed out")
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
-        return HostError(LOCAL, f"this machine ran out of file descriptors ({exc.strerror}); "
-                                "not the host's fault: raise `ulimit -n` or lower --fanout")
+        return HostError(
+            LOCAL,
+            f"this machine ran out of file descriptors ({exc.strerror}); "
+            "not the host's fault: raise `ulimit -n` or lower --fanout",
+        )
     if isinstance(exc, OSError):
         return HostError(NETWORK, f"{where}: {exc.strerror or exc}")
     return HostError(NETWORK, f"{where}: {type(exc).__name__}: {_scrub(str(exc))}")

@@ -47,7 +47,7 @@ class Behaviour:
 
 
 class _Server(asyncssh.SSHServer):
-    def __init__(self, owner: "FaultServer"):
+    def __init__(self, owner: FaultServer):
         self.owner = owner
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
@@ -75,7 +75,7 @@ class FaultServer:
     _tasks: set[asyncio.Task] = field(default_factory=set, init=False)
     _procs: set[Any] = field(default_factory=set, init=False)
 
-    async def __aenter__(self) -> "FaultServer":
+    async def __aenter__(self) -> FaultServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host_key = asyncssh.generate_private_key("ssh-ed25519")
         self.client_key_path = self.workdir / "client_ed25519"
@@ -84,16 +84,21 @@ class FaultServer:
             client_key.write_private_key(str(self.client_key_path))
             os.chmod(self.client_key_path, 0o600)
         else:  # ssh-keygen: asyncssh needs bcrypt to write an encrypted OpenSSH key
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", self.client_passphrase,
-                            "-f", str(self.client_key_path)], check=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", self.client_passphrase, "-f", str(self.client_key_path)],
+                check=True,
+            )
             client_key = asyncssh.read_public_key(str(self.client_key_path) + ".pub")
         other = asyncssh.generate_private_key("ssh-ed25519")
         allowed = client_key if self.authorize_client else other
         self._server = await asyncssh.create_server(
-            lambda: _Server(self), "127.0.0.1", self.port,
+            lambda: _Server(self),
+            "127.0.0.1",
+            self.port,
             server_host_keys=[self.host_key],
             authorized_client_keys=asyncssh.import_authorized_keys(allowed.export_public_key().decode()),
-            process_factory=self._handle, encoding=None,
+            process_factory=self._handle,
+            encoding=None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.known_hosts = self.workdir / "known_hosts"
@@ -118,18 +123,28 @@ class FaultServer:
         return f"[127.0.0.1]:{port or self.port} {pub}\n"
 
     def opts(self, **kw: Any) -> TransportOptions:
-        base: dict[str, Any] = dict(known_hosts=str(self.known_hosts), client_keys=[str(self.client_key_path)],
-                                    ssh_config=[], connect_timeout=5, command_timeout=10)
+        base: dict[str, Any] = dict(
+            known_hosts=str(self.known_hosts),
+            client_keys=[str(self.client_key_path)],
+            ssh_config=[],
+            connect_timeout=5,
+            command_timeout=10,
+        )
         base.update(kw)
         return TransportOptions(**base)
 
     def clean_env(self) -> dict[str, str]:
         """What sshd gives a session: a short PATH, HOME, USER, SSH_CLIENT, no SHLVL."""
         home = str(Path.home())
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "USER": os.environ.get("USER", "root"),
-               "LOGNAME": os.environ.get("USER", "root"), "SHELL": "/bin/sh",
-               "SSH_CLIENT": f"127.0.0.1 50000 {self.port}",
-               "SSH_CONNECTION": f"127.0.0.1 50000 127.0.0.1 {self.port}"}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "USER": os.environ.get("USER", "root"),
+            "LOGNAME": os.environ.get("USER", "root"),
+            "SHELL": "/bin/sh",
+            "SSH_CLIENT": f"127.0.0.1 50000 {self.port}",
+            "SSH_CONNECTION": f"127.0.0.1 50000 127.0.0.1 {self.port}",
+        }
         env.update(self.behaviour.env)
         return env
 
@@ -152,9 +167,13 @@ class FaultServer:
         if b.prefix:
             process.stdout.write(b.prefix)
         proc = await asyncio.create_subprocess_exec(
-            *b.argv, command,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=self.clean_env(), cwd=b.cwd or str(Path.home()),
+            *b.argv,
+            command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.clean_env(),
+            cwd=b.cwd or str(Path.home()),
         )
         self._procs.add(proc)
         assert proc.stdout is not None and proc.stderr is not None
@@ -221,7 +240,7 @@ class FreezeProxy:
     _server: Any = field(default=None, init=False)
     _writers: list[asyncio.StreamWriter] = field(default_factory=list, init=False)
 
-    async def start(self) -> "FreezeProxy":
+    async def start(self) -> FreezeProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

@@ -88,8 +88,8 @@ def start_sshd(workdir: Path, extra_config: str = "", login_shell: str | None = 
         f"""Port {port}
 ListenAddress 127.0.0.1
 HostKey {host_key}
-PidFile {workdir / 'sshd.pid'}
-AuthorizedKeysFile {workdir / 'authorized_keys'}
+PidFile {workdir / "sshd.pid"}
+AuthorizedKeysFile {workdir / "authorized_keys"}
 StrictModes no
 UsePAM no
 PasswordAuthentication no
@@ -136,12 +136,19 @@ def ssh_argv(server: Sshd, port: int | None = None) -> list[str]:
     """OpenSSH client arguments for the same server (benchmarks compare against it)."""
     return [
         shutil.which("ssh") or "ssh",
-        "-p", str(port or server.port),
-        "-i", str(server.client_key),
-        "-o", f"UserKnownHostsFile={server.known_hosts}",
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", "BatchMode=yes",
-        "-o", "HostKeyAlias=[127.0.0.1]:%d" % server.port,
-        "-F", "/dev/null",
+        "-p",
+        str(port or server.port),
+        "-i",
+        str(server.client_key),
+        "-o",
+        f"UserKnownHostsFile={server.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"HostKeyAlias=[127.0.0.1]:{server.port}",
+        "-F",
+        "/dev/null",
         f"{server.user}@127.0.0.1",
     ]

@@ -51,15 +51,33 @@ SAMPLES = [
     "INFO 05-09 15:01:10 [loggers.py:1] Engine 000: Avg prompt throughput: 20.1 tokens/s",
     "Server is ready",
     # keywords
-    "Killed", "Segmentation fault (core dumped)", "*** SIGSEGV (@0x0) received by PID 1234", "Aborted (core dumped)",
-    "[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] boom", "E0626 06:24:44.903881 12345 file.cc:1] boom",
-    "F0626 06:24:44.903881 12345 file.cc:1] Check failed", "[ERROR] 2025-08-22-09:46:18 (PID:1) ERR99999 UNKNOWN",
-    "EZ9999: Inner Error!", "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "panic: runtime error",
-    "  what():  CUDA error: an illegal memory access was encountered", "terminate called without an active exception",
-    "failed (exitcode: -9) local_rank: 3 (pid: 1203)", "exits with return code = -9", "exited with exit code 1",
-    "[Mon] Out of memory: Killed process 4242 (python)", "oom-kill:constraint=CONSTRAINT_NONE", "OOM when allocating",
-    "OSError: [Errno 28] No space left on device", "Timed out waiting for workers", "NCCL watchdog thread terminated",
-    "Assertion `idx < n` failed.", "FATAL: cannot start", "UNHANDLED EXCEPTION in worker", "CRITICAL something", "RuntimeError: See root cause above",
+    "Killed",
+    "Segmentation fault (core dumped)",
+    "*** SIGSEGV (@0x0) received by PID 1234",
+    "Aborted (core dumped)",
+    "[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] boom",
+    "E0626 06:24:44.903881 12345 file.cc:1] boom",
+    "F0626 06:24:44.903881 12345 file.cc:1] Check failed",
+    "[ERROR] 2025-08-22-09:46:18 (PID:1) ERR99999 UNKNOWN",
+    "EZ9999: Inner Error!",
+    "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+    "panic: runtime error",
+    "  what():  CUDA error: an illegal memory access was encountered",
+    "terminate called without an active exception",
+    "failed (exitcode: -9) local_rank: 3 (pid: 1203)",
+    "exits with return code = -9",
+    "exited with exit code 1",
+    "[Mon] Out of memory: Killed process 4242 (python)",
+    "oom-kill:constraint=CONSTRAINT_NONE",
+    "OOM when allocating",
+    "OSError: [Errno 28] No space left on device",
+    "Timed out waiting for workers",
+    "NCCL watchdog thread terminated",
+    "Assertion `idx < n` failed.",
+    "FATAL: cannot start",
+    "UNHANDLED EXCEPTION in worker",
+    "CRITICAL something",
+    "RuntimeError: See root cause above",
     "node7:311:311 [3] NCCL WARN Cuda failure 'out of memory'",
     # tags
     "(EngineCore_DP1 pid=6688) ERROR 05-09 15:15:10 [core.py:1005] EngineCore failed to start.",
@@ -67,17 +85,32 @@ SAMPLES = [
     "(VllmWorker rank=6 pid=653) ERROR 07-26 13:19:51 [multiproc_executor.py:539] WorkerProc hit an exception.",
     "(VllmWorker TP1 pid=21355) INFO 08-22 09:46:12 [multiproc_executor.py:520] Parent process exited",
     "(RayWorkerWrapper pid=553, ip=7.242.100.10) INFO 05-16 09:49:32 [parallel_state.py:1004] rank 15",
-    "(pid=123) hello from a task", "(raylet, ip=10.0.0.1) worker died", "[rank3]: torch.OutOfMemoryError: CUDA out of memory.",
-    "[default0]:[W socket.cpp:464] warn", "[1,0]<stderr>:Traceback (most recent call last):",
+    "(pid=123) hello from a task",
+    "(raylet, ip=10.0.0.1) worker died",
+    "[rank3]: torch.OutOfMemoryError: CUDA out of memory.",
+    "[default0]:[W socket.cpp:464] warn",
+    "[1,0]<stderr>:Traceback (most recent call last):",
     "tj1-asr-train-v100-13:941227:943077 [0] NCCL INFO Call to connect returned Connection refused, retrying",
     "[2025-09-13 05:28:15 TP4] Scheduler hit an exception: Traceback (most recent call last):",
-    "[2025-09-13 05:28:15 DP1 TP4] Scheduler hit an exception", "vllm-1  | (APIServer pid=1) INFO hi",
-    "rdma-test-gpu-worker-1: Traceback (most recent call last):", "10.0.0.2: [2024-01-08 16:13:56,462] [INFO] x",
-    "3: RuntimeError: boom", "error: unrecognized arguments: --tp", "RuntimeError: NCCL error: x",
-    "[2026-05-28 00:11:09.816 DP0 TP0 EP0] Scheduler hit an exception", "srun: error: node-2: task 4: Exited with exit code 1",
-    "(ServeReplica:default:LLMDeployment pid=14262) ERROR x", "[rank0]:[W socket.cpp:1] SIGBUS Bus error",
+    "[2025-09-13 05:28:15 DP1 TP4] Scheduler hit an exception",
+    "vllm-1  | (APIServer pid=1) INFO hi",
+    "rdma-test-gpu-worker-1: Traceback (most recent call last):",
+    "10.0.0.2: [2024-01-08 16:13:56,462] [INFO] x",
+    "3: RuntimeError: boom",
+    "error: unrecognized arguments: --tp",
+    "RuntimeError: NCCL error: x",
+    "[2026-05-28 00:11:09.816 DP0 TP0 EP0] Scheduler hit an exception",
+    "srun: error: node-2: task 4: Exited with exit code 1",
+    "(ServeReplica:default:LLMDeployment pid=14262) ERROR x",
+    "[rank0]:[W socket.cpp:1] SIGBUS Bus error",
     # near misses that must not match everything
-    "plain text", "", "   ", "INFO all good", "(not a tag) x", "[rankX]: x", "timestamp 10:28:33 [x.py:1] y",
+    "plain text",
+    "",
+    "   ",
+    "INFO all good",
+    "(not a tag) x",
+    "[rankX]: x",
+    "timestamp 10:28:33 [x.py:1] y",
 ]
 
 # what the funnel's awk match() keeps as the process tag
@@ -161,8 +194,13 @@ def test_every_funnel_pattern_matches_some_sample(section):
 @pytest.mark.parametrize("section", ERE_SECTIONS)
 def test_tools_and_python_agree(tool, section):
     data = "\n".join(LINES).encode("utf-8") + b"\n"
-    union = {"keywords": RULES.keyword_ere, "run_start": RULES.run_start_ere, "tags": RULES.tag_ere,
-             "waiting": RULES.waiting_ere, "ready": RULES.ready_ere}[section]()
+    union = {
+        "keywords": RULES.keyword_ere,
+        "run_start": RULES.run_start_ere,
+        "tags": RULES.tag_ere,
+        "waiting": RULES.waiting_ere,
+        "ready": RULES.ready_ere,
+    }[section]()
     py = re.compile(union)
     expected = {i for i, ln in enumerate(LINES) if py.search(ln)}
     assert _matching(tool, union, data) == expected
@@ -187,13 +225,33 @@ def test_keyword_ere_is_one_union():
     assert all(f"({p})" in ere for p in RULES.keywords)
 
 
-@pytest.mark.parametrize("pattern,bad", [
-    (r"\d+", True), (r"\s", True), (r"\w", True), (r"\bfoo", True), ("(?i)x", True), ("(?:x)", True),
-    ("a*?", True), ("a+?", True), ("a{2,3}", True), (r"[\d]", True), ("[[:digit:]]", True), ("[]x]", True),
-    ("", True), ("(unclosed", True), ("x\\", True),
-    ("Traceback \\(most recent call last\\)", False), ("[Ee]rror", False), ("a|b", False), (r"\[rank[0-9]+\]:", False),
-    ("x.y*", False), ("^start", False), ("end$", False),
-])
+@pytest.mark.parametrize(
+    "pattern,bad",
+    [
+        (r"\d+", True),
+        (r"\s", True),
+        (r"\w", True),
+        (r"\bfoo", True),
+        ("(?i)x", True),
+        ("(?:x)", True),
+        ("a*?", True),
+        ("a+?", True),
+        ("a{2,3}", True),
+        (r"[\d]", True),
+        ("[[:digit:]]", True),
+        ("[]x]", True),
+        ("", True),
+        ("(unclosed", True),
+        ("x\\", True),
+        ("Traceback \\(most recent call last\\)", False),
+        ("[Ee]rror", False),
+        ("a|b", False),
+        (r"\[rank[0-9]+\]:", False),
+        ("x.y*", False),
+        ("^start", False),
+        ("end$", False),
+    ],
+)
 def test_check_ere(pattern, bad):
     assert (check_ere(pattern) is not None) == bad
 
@@ -203,15 +261,18 @@ def test_shipped_rules_file_is_where_the_package_says():
     assert RULES.sources == [str(shipped_rules_path())]
 
 
-@pytest.mark.parametrize("pattern,text", [
-    ("EngineDeadError|EngineCore encountered (a fatal error|an issue)", "EngineCore encountered an issue"),
-    ("^(ImportError|ModuleNotFoundError)\\b|No module named", "ModuleNotFoundError: x"),
-    ("[Ss]ee (the )?root cause above", "See the root cause above"),
-    ("exitcode *: *-9\\b", "exitcode : -9"),
-    ("(?i)killed", "KILLED"),
-    ("Process (?i:killed) now", "Process KILLED now"),
-    ("a.c", "abc"),
-])
+@pytest.mark.parametrize(
+    "pattern,text",
+    [
+        ("EngineDeadError|EngineCore encountered (a fatal error|an issue)", "EngineCore encountered an issue"),
+        ("^(ImportError|ModuleNotFoundError)\\b|No module named", "ModuleNotFoundError: x"),
+        ("[Ss]ee (the )?root cause above", "See the root cause above"),
+        ("exitcode *: *-9\\b", "exitcode : -9"),
+        ("(?i)killed", "KILLED"),
+        ("Process (?i:killed) now", "Process KILLED now"),
+        ("a.c", "abc"),
+    ],
+)
 def test_literal_prefilter_never_hides_a_match(pattern, text):
     """The needles are an optimisation: any text the regex matches must pass them."""
     pat = Pat(pattern)

@@ -40,15 +40,27 @@ def command(*args: str) -> list[str]:
 
 
 def ssh_args(sshd) -> list[str]:
-    return ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
-            "--ssh-config", str(sshd.ssh_config)]
+    return [
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
 
 
 def write_inventory(tmp_path: Path, sshd, hosts: dict[str, dict]) -> Path:
     lines = ["hosts:"]
     for name, h in hosts.items():
-        lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {h.get('port', sshd.port)}",
-                  f"    user: {sshd.user}", "    logs:", f"      vllm: {json.dumps(str(h['log']))}"]
+        lines += [
+            f"  {name}:",
+            "    address: 127.0.0.1",
+            f"    port: {h.get('port', sshd.port)}",
+            f"    user: {sshd.user}",
+            "    logs:",
+            f"      vllm: {json.dumps(str(h['log']))}",
+        ]
     inv = tmp_path / "inventory.yaml"
     inv.write_text("\n".join(lines) + "\n")
     return inv
@@ -63,14 +75,17 @@ def healthy_log(tmp_path: Path, name: str = "vllm.log") -> Path:
 # --------------------------------------------------------------------------- 1. empty selections
 
 
-@pytest.mark.parametrize("argv", [
-    ["probe", "serving,&training"],
-    ["probe", "serving,&training", "--json"],
-    ["sweep", "serving,&training", "--json"],
-    ["watch", "serving,&training", "--jsonl"],
-    ["preflight", "serving,&training", "--json", "--", "vllm", "serve", "m"],
-    ["hosts", "serving,&training", "--json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["probe", "serving,&training"],
+        ["probe", "serving,&training", "--json"],
+        ["sweep", "serving,&training", "--json"],
+        ["watch", "serving,&training", "--jsonl"],
+        ["preflight", "serving,&training", "--json", "--", "vllm", "serve", "m"],
+        ["hosts", "serving,&training", "--json"],
+    ],
+)
 def test_empty_selection_is_a_usage_error_naming_the_selector(argv, tmp_path):
     res = cli("-i", str(SHIPPED), *argv, env={"FLEETDIAG_DB": str(tmp_path / "h.db")})
     assert res.exit_code == 2, res.output
@@ -89,8 +104,9 @@ def test_readme_probe_example_runs_against_the_shipped_inventory():
     res = cli("-i", str(SHIPPED), "probe", selector, "--json", "--connect-timeout", "1", "--deadline", "3")
     assert res.exit_code == 3, res.output
     doc = json.loads(res.output)
-    assert [h["host"] for h in doc["hosts"]] == [h["host"] for h in json.loads(
-        cli("-i", str(SHIPPED), "hosts", selector, "--json").output)["hosts"]]
+    assert [h["host"] for h in doc["hosts"]] == [
+        h["host"] for h in json.loads(cli("-i", str(SHIPPED), "hosts", selector, "--json").output)["hosts"]
+    ]
 
 
 # --------------------------------------------------------------------------- 2. a closed pipe
@@ -101,8 +117,9 @@ def closed_pipe_run(argv: list[str], timeout: float = 60) -> subprocess.Complete
     r, w = os.pipe()
     os.close(r)
     try:
-        proc = subprocess.run(command(*argv), stdout=w, stderr=subprocess.PIPE, text=True, timeout=timeout,
-                              env=ENV, check=False)
+        proc = subprocess.run(
+            command(*argv), stdout=w, stderr=subprocess.PIPE, text=True, timeout=timeout, env=ENV, check=False
+        )
     finally:
         os.close(w)
     return proc
@@ -117,13 +134,16 @@ def test_probe_jsonl_into_a_closed_pipe_ends_quietly(sshd, tmp_path):
     assert "BrokenPipe" not in proc.stderr and "Exception ignored" not in proc.stderr
 
 
-@pytest.mark.parametrize("argv", [
-    ["-i", str(SHIPPED), "hosts"],
-    ["-i", str(SHIPPED), "hosts", "--jsonl"],
-    ["-i", str(SHIPPED), "hosts", "--json"],
-    ["analyze", str(DEMO / "dp_rank.log")],
-    ["analyze", str(DEMO / "dp_rank.log"), "--json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-i", str(SHIPPED), "hosts"],
+        ["-i", str(SHIPPED), "hosts", "--jsonl"],
+        ["-i", str(SHIPPED), "hosts", "--json"],
+        ["analyze", str(DEMO / "dp_rank.log")],
+        ["analyze", str(DEMO / "dp_rank.log"), "--json"],
+    ],
+)
 def test_every_output_into_a_closed_pipe_ends_quietly(argv):
     proc = closed_pipe_run(argv)
     assert proc.returncode in (0, 141), proc.stderr
@@ -152,11 +172,16 @@ def test_ctrl_c_on_probe_keeps_the_hosts_that_answered(sshd, tmp_path, fmt):
     log = healthy_log(tmp_path)
     hole = black_hole()
     try:
-        inv = write_inventory(tmp_path, sshd, {"fast": {"log": log}, "hung": {"log": log,
-                                                                             "port": hole.getsockname()[1]}})
-        proc = subprocess.Popen(command("-i", str(inv), "probe", "all", fmt, *ssh_args(sshd),
-                                        "--connect-timeout", "60"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        inv = write_inventory(
+            tmp_path, sshd, {"fast": {"log": log}, "hung": {"log": log, "port": hole.getsockname()[1]}}
+        )
+        proc = subprocess.Popen(
+            command("-i", str(inv), "probe", "all", fmt, *ssh_args(sshd), "--connect-timeout", "60"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
         try:
             if fmt == "--jsonl":
                 first = json.loads(read_line(proc, 30))
@@ -184,8 +209,13 @@ def test_ctrl_c_on_probe_keeps_the_hosts_that_answered(sshd, tmp_path, fmt):
 def test_sigterm_on_watch_jsonl_writes_the_summary(sshd, tmp_path):
     log = healthy_log(tmp_path)
     inv = write_inventory(tmp_path, sshd, {"node": {"log": log}})
-    proc = subprocess.Popen(command("-i", str(inv), "watch", "node", "--jsonl", "--no-facts", *ssh_args(sshd)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        command("-i", str(inv), "watch", "node", "--jsonl", "--no-facts", *ssh_args(sshd)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         first = json.loads(read_line(proc, 30))
         assert first["host"] == "node"
@@ -243,9 +273,11 @@ def test_one_duration_type_everywhere():
     assert Duration(unit=86400).convert("90d", None, None) == 90
     assert Duration(unit=86400).convert("12h", None, None) == 0.5
     assert Duration(unit=86400).convert("30", None, None) == 30
-    for argv in (["probe", "serving,&training", "--timeout", "2m", "--connect-timeout", "5s", "--deadline", "3m"],
-                 ["sweep", "serving,&training", "--keep-days", "90d"],
-                 ["watch", "serving,&training", "--timeout", "2m"]):
+    for argv in (
+        ["probe", "serving,&training", "--timeout", "2m", "--connect-timeout", "5s", "--deadline", "3m"],
+        ["sweep", "serving,&training", "--keep-days", "90d"],
+        ["watch", "serving,&training", "--timeout", "2m"],
+    ):
         res = cli("-i", str(SHIPPED), *argv)
         assert res.exit_code == 2 and "selects no host" in res.output, (argv, res.output)  # the durations parsed
     res = cli("-i", str(SHIPPED), "probe", "gpu01", "--timeout", "2 parsecs")
@@ -281,10 +313,15 @@ def test_jsonl_records_carry_the_version_and_hosts_json_uses_host():
 
 def test_unknown_log_name_is_a_usage_error_for_every_host_at_once(tmp_path):
     inv = tmp_path / "inventory.yaml"
-    inv.write_text("hosts:\n  a:\n    address: 127.0.0.1\n    logs: {vllm: /x/v.log}\n"
-                   "  b:\n    address: 127.0.0.1\n    logs: {vllm: /x/v.log}\n  bare:\n    address: 127.0.0.1\n")
-    for cmd in (["watch", "a,b", "--log", "vlm", "--duration", "1s"], ["probe", "a,b", "--log", "vlm"],
-                ["sweep", "a,b", "--log", "vlm"]):
+    inv.write_text(
+        "hosts:\n  a:\n    address: 127.0.0.1\n    logs: {vllm: /x/v.log}\n"
+        "  b:\n    address: 127.0.0.1\n    logs: {vllm: /x/v.log}\n  bare:\n    address: 127.0.0.1\n"
+    )
+    for cmd in (
+        ["watch", "a,b", "--log", "vlm", "--duration", "1s"],
+        ["probe", "a,b", "--log", "vlm"],
+        ["sweep", "a,b", "--log", "vlm"],
+    ):
         res = cli("-i", str(inv), *cmd, env={"FLEETDIAG_DB": str(tmp_path / "h.db")})
         assert res.exit_code == 2, res.output
         assert "unknown log 'vlm' for host 'a'" in res.output and "for host 'b'" in res.output
@@ -320,8 +357,9 @@ def test_sweep_report_dash_writes_the_report_to_stdout(sshd, tmp_path, monkeypat
     log = healthy_log(tmp_path)
     inv = write_inventory(tmp_path, sshd, {"a": {"log": log}})
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "all", "--report", "-", "--db", str(tmp_path / "h.db"),
-                                    *ssh_args(sshd)])
+    res = CliRunner().invoke(
+        main, ["-i", str(inv), "sweep", "all", "--report", "-", "--db", str(tmp_path / "h.db"), *ssh_args(sshd)]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["version"] == 1 and [h["host"] for h in doc["hosts"]] == ["a"]
@@ -351,21 +389,27 @@ def test_log_time_iso_reads_each_framework_stamp():
 
 
 def test_demo_serve_try_command_works_and_sigterm_removes_the_temp_dir():
-    proc = subprocess.Popen(command("demo", "--serve"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**ENV, "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        command("demo", "--serve"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**ENV, "COLUMNS": "200"},
+    )
     try:
         try_line = None
         deadline = time.monotonic() + 120
         while try_line is None and time.monotonic() < deadline:
             line = read_line(proc, deadline - time.monotonic())
             if line.startswith("Try: "):
-                try_line = line[len("Try: "):].strip()
+                try_line = line[len("Try: ") :].strip()
         assert try_line, "no Try: line"
         argv = shlex.split(try_line)
         assert argv[0] == "fleetdiag"
         workdir = Path(argv[argv.index("-i") + 1]).parent
-        tried = subprocess.run(command(*argv[1:], "--json"), capture_output=True, text=True, timeout=120, env=ENV,
-                               check=False)
+        tried = subprocess.run(
+            command(*argv[1:], "--json"), capture_output=True, text=True, timeout=120, env=ENV, check=False
+        )
         assert tried.returncode == 1, tried.stderr  # the demo fleet has failures: the command ran, over SSH
         assert {h["host"] for h in json.loads(tried.stdout)["hosts"]} >= {"uk-node", "cn-node"}
         assert workdir.exists()
@@ -386,8 +430,16 @@ def test_hosts_never_splits_an_address_or_a_path(columns):
     res = cli("-i", str(SHIPPED), "hosts", env={"COLUMNS": columns})
     assert res.exit_code == 0
     lines = res.output.splitlines()
-    for whole in ("203.0.113.10", "198.51.100.20", "/workspace/dflash/logs/vllm.log", "/data/runs/current/train-*.log",
-                  "uk-node", "cn-node", "lab-box", "gpu04"):
+    for whole in (
+        "203.0.113.10",
+        "198.51.100.20",
+        "/workspace/dflash/logs/vllm.log",
+        "/data/runs/current/train-*.log",
+        "uk-node",
+        "cn-node",
+        "lab-box",
+        "gpu04",
+    ):
         assert any(whole in ln for ln in lines), (whole, res.output)
     assert "…" not in res.output
 

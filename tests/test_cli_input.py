@@ -11,7 +11,10 @@ from pathlib import Path
 def test_analyze_stdin_closed_is_a_usage_error():
     proc = subprocess.run(
         ["sh", "-c", 'exec "$0" -c "from fleetdiag.cli import main; main()" analyze - <&-', sys.executable],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
     )
     assert proc.returncode == 2, proc.stderr

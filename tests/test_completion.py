@@ -81,8 +81,9 @@ def _wrapper(tmp_path: Path) -> dict[str, str]:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "fleetdiag"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from fleetdiag.cli import main; "
-                   f"main(prog_name=\"fleetdiag\")' \"$@\"\n")
+    exe.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -c \'from fleetdiag.cli import main; main(prog_name="fleetdiag")\' "$@"\n'
+    )
     exe.chmod(0o755)
     return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
 

@@ -145,8 +145,10 @@ def test_traceback_and_fields(path: Path, rules):
     assert dec.hint
 
 
-needs_sh = pytest.mark.skipif(not (shutil.which("sh") and shutil.which("grep") and shutil.which("awk")),
-                              reason="the funnel needs sh, grep and awk")
+needs_sh = pytest.mark.skipif(
+    not (shutil.which("sh") and shutil.which("grep") and shutil.which("awk")),
+    reason="the funnel needs sh, grep and awk",
+)
 
 
 def _through_funnel(path: Path, rules, tail_lines: int | None = None):
@@ -180,7 +182,9 @@ def test_funnel_keywords_reach_the_decisive_line(path: Path, rules):
     fr, _ = _through_funnel(path, rules, tail_lines=1)
     assert fr.status == "ok"
     texts = [ln.text for ln in fr.hits + fr.context]
-    assert any(any(a in t for a in _accepted(label)) for t in texts), "the funnel's keywords/tags miss the decisive line"
+    assert any(any(a in t for a in _accepted(label)) for t in texts), (
+        "the funnel's keywords/tags miss the decisive line"
+    )
 
 
 @pytest.mark.parametrize("path", HEALTHY_PARAMS)

@@ -14,18 +14,25 @@ def test_demo_probes_the_simulated_fleet():
     assert "AssertionError: DP adjusted local rank 3 is out of bounds" in out
     assert "TP 2 × DP 2 = 4 workers, but the host has 2 GPUs" in out
     assert "CUDA error: invalid device ordinal" in out
-    for host, verdict in (("uk-node", "FAILED"), ("cn-node", "FAILED"), ("us-node", "HEALTHY"), ("de-node", "STALLED"),
-                          ("jp-node", "FAILED"), ("fr-node-a", "FAILED"), ("fr-node-b", "FAILED")):
+    for host, verdict in (
+        ("uk-node", "FAILED"),
+        ("cn-node", "FAILED"),
+        ("us-node", "HEALTHY"),
+        ("de-node", "STALLED"),
+        ("jp-node", "FAILED"),
+        ("fr-node-a", "FAILED"),
+        ("fr-node-b", "FAILED"),
+    ):
         assert f"{host}  {verdict}" in out, host
     # jp-node: the kernel's Xid 79 is the cause, the worker's CUDA error its consequence
-    card = out[out.index("jp-node  FAILED"):]
-    card = card[:card.index("╰")]
+    card = out[out.index("jp-node  FAILED") :]
+    card = card[: card.index("╰")]
     assert "GPU has fallen off the bus" in card and "Xid 79 · hardware" in card and "kernel log (dmesg)" in card
     assert "consequence" in card and "RuntimeError: CUDA error: unspecified launch failure" in card
     assert "GPU lost: nvidia-smi cannot reach it" in card
     for healthy in ("us-node  HEALTHY", "uk-node  FAILED"):  # the benign H200 boot lines never take over
-        other = out[out.index(healthy):]
-        assert "kernel line" not in other[:other.index("╰")]
+        other = out[out.index(healthy) :]
+        assert "kernel line" not in other[: other.index("╰")]
     # the two-node job: node B's rank broke it, node A shows only the NCCL consequence
     flat = " ".join(out.split())  # the fleet view's title wraps
     assert "job root cause: fr-node-b · rank 1 · RuntimeError: mat1 and mat2 shapes" in flat

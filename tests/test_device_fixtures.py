@@ -61,11 +61,13 @@ def host(name: str, rel: str) -> HostEvidence:
 
 # ---------------------------------------------------------------- the two-node job: rank 1 fails, rank 0 times out
 
+
 def test_failing_node_decisive_line_is_the_real_error() -> None:
     d = analyze_text(read("job/node1.log"))
     assert d.verdict == "failed" and d.decisive is not None
-    assert d.decisive.line == ("[rank1]: RuntimeError: mat1 and mat2 shapes cannot be multiplied "
-                               "(8x1024 and 4096x1000)")
+    assert d.decisive.line == (
+        "[rank1]: RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x1024 and 4096x1000)"
+    )
     assert d.decisive.rank == 1
     # not the launcher's summary of it
     assert "ChildFailedError" not in d.decisive.line and "exitcode" not in d.decisive.line
@@ -106,13 +108,20 @@ def test_two_node_job_needs_the_log_lines_around_an_unstamped_error() -> None:
     results = []
     for n in ("node0", "node1"):
         d = analyze_text(read(f"job/{n}.log"))
-        results.append(HostResult(host=n, verdict=d.verdict, decisive=d.decisive,
-                                  facts={"clock": {"offset": 0.0, "mtime": MTIME}, "zone": "UTC"}))
+        results.append(
+            HostResult(
+                host=n,
+                verdict=d.verdict,
+                decisive=d.decisive,
+                facts={"clock": {"offset": 0.0, "mtime": MTIME}, "zone": "UTC"},
+            )
+        )
     assert results[1].decisive is not None and results[1].decisive.time is None
     assert root_causes(results) == []
 
 
 # ---------------------------------------------------------------- the hang, ended by SIGTERM to both agents
+
 
 def test_hang_ended_by_sigterm_makes_no_job_claim() -> None:
     evs = [host(n, f"hang/{n}.log") for n in ("node0", "node1")]
@@ -125,14 +134,17 @@ def test_hang_ended_by_sigterm_makes_no_job_claim() -> None:
 
 # ---------------------------------------------------------------- the wrong-script-path one-liner
 
+
 def test_wrong_script_path_decisive_line_is_pythons() -> None:
     d = analyze_text(read("oneliner/torchrun_nonexistent.log"))
     assert d.verdict == "failed" and d.decisive is not None
-    assert d.decisive.line == ("/opt/torch/.venv/bin/python: can't open file '/nonexistent/train.py': "
-                               "[Errno 2] No such file or directory")
+    assert d.decisive.line == (
+        "/opt/torch/.venv/bin/python: can't open file '/nonexistent/train.py': [Errno 2] No such file or directory"
+    )
 
 
 # ---------------------------------------------------------------- py-spy dumps of the hang
+
 
 def _proc(rank: int, threads: list) -> ProcStack:
     """The process as stacks.sh sees it: py-spy's threads plus the /proc state and wchan recorded beside them."""
@@ -180,6 +192,7 @@ def test_proc_views_of_the_hang() -> None:
 
 
 # ---------------------------------------------------------------- fleetdiag's stacks.sh, run on that host
+
 
 def test_stacks_sh_names_rank1_the_straggler() -> None:
     rep = parse_stacks(read("hang/stacks_sh.txt"))
@@ -275,11 +288,14 @@ def test_kernel_sh_output_of_a_healthy_host() -> None:
     assert any("NVRM: loading NVIDIA UNIX Open Kernel Module" in e.line for e in events)
     gpus = parse_health(kc.smi)
     assert [(g.index, g.bus) for g in gpus] == HEALTHY and degraded(gpus) == []
-    assert [g.uuid for g in gpus] == ["GPU-25843052-6170-00a1-70e9-79c0cb7ccc7b",
-                                      "GPU-20c84b6e-bce0-2ef1-5ce9-fbe9155fe3a2"]
+    assert [g.uuid for g in gpus] == [
+        "GPU-25843052-6170-00a1-70e9-79c0cb7ccc7b",
+        "GPU-20c84b6e-bce0-2ef1-5ce9-fbe9155fe3a2",
+    ]
 
 
 # ---------------------------------------------------------------- kernel.sh's choice of field names
+
 
 def _stand_in_smi(tmp_path: Path, help_text: str) -> tuple[Path, Path]:
     """An nvidia-smi that prints the recorded help text and the recorded health CSV, logging each query."""
@@ -306,8 +322,14 @@ SHELLS = [sh for sh in ("sh", "dash", "busybox sh") if shutil.which(sh.split()[0
 
 def _gpu_health(bindir: Path, shell: str = "sh") -> str:
     cmd = f". '{KERNEL_SH}'; fd_kernel_gpu_health"
-    out = subprocess.run([*shell.split(), "-c", cmd], check=False, env={"PATH": f"{bindir}:/usr/bin:/bin"}, capture_output=True,
-                         text=True, timeout=30)
+    out = subprocess.run(
+        [*shell.split(), "-c", cmd],
+        check=False,
+        env={"PATH": f"{bindir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -319,8 +341,12 @@ def test_kernel_sh_picks_event_reason_names_from_the_real_help(tmp_path: Path, s
     (query,) = log.read_text().splitlines()
     fields = query.removeprefix("--query-gpu=").split(",")
     reasons = [f for f in fields if f.startswith("clocks_")]
-    assert reasons == ["clocks_event_reasons.hw_slowdown", "clocks_event_reasons.hw_thermal_slowdown",
-                       "clocks_event_reasons.hw_power_brake_slowdown", "clocks_event_reasons.sw_thermal_slowdown"]
+    assert reasons == [
+        "clocks_event_reasons.hw_slowdown",
+        "clocks_event_reasons.hw_thermal_slowdown",
+        "clocks_event_reasons.hw_power_brake_slowdown",
+        "clocks_event_reasons.sw_thermal_slowdown",
+    ]
     help_text = read("smi/help_query_gpu.txt")
     assert all(f'"{f}"' in help_text for f in fields)  # every field asked for is one this driver lists
     # the query is the very one the real driver answered on that host
@@ -339,6 +365,9 @@ def test_kernel_sh_picks_throttle_names_when_the_help_lacks_event_names(tmp_path
     _gpu_health(bindir, shell)
     (query,) = log.read_text().splitlines()
     reasons = [f for f in query.removeprefix("--query-gpu=").split(",") if f.startswith("clocks_")]
-    assert reasons == ["clocks_throttle_reasons.hw_slowdown", "clocks_throttle_reasons.hw_thermal_slowdown",
-                       "clocks_throttle_reasons.hw_power_brake_slowdown",
-                       "clocks_throttle_reasons.sw_thermal_slowdown"]
+    assert reasons == [
+        "clocks_throttle_reasons.hw_slowdown",
+        "clocks_throttle_reasons.hw_thermal_slowdown",
+        "clocks_throttle_reasons.hw_power_brake_slowdown",
+        "clocks_throttle_reasons.sw_thermal_slowdown",
+    ]

@@ -76,11 +76,14 @@ def vllm_job(tmp_path_factory):
     src = work / "case.log"
     src.write_text(case_log())
     exe = work / "vllm"
-    exe.write_text(f"#!{sys.executable}\nimport sys, time\nsys.stdout.write(open({str(src)!r}).read())\n"
-                   "sys.stdout.flush()\ntime.sleep(600)\n")
+    exe.write_text(
+        f"#!{sys.executable}\nimport sys, time\nsys.stdout.write(open({str(src)!r}).read())\n"
+        "sys.stdout.flush()\ntime.sleep(600)\n"
+    )
     exe.chmod(0o755)
-    proc = subprocess.Popen(["sh", "-c", "exec ./vllm serve facebook/opt-125m > some.log 2>&1"], cwd=work,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["sh", "-c", "exec ./vllm serve facebook/opt-125m > some.log 2>&1"], cwd=work, start_new_session=True
+    )
     log = work / "some.log"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and DECISIVE not in (log.read_text() if log.exists() else ""):
@@ -99,8 +102,11 @@ def test_host_without_logs_finds_vllm_stdout_through_proc(sshd, vllm_job):
     assert res.verdict == FAILED, (res.error, res.markers)
     assert DECISIVE in res.decisive.line
     assert res.log == str(log)
-    assert res.log_source == {"kind": "file", "detail": str(log),
-                              "found_by": f"stdout and stderr of pid {proc.pid} (vllm serve)"}
+    assert res.log_source == {
+        "kind": "file",
+        "detail": str(log),
+        "found_by": f"stdout and stderr of pid {proc.pid} (vllm serve)",
+    }
     assert res.timing.round_trips == 1
     text = card_text(res)
     assert f"stdout and stderr of pid {proc.pid} (vllm serve) → {log}" in " ".join(text.split())
@@ -171,9 +177,11 @@ def write_journal(tmp_path: Path, unit: str, text: str) -> Path:
     export = bytearray()
     t0 = int(time.time() * 1e6)
     for i, line in enumerate(text.splitlines()):
-        export += (f"__REALTIME_TIMESTAMP={t0 + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n"
-                   f"_BOOT_ID=0123456789abcdef0123456789abcdef\n_SYSTEMD_UNIT={unit}\n"
-                   f"SYSLOG_IDENTIFIER=vllm\nMESSAGE={line}\n\n").encode()
+        export += (
+            f"__REALTIME_TIMESTAMP={t0 + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n"
+            f"_BOOT_ID=0123456789abcdef0123456789abcdef\n_SYSTEMD_UNIT={unit}\n"
+            f"SYSLOG_IDENTIFIER=vllm\nMESSAGE={line}\n\n"
+        ).encode()
     out = tmp_path / "journal" / "remote.journal"
     out.parent.mkdir()
     subprocess.run([JOURNAL_REMOTE, f"--output={out}", "-"], input=bytes(export), check=True, capture_output=True)
@@ -214,8 +222,13 @@ def cgroup_dir(name: str) -> Path | None:
 
 def in_cgroup(cg: Path, argv: list[str], cwd: Path) -> subprocess.Popen:
     cg.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *argv],
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *argv],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def rm_cgroup(cg: Path) -> None:
@@ -292,9 +305,13 @@ def json_file_log(text: str) -> str:
     "log" (raw UTF-8 as Go writes it; every other line \\u-escaped, which Go does for <, > and &)."""
     out = []
     for i, line in enumerate(text.splitlines(keepends=True)):
-        out.append(json.dumps({"log": line, "stream": "stderr" if i % 2 else "stdout",
-                               "time": "2025-10-25T13:12:42.000000000Z"},
-                              separators=(",", ":"), ensure_ascii=bool(i % 2)))
+        out.append(
+            json.dumps(
+                {"log": line, "stream": "stderr" if i % 2 else "stdout", "time": "2025-10-25T13:12:42.000000000Z"},
+                separators=(",", ":"),
+                ensure_ascii=bool(i % 2),
+            )
+        )
     return "\n".join(out) + "\n"
 
 
@@ -302,7 +319,7 @@ def test_docker_json_file_read_when_docker_logs_is_refused(tmp_path):
     cid = "ab" * 32
     root = tmp_path / "docker"
     (root / "containers" / cid).mkdir(parents=True)
-    text = case_log() + "unicode: \u00e9\u4e2d \"quoted\" back\\slash\ttab\n" + "<tag> & \u00e9\u4e2d\n"
+    text = case_log() + 'unicode: \u00e9\u4e2d "quoted" back\\slash\ttab\n' + "<tag> & \u00e9\u4e2d\n"
     (root / "containers" / cid / f"{cid}-json.log").write_text(json_file_log(text))
     docker_standin(tmp_path / "bin", {}, refuse=True)
     spec = spec_for("", RULES)
@@ -312,7 +329,7 @@ def test_docker_json_file_read_when_docker_logs_is_refused(tmp_path):
     assert fr.status == "ok", fr.facts
     assert any("json-file" in m for m in fr.markers)
     texts = [ln.text for ln in fr.lines()]
-    assert "unicode: \u00e9\u4e2d \"quoted\" back\\slash\ttab" in texts
+    assert 'unicode: \u00e9\u4e2d "quoted" back\\slash\ttab' in texts
     assert "<tag> & \u00e9\u4e2d" in texts
     assert DECISIVE in finish("h", fr, RULES).decisive.line
     assert fr.mtime is not None  # the json-file's mtime: idle time works for it
@@ -337,8 +354,10 @@ def test_command_source_runs_as_written(sshd, tmp_path):
 
 
 def test_source_values_are_validated_with_file_line_key():
-    text = ("hosts:\n  a:\n    logs:\n      s: {journal: '-x'}\n      d: {docker: 'a;b'}\n"
-            "      c: {command: ''}\n      t: {jurnal: x}\n      two: {docker: a, journal: b}\n")
+    text = (
+        "hosts:\n  a:\n    logs:\n      s: {journal: '-x'}\n      d: {docker: 'a;b'}\n"
+        "      c: {command: ''}\n      t: {jurnal: x}\n      two: {docker: a, journal: b}\n"
+    )
     with pytest.raises(InventoryError) as e:
         parse_inventory(text, "inv.yaml")
     msgs = [str(x) for x in e.value.errors]
@@ -359,12 +378,15 @@ def test_host_without_logs_discovers_and_watch_gets_a_clear_error():
 # --------------------------------------------------------------------------- ad hoc
 
 
-@pytest.mark.parametrize("text,want", [
-    ("gpu01", (None, None, None)),
-    ("alice@gpu01:2222", ("gpu01", 2222, "alice")),
-    ("10.0.0.5:22", ("10.0.0.5", 22, None)),
-    ("bob@[fe80::1]:2200", ("fe80::1", 2200, "bob")),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("gpu01", (None, None, None)),
+        ("alice@gpu01:2222", ("gpu01", 2222, "alice")),
+        ("10.0.0.5:22", ("10.0.0.5", 22, None)),
+        ("bob@[fe80::1]:2200", ("fe80::1", 2200, "bob")),
+    ],
+)
 def test_adhoc_targets(text, want):
     h = parse_target(text)
     assert (h.address, h.port, h.user) == want
@@ -380,9 +402,15 @@ def test_adhoc_targets_refused(text):
 def isolated_env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
-    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local"),
-           "XDG_STATE_HOME": str(home / ".state"), "XDG_CACHE_HOME": str(home / ".cache"),
-           "FLEETDIAG_INVENTORY": "", "FLEETDIAG_DB": str(home / "db.sqlite")}
+    env = {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local"),
+        "XDG_STATE_HOME": str(home / ".state"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "FLEETDIAG_INVENTORY": "",
+        "FLEETDIAG_DB": str(home / "db.sqlite"),
+    }
     return env
 
 
@@ -393,8 +421,15 @@ def test_adhoc_probe_with_no_inventory_anywhere(sshd, tmp_path, monkeypatch):
     for k, v in isolated_env(tmp_path).items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("FLEETDIAG_INVENTORY")
-    common = ["--json", "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
-              "--ssh-config", str(sshd.ssh_config)]
+    common = [
+        "--json",
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
     r = CliRunner().invoke(main, ["probe", f"{sshd.user}@127.0.0.1:{sshd.port}", "--log", str(log), *common])
     assert r.exit_code == 1, r.output
     host = json.loads(r.output)["hosts"][0]
@@ -417,8 +452,14 @@ def piped_vllm(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.
     exe = tmp_path / "vllm"
     exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
     exe.chmod(0o755)
-    return subprocess.Popen([str(exe), "serve", "m"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    return subprocess.Popen(
+        [str(exe), "serve", "m"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
 
 
 def test_slurm_job_stdout_from_scontrol(sshd, tmp_path):
@@ -430,7 +471,8 @@ def test_slurm_job_stdout_from_scontrol(sshd, tmp_path):
     # stand-in scontrol: `scontrol show job ID`, one line of Key=Value words as the real one prints
     (bin_dir / "scontrol").write_text(
         '#!/bin/sh\n[ "$1 $2" = "show job" ] && [ "$3" = 4242 ] || { echo "slurm_load_jobs error: Invalid job id" >&2; exit 1; }\n'
-        f'echo "JobId=4242 JobName=serve UserId=u(1000) JobState=RUNNING WorkDir={tmp_path} StdErr={out} StdIn=/dev/null StdOut={out}"\n')
+        f'echo "JobId=4242 JobName=serve UserId=u(1000) JobState=RUNNING WorkDir={tmp_path} StdErr={out} StdIn=/dev/null StdOut={out}"\n'
+    )
     (bin_dir / "scontrol").chmod(0o755)
     proc = piped_vllm(tmp_path, {"SLURM_JOB_ID": "4242"})
     try:
@@ -438,8 +480,11 @@ def test_slurm_job_stdout_from_scontrol(sshd, tmp_path):
         res = probe(sshd, "hosts:\n" + host_entry(sshd, "gpu07"), "gpu07", path_prepend=str(bin_dir))
         assert res.verdict == FAILED, (res.error, res.markers)
         assert DECISIVE in res.decisive.line
-        assert res.log_source == {"kind": "slurm", "detail": str(out),
-                                  "found_by": f"pid {proc.pid} (vllm serve) is Slurm job 4242: its StdOut"}
+        assert res.log_source == {
+            "kind": "slurm",
+            "detail": str(out),
+            "found_by": f"pid {proc.pid} (vllm serve) is Slurm job 4242: its StdOut",
+        }
     finally:
         proc.kill()
         proc.wait()
@@ -500,13 +545,22 @@ def test_ansible_ini_errors_are_located():
 
 
 def test_ansible_inventory_list_json():
-    doc = {"_meta": {"hostvars": {
-        "a1": {"ansible_host": "10.0.0.1", "ansible_port": 2200, "ansible_ssh_private_key_file": "/k/a.pem",
-               "weird_var": 1},
-        "b1": {"ansible_user": "bob", "ansible_ssh_port": 2201}}},
+    doc = {
+        "_meta": {
+            "hostvars": {
+                "a1": {
+                    "ansible_host": "10.0.0.1",
+                    "ansible_port": 2200,
+                    "ansible_ssh_private_key_file": "/k/a.pem",
+                    "weird_var": 1,
+                },
+                "b1": {"ansible_user": "bob", "ansible_ssh_port": 2201},
+            }
+        },
         "all": {"children": ["ungrouped", "gpu"]},
         "gpu": {"hosts": ["a1"], "vars": {"fleetdiag_logs": {"serve": {"journal": "vllm.service"}}}},
-        "ungrouped": {"hosts": ["b1"]}}
+        "ungrouped": {"hosts": ["b1"]},
+    }
     inv = parse_inventory(json.dumps(doc, indent=1), "list.json")
     a1, b1 = inv.hosts["a1"], inv.hosts["b1"]
     assert (a1.address, a1.port, a1.identity_file) == ("10.0.0.1", 2200, "/k/a.pem")
@@ -542,8 +596,10 @@ def test_native_identity_file_key():
 # --------------------------------------------------------------------------- read-only
 
 
-WRITE_CALLS = ("open,openat,openat2,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,link,linkat,"
-               "symlink,symlinkat,truncate,ftruncate,mknod,mknodat,chmod,fchmod,fchmodat,chown,fchown,fchownat,utimensat")
+WRITE_CALLS = (
+    "open,openat,openat2,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,link,linkat,"
+    "symlink,symlinkat,truncate,ftruncate,mknod,mknodat,chmod,fchmod,fchmodat,chown,fchown,fchownat,utimensat"
+)
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed (scripts/test installs it)")
@@ -558,8 +614,13 @@ def test_discovery_and_streams_make_no_write_syscall(vllm_job, tmp_path):
         apply_source(spec, source, None, None)
         trace = tmp_path / f"trace-{source.kind}.txt"
         script = funnel.build_script(spec, "@@FD:t")
-        p = subprocess.run(["strace", "-f", "-qq", "-e", f"trace={WRITE_CALLS}", "-o", str(trace), "bash", "-c", script],
-                           capture_output=True, text=True, timeout=120, check=False)
+        p = subprocess.run(
+            ["strace", "-f", "-qq", "-e", f"trace={WRITE_CALLS}", "-o", str(trace), "bash", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         fr = funnel.parse_output(p.stdout, "@@FD:t")
         assert DECISIVE in finish("h", fr, RULES).decisive.line
         bad = []
@@ -569,8 +630,9 @@ def test_discovery_and_streams_make_no_write_syscall(vllm_job, tmp_path):
                 continue
             name, args = m.groups()
             if name in ("open", "openat", "openat2", "creat"):
-                if (name == "creat" or re.search(r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND", args)) \
-                        and '"/dev/null"' not in args:
+                if (
+                    name == "creat" or re.search(r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND", args)
+                ) and '"/dev/null"' not in args:
                     bad.append(ln)
             else:
                 bad.append(ln)
@@ -598,11 +660,15 @@ def test_cli_names_unused_ansible_vars(tmp_path):
 
 def test_stdout_and_stderr_in_two_files_reads_the_newer_and_names_the_other(tmp_path):
     exe = tmp_path / "vllm"
-    exe.write_text(f"#!{sys.executable}\nimport sys, time\nprint('INFO starting', flush=True)\ntime.sleep(1.1)\n"
-                   f"sys.stderr.write(open({str(tmp_path / 'case.log')!r}).read()); sys.stderr.flush()\ntime.sleep(600)\n")
+    exe.write_text(
+        f"#!{sys.executable}\nimport sys, time\nprint('INFO starting', flush=True)\ntime.sleep(1.1)\n"
+        f"sys.stderr.write(open({str(tmp_path / 'case.log')!r}).read()); sys.stderr.flush()\ntime.sleep(600)\n"
+    )
     exe.chmod(0o755)
     (tmp_path / "case.log").write_text(case_log())
-    proc = subprocess.Popen(["sh", "-c", "exec ./vllm serve m > out.log 2> err.log"], cwd=tmp_path, start_new_session=True)
+    proc = subprocess.Popen(
+        ["sh", "-c", "exec ./vllm serve m > out.log 2> err.log"], cwd=tmp_path, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 20
         err = tmp_path / "err.log"
@@ -656,7 +722,9 @@ def test_discovery_follows_a_kubernetes_container_to_its_kubelet_log(tmp_path):
         spec.source, spec.k8s_logs = "discover", str(logs)
         fr = funnel.run_local(spec, timeout=60)
         assert fr.facts["log_source"]["kind"] == "cri", (fr.facts, fr.markers)
-        assert fr.facts["log_source"]["found_by"].startswith(f"pid {proc.pid} (vllm serve) runs in Kubernetes container efefefefefef")
+        assert fr.facts["log_source"]["found_by"].startswith(
+            f"pid {proc.pid} (vllm serve) runs in Kubernetes container efefefefefef"
+        )
         texts = [ln.text for ln in fr.lines()]
         assert not any(t.startswith("2025-10-25T") for t in texts)
         assert "first half and the rest" in texts
@@ -694,8 +762,11 @@ def test_discovery_follows_a_docker_container_to_docker_logs(sshd, tmp_path):
         res = probe(sshd, "hosts:\n" + host_entry(sshd, "gpu09"), "gpu09", path_prepend=str(tmp_path / "bin"))
         assert res.verdict == FAILED, (res.error, res.markers)
         assert DECISIVE in res.decisive.line
-        assert res.log_source == {"kind": "docker", "detail": cid,
-                                  "found_by": f"pid {proc.pid} (vllm serve) runs in docker container 121212121212"}
+        assert res.log_source == {
+            "kind": "docker",
+            "detail": cid,
+            "found_by": f"pid {proc.pid} (vllm serve) runs in docker container 121212121212",
+        }
         assert "docker logs 121212121212" in " ".join(card_text(res).split())
     finally:
         proc.kill()

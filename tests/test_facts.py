@@ -32,12 +32,12 @@ def fake_nvidia_smi(bindir: Path, query: str = "nvidia-smi-query.csv", apps: str
     q = shlex.quote
     apps_cmd = f"cat {q(str(SMI / apps))}" if apps else ":"
     script = f"""#!/bin/sh
-printf '%s\\n' "$*" >> {q(str(bindir / 'calls.txt'))}
+printf '%s\\n' "$*" >> {q(str(bindir / "calls.txt"))}
 case "$*" in
   *--query-gpu=*) cat {q(str(SMI / query))} ;;
   *--query-compute-apps=*) {apps_cmd} ;;
-  -L*) cat {q(str(SMI / 'nvidia-smi-L.txt'))} ;;
-  *) cat {q(str(SMI / 'nvidia-smi.txt'))} ;;
+  -L*) cat {q(str(SMI / "nvidia-smi-L.txt"))} ;;
+  *) cat {q(str(SMI / "nvidia-smi.txt"))} ;;
 esac
 """
     exe = bindir / "nvidia-smi"
@@ -52,7 +52,9 @@ esac
 def test_query_csv_fixture_idle_and_busy():
     idle = F.parse_gpu_csv((SMI / "nvidia-smi-query.csv").read_text())
     assert [(g.index, g.name, g.memory_used_mib, g.memory_total_mib, g.utilization_pct) for g in idle] == [
-        (0, "NVIDIA H200", 0, 143771, 0), (1, "NVIDIA H200", 0, 143771, 0)]
+        (0, "NVIDIA H200", 0, 143771, 0),
+        (1, "NVIDIA H200", 0, 143771, 0),
+    ]
     assert idle[1].uuid == "GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79"
     busy = F.parse_gpu_csv((SMI / "nvidia-smi-query-busy.csv").read_text())
     assert [g.memory_used_mib for g in busy] == [4, 19601]
@@ -66,40 +68,56 @@ def test_compute_apps_fixture_joins_its_gpu_by_uuid():
     F.attach_processes(gpus, apps, {561: "python3 train.py"})
     assert gpus[0].processes == []
     assert gpus[1].processes[0].pid == 561 and gpus[1].processes[0].cmdline == "python3 train.py"
-    assert gpus[1].to_dict()["processes"] == [{"pid": 561, "name": "python3", "used_mib": 19592, "cmdline": "python3 train.py"}]
+    assert gpus[1].to_dict()["processes"] == [
+        {"pid": 561, "name": "python3", "used_mib": 19592, "cmdline": "python3 train.py"}
+    ]
 
 
 def test_list_fixture():
     gpus = F.parse_smi_list((SMI / "nvidia-smi-L.txt").read_text())
     assert [(g.index, g.name, g.uuid) for g in gpus] == [
         (0, "NVIDIA H200", "GPU-08ec45a2-2659-8934-e427-3905e4e7873b"),
-        (1, "NVIDIA H200", "GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79")]
+        (1, "NVIDIA H200", "GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79"),
+    ]
 
 
 def test_default_table_fixture():
     gpus = F.parse_smi_table((SMI / "nvidia-smi.txt").read_text())
     assert [(g.index, g.name, g.memory_used_mib, g.memory_total_mib, g.utilization_pct, g.processes) for g in gpus] == [
-        (0, "NVIDIA H200", 0, 143771, 0, []), (1, "NVIDIA H200", 0, 143771, 0, [])]
+        (0, "NVIDIA H200", 0, 143771, 0, []),
+        (1, "NVIDIA H200", 0, 143771, 0, []),
+    ]
 
 
 def test_default_table_processes_section():
-    text = (SMI / "nvidia-smi.txt").read_text().replace(
-        "|  No running processes found                                                             |",
-        "|    1   N/A  N/A             561      C   python3                                19592MiB |")
+    text = (
+        (SMI / "nvidia-smi.txt")
+        .read_text()
+        .replace(
+            "|  No running processes found                                                             |",
+            "|    1   N/A  N/A             561      C   python3                                19592MiB |",
+        )
+    )
     gpus = F.parse_smi_table(text)
     assert gpus[0].processes == []
     assert [(p.pid, p.name, p.used_mib) for p in gpus[1].processes] == [(561, "python3", 19592)]
 
 
 def test_csv_with_header_and_units():
-    text = ("index, uuid, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%]\n"
-            "0, GPU-08ec45a2-2659-8934-e427-3905e4e7873b, NVIDIA H200, 4 MiB, 143771 MiB, 7 %\n"
-            "1, GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79, NVIDIA H200, 19601 MiB, 143771 MiB, [N/A]\n")
+    text = (
+        "index, uuid, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%]\n"
+        "0, GPU-08ec45a2-2659-8934-e427-3905e4e7873b, NVIDIA H200, 4 MiB, 143771 MiB, 7 %\n"
+        "1, GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79, NVIDIA H200, 19601 MiB, 143771 MiB, [N/A]\n"
+    )
     gpus = F.parse_gpu_csv(text)
     assert [(g.index, g.memory_used_mib, g.memory_total_mib, g.utilization_pct) for g in gpus] == [
-        (0, 4, 143771, 7), (1, 19601, 143771, None)]
-    apps = F.parse_apps_csv("pid, process_name, used_gpu_memory [MiB], gpu_uuid\n"
-                            "561, python3, 19592 MiB, GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79\n")
+        (0, 4, 143771, 7),
+        (1, 19601, 143771, None),
+    ]
+    apps = F.parse_apps_csv(
+        "pid, process_name, used_gpu_memory [MiB], gpu_uuid\n"
+        "561, python3, 19592 MiB, GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79\n"
+    )
     assert (apps[0].pid, apps[0].used_mib, apps[0].gpu_uuid) == (561, 19592, "GPU-bf536ef9-0bde-e86f-74b2-9b4206bc7b79")
 
 
@@ -139,8 +157,10 @@ def test_garbage_from_random_lines_never_counts_as_gpus():
 
     rnd = random.Random(17)
     alphabet = "0123456789, -.abcdefGPU[]/%MiB\t\x00é"
-    lines = [str(rnd.randrange(40)) + ", " + "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(60)))
-             for _ in range(500)]
+    lines = [
+        str(rnd.randrange(40)) + ", " + "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(60)))
+        for _ in range(500)
+    ]
     gpus, rejected = F.read_gpu_csv("\n".join(lines))
     assert gpus == [] and len(rejected) == len(lines)
 
@@ -164,8 +184,11 @@ def test_preflight_does_not_pass_on_garbage_nvidia_smi_output():
     by = {c.name: c for c in checks}
     assert by["nvidia-smi"].status == P.FAIL and "output not understood" in by["nvidia-smi"].detail
     assert all(c.status != P.PASS for c in checks if c.name in ("nvidia-smi", "gpu-count", "gpus-free"))
-    ok, _ = P.evaluate(launch, {"nvidia_smi": ["/usr/bin/nvidia-smi"],
-                                "gpu": (SMI / "nvidia-smi-query.csv").read_text().splitlines()}, None)
+    ok, _ = P.evaluate(
+        launch,
+        {"nvidia_smi": ["/usr/bin/nvidia-smi"], "gpu": (SMI / "nvidia-smi-query.csv").read_text().splitlines()},
+        None,
+    )
     assert {c.name: c for c in ok}["nvidia-smi"].status == P.PASS
 
 
@@ -180,8 +203,11 @@ def test_build_from_snippet_records():
         "gpu": (SMI / "nvidia-smi-query-busy.csv").read_text().splitlines(),
         "app": (SMI / "nvidia-smi-apps.csv").read_text().splitlines(),
         "app_cmd": ["561\tpython3 -m sglang.launch_server"],
-        "serve_pid": ["7001"], "serve_cmd": ["/venv/bin/python3\t/venv/bin/vllm\tserve\tQwen/Qwen3.6-27B\t-tp\t2\t"],
-        "serve_candidates": ["1"], "serve_environ": ["readable"], "serve_cvd": ["0,1"],
+        "serve_pid": ["7001"],
+        "serve_cmd": ["/venv/bin/python3\t/venv/bin/vllm\tserve\tQwen/Qwen3.6-27B\t-tp\t2\t"],
+        "serve_candidates": ["1"],
+        "serve_environ": ["readable"],
+        "serve_cvd": ["0,1"],
     }
     facts = F.build(raw)
     assert facts["nvidia_smi"] == "ok"
@@ -195,16 +221,29 @@ def test_build_from_snippet_records():
 
 def test_missing_or_broken_nvidia_smi_is_a_fact():
     assert F.build({"nvidia_smi": ["missing"]}) == {"nvidia_smi": "missing"}
-    broken = F.build({"nvidia_smi": ["/usr/bin/nvidia-smi"], "nvidia_smi_error": [
-        "exit 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."]})
+    broken = F.build(
+        {
+            "nvidia_smi": ["/usr/bin/nvidia-smi"],
+            "nvidia_smi_error": [
+                "exit 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+            ],
+        }
+    )
     assert broken["nvidia_smi"].startswith("failed: exit 9: NVIDIA-SMI has failed")
     assert "gpus" not in broken
 
 
 def test_untrusted_serving_process_does_not_lend_its_cvd():
     """Two vLLMs on the host and neither writes this log: its CUDA_VISIBLE_DEVICES is not this run's."""
-    facts = F.build({"serve_pid": ["9"], "serve_cmd": ["vllm\tserve\tm"], "serve_candidates": ["2"],
-                     "serve_environ": ["readable"], "serve_cvd": ["5"]})
+    facts = F.build(
+        {
+            "serve_pid": ["9"],
+            "serve_cmd": ["vllm\tserve\tm"],
+            "serve_candidates": ["2"],
+            "serve_environ": ["readable"],
+            "serve_cvd": ["5"],
+        }
+    )
     assert "cuda_visible_devices" not in facts and facts["serving"]["pid"] == 9
 
 
@@ -220,8 +259,10 @@ def test_non_default_args_from_the_seed_log():
 
 
 def test_non_default_args_cut_short_still_read():
-    line = ("(APIServer pid=1) INFO 05-09 15:14:05 [utils.py:328] non-default args: {'model': 'Q', "
-            "'tensor_parallel_size': 4, 'pipeline_parallel_size': 2, 'kv_transfer_config': {'kv_conn...[fleetdiag: 9 bytes cut]")
+    line = (
+        "(APIServer pid=1) INFO 05-09 15:14:05 [utils.py:328] non-default args: {'model': 'Q', "
+        "'tensor_parallel_size': 4, 'pipeline_parallel_size': 2, 'kv_transfer_config': {'kv_conn...[fleetdiag: 9 bytes cut]"
+    )
     par, _, _ = F.parallel_from_log([line])
     assert par == {"tp": 4, "dp": 1, "pp": 2}
     assert F.parse_non_default_args("non-default args: {__import__('os').system('x')}") == {}
@@ -230,32 +271,93 @@ def test_non_default_args_cut_short_still_read():
 def test_torchrun_and_sglang_and_deepspeed_lines():
     par, src, _ = F.parallel_from_log(["  nproc_per_node   : 8"])
     assert par == {"nproc_per_node": 8} and "torchrun" in src
-    par, _, _ = F.parallel_from_log(["[2025-01-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=4, dp_size=2, pp_size=1)"])
+    par, _, _ = F.parallel_from_log(
+        ["[2025-01-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=4, dp_size=2, pp_size=1)"]
+    )
     assert par == {"tp": 4, "dp": 2, "pp": 1}
-    _, _, cvd = F.parallel_from_log(["[2020-12-24 16:25:13,902] [INFO] [launch.py:102:main] Setting CUDA_VISIBLE_DEVICES=0,1"])
+    _, _, cvd = F.parallel_from_log(
+        ["[2020-12-24 16:25:13,902] [INFO] [launch.py:102:main] Setting CUDA_VISIBLE_DEVICES=0,1"]
+    )
     assert cvd == "0,1"
 
 
-@pytest.mark.parametrize("cmd, launcher, env, model, workers, arith", [
-    ("CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen3.6-27B -tp 2 -dp 2", "vllm", {"CUDA_VISIBLE_DEVICES": "0,1"},
-     "Qwen/Qwen3.6-27B", 4, "TP 2 × DP 2 = 4 workers"),
-    ("vllm serve /models/q --tensor-parallel-size=2 --pipeline-parallel-size 2", "vllm", {}, "/models/q", 4,
-     "TP 2 × PP 2 × DP 1 = 4 workers"),
-    ("vllm serve m -tp 4 -dp 4 --data-parallel-size-local 2", "vllm", {}, "m", 8,
-     "TP 4 × DP-local 2 = 8 workers on this node (DP 4 in all)"),
-    ("python -m vllm.entrypoints.openai.api_server --model m --tensor_parallel_size 8", "vllm", {}, "m", 8,
-     "TP 8 × DP 1 = 8 workers"),
-    ("nohup env CUDA_VISIBLE_DEVICES=4,5 torchrun --nproc-per-node=2 --nnodes 1 train.py --tp 8", "torchrun",
-     {"CUDA_VISIBLE_DEVICES": "4,5"}, None, 2, "nproc_per_node 2 = 2 workers"),
-    ("python3 -m torch.distributed.run --nproc_per_node 4 -m pkg.train", "torchrun", {}, None, 4,
-     "nproc_per_node 4 = 4 workers"),
-    ("python -m sglang.launch_server --model-path m --tp-size 2 --dp-size 2", "sglang", {}, "m", 4,
-     "TP 2 × DP 2 = 4 workers"),
-    ("python -m sglang.launch_server --model-path m --tp 4 --dp 2 --enable-dp-attention", "sglang", {}, "m", 4,
-     "TP 4 = 4 workers (DP 2 shares them: DP attention)"),
-    ("bash -c 'CUDA_VISIBLE_DEVICES=0 vllm serve m'", "vllm", {"CUDA_VISIBLE_DEVICES": "0"}, "m", 1,
-     "TP 1 × DP 1 = 1 worker"),
-])
+@pytest.mark.parametrize(
+    "cmd, launcher, env, model, workers, arith",
+    [
+        (
+            "CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen3.6-27B -tp 2 -dp 2",
+            "vllm",
+            {"CUDA_VISIBLE_DEVICES": "0,1"},
+            "Qwen/Qwen3.6-27B",
+            4,
+            "TP 2 × DP 2 = 4 workers",
+        ),
+        (
+            "vllm serve /models/q --tensor-parallel-size=2 --pipeline-parallel-size 2",
+            "vllm",
+            {},
+            "/models/q",
+            4,
+            "TP 2 × PP 2 × DP 1 = 4 workers",
+        ),
+        (
+            "vllm serve m -tp 4 -dp 4 --data-parallel-size-local 2",
+            "vllm",
+            {},
+            "m",
+            8,
+            "TP 4 × DP-local 2 = 8 workers on this node (DP 4 in all)",
+        ),
+        (
+            "python -m vllm.entrypoints.openai.api_server --model m --tensor_parallel_size 8",
+            "vllm",
+            {},
+            "m",
+            8,
+            "TP 8 × DP 1 = 8 workers",
+        ),
+        (
+            "nohup env CUDA_VISIBLE_DEVICES=4,5 torchrun --nproc-per-node=2 --nnodes 1 train.py --tp 8",
+            "torchrun",
+            {"CUDA_VISIBLE_DEVICES": "4,5"},
+            None,
+            2,
+            "nproc_per_node 2 = 2 workers",
+        ),
+        (
+            "python3 -m torch.distributed.run --nproc_per_node 4 -m pkg.train",
+            "torchrun",
+            {},
+            None,
+            4,
+            "nproc_per_node 4 = 4 workers",
+        ),
+        (
+            "python -m sglang.launch_server --model-path m --tp-size 2 --dp-size 2",
+            "sglang",
+            {},
+            "m",
+            4,
+            "TP 2 × DP 2 = 4 workers",
+        ),
+        (
+            "python -m sglang.launch_server --model-path m --tp 4 --dp 2 --enable-dp-attention",
+            "sglang",
+            {},
+            "m",
+            4,
+            "TP 4 = 4 workers (DP 2 shares them: DP attention)",
+        ),
+        (
+            "bash -c 'CUDA_VISIBLE_DEVICES=0 vllm serve m'",
+            "vllm",
+            {"CUDA_VISIBLE_DEVICES": "0"},
+            "m",
+            1,
+            "TP 1 × DP 1 = 1 worker",
+        ),
+    ],
+)
 def test_parse_launch(cmd, launcher, env, model, workers, arith):
     launch = F.parse_launch(cmd)
     assert launch.launcher == launcher
@@ -274,14 +376,32 @@ def test_parse_launch_env_option_wins_and_unknown_launcher():
 
 def test_secrets_in_command_lines_are_masked():
     argv = ["HF_TOKEN=hf_abc", "vllm", "serve", "m", "--api-key", "sk-1", "--hf-token=hf_x", "-tp", "2"]
-    assert F.redact_argv(argv) == ["HF_TOKEN=***", "vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "-tp", "2"]
+    assert F.redact_argv(argv) == [
+        "HF_TOKEN=***",
+        "vllm",
+        "serve",
+        "m",
+        "--api-key",
+        "***",
+        "--hf-token=***",
+        "-tp",
+        "2",
+    ]
     launch = F.parse_launch(argv, {"WANDB_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0"})
     d = launch.to_dict()
     assert "sk-1" not in json.dumps(d) and "hf_abc" not in json.dumps(d)
     assert d["env"]["CUDA_VISIBLE_DEVICES"] == "0" and d["env"]["WANDB_API_KEY"] == "***"
-    facts = F.build({"serve_pid": ["5"], "serve_cmd": ["vllm\tserve\tm\t--api-key\tsk-secret"], "serve_candidates": ["1"],
-                     "nvidia_smi": ["x"], "gpu": ["0, GPU-a, G, 1, 2, 0"], "app": ["5, python, 1, GPU-a"],
-                     "app_cmd": ["5\tpython -m vllm --api-key=sk-secret"]})
+    facts = F.build(
+        {
+            "serve_pid": ["5"],
+            "serve_cmd": ["vllm\tserve\tm\t--api-key\tsk-secret"],
+            "serve_candidates": ["1"],
+            "nvidia_smi": ["x"],
+            "gpu": ["0, GPU-a, G, 1, 2, 0"],
+            "app": ["5, python, 1, GPU-a"],
+            "app_cmd": ["5\tpython -m vllm --api-key=sk-secret"],
+        }
+    )
     assert "sk-secret" not in json.dumps(facts)
 
 
@@ -310,8 +430,13 @@ class _Dec:
 
 
 GPUS = [g.to_dict() for g in F.parse_gpu_csv((SMI / "nvidia-smi-query.csv").read_text())]
-BUSY = F.build({"nvidia_smi": ["x"], "gpu": (SMI / "nvidia-smi-query-busy.csv").read_text().splitlines(),
-                "app": (SMI / "nvidia-smi-apps.csv").read_text().splitlines()})["gpus"]
+BUSY = F.build(
+    {
+        "nvidia_smi": ["x"],
+        "gpu": (SMI / "nvidia-smi-query-busy.csv").read_text().splitlines(),
+        "app": (SMI / "nvidia-smi-apps.csv").read_text().splitlines(),
+    }
+)["gpus"]
 
 
 def test_ordinal_hint_arithmetic_with_cvd():
@@ -363,19 +488,27 @@ def test_refined_hint_does_not_depend_on_the_rule_hint_text():
 
 
 def test_oom_hint_memory_arithmetic():
-    d = _Dec("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 372.50 GiB. GPU 1 has a total capacity "
-             "of 139.81 GiB of which 138.00 GiB is free. Of the allocated memory 1.2 GiB is allocated by PyTorch",
-             category="oom")
+    d = _Dec(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 372.50 GiB. GPU 1 has a total capacity "
+        "of 139.81 GiB of which 138.00 GiB is free. Of the allocated memory 1.2 GiB is allocated by PyTorch",
+        category="oom",
+    )
     hint = F.refine_hint(d, {})
     assert hint.startswith("GPU 1: 138 GiB free of 139.8 GiB, asked 372.5 GiB; more than the whole GPU")
-    old = _Dec("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; "
-               "14.56 GiB already allocated; 3.44 MiB free; 14.76 GiB reserved in total by PyTorch)", category="oom")
+    old = _Dec(
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; "
+        "14.56 GiB already allocated; 3.44 MiB free; 14.76 GiB reserved in total by PyTorch)",
+        category="oom",
+    )
     assert F.refine_hint(old, {}).startswith("GPU 0: 3 MiB free of 15.8 GiB, asked 20 MiB")
 
 
 def test_oom_hint_names_the_process_holding_the_gpu():
-    d = _Dec("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 1 has a total capacity "
-             "of 139.81 GiB of which 12.00 GiB is free. Process 561 has 19.14 GiB memory in use.", category="oom")
+    d = _Dec(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 1 has a total capacity "
+        "of 139.81 GiB of which 12.00 GiB is free. Process 561 has 19.14 GiB memory in use.",
+        category="oom",
+    )
     hint = F.refine_hint(d, {"gpus": BUSY, "cuda_visible_devices": "0,1"})
     assert "GPU 1: 12 GiB free of 139.8 GiB, asked 20 GiB" in hint
     assert "process 561 holds 19.1 GiB" in hint
@@ -390,8 +523,10 @@ def test_card_shows_a_compact_facts_block():
 
     facts = {"nvidia_smi": "ok", "gpus": BUSY, "cuda_visible_devices": "0,1", "parallel": {"tp": 2, "dp": 2, "pp": 1}}
     rows = F.summary_lines(facts)
-    assert rows == [("gpus", "2× NVIDIA H200 (140.4 GiB) · busy: 1 (19.1 GiB, pid 561 python3) · idle: 0"),
-                    ("launch", "CUDA_VISIBLE_DEVICES=0,1 · TP 2 × DP 2 = 4 workers")]
+    assert rows == [
+        ("gpus", "2× NVIDIA H200 (140.4 GiB) · busy: 1 (19.1 GiB, pid 561 python3) · idle: 0"),
+        ("launch", "CUDA_VISIBLE_DEVICES=0,1 · TP 2 × DP 2 = 4 workers"),
+    ]
     buf = StringIO()
     env = Env(stdout=buf, color=False, width=140)
     env.out.print(host_card(HostResult(host="h", verdict="healthy", facts=facts)))
@@ -409,8 +544,13 @@ def _run_funnel_locally(log: Path, path_prepend: str | None):
     spec.extra += F.SNIPPET
     spec.extra_vars.update(F.snippet_vars(path_prepend))
     mark = funnel.new_mark()
-    out = subprocess.run(["sh", "-c", funnel.build_script(spec, mark)], stdin=subprocess.DEVNULL,
-                         capture_output=True, timeout=30, check=False)
+    out = subprocess.run(
+        ["sh", "-c", funnel.build_script(spec, mark)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     fr = funnel.parse_output(out.stdout.decode(), mark)
     return fr, finish("h", fr, rules, facts=F.build(fr.facts.get("raw"))), rules
 
@@ -421,8 +561,10 @@ def test_snippet_reads_fixtures_and_the_runs_parallel_settings(tmp_path):
     log.write_text(SEED)
     fr, res, _ = _run_funnel_locally(log, str(bindir))
     calls = (bindir / "calls.txt").read_text().splitlines()
-    assert calls == ["--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits",
-                     "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"]
+    assert calls == [
+        "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits",
+        "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits",
+    ]
     assert [g["memory_used_mib"] for g in res.facts["gpus"]] == [4, 19601]
     assert res.facts["gpus"][1]["processes"][0]["pid"] == 561
     assert res.facts["parallel"] == {"tp": 2, "dp": 2, "pp": 1}
@@ -443,8 +585,10 @@ def test_snippet_without_nvidia_smi(tmp_path):
 
 
 def _inventory(sshd, log: Path):
-    text = (f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-            f"    logs:\n      vllm: {json.dumps(str(log))}\n")
+    text = (
+        f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      vllm: {json.dumps(str(log))}\n"
+    )
     return parse_inventory(text, "facts-inventory.yaml")
 
 
@@ -458,9 +602,19 @@ def serving(tmp_path):
     script.write_text("import time\ntime.sleep(120)\n")
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(script), "serve", "Qwen/Qwen3.6-27B", "--tensor-parallel-size", "2",
-             "--data-parallel-size", "2"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                str(script),
+                "serve",
+                "Qwen/Qwen3.6-27B",
+                "--tensor-parallel-size",
+                "2",
+                "--data-parallel-size",
+                "2",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"},
         )
     try:
@@ -497,13 +651,23 @@ def test_probe_cli_json_and_card_carry_facts(sshd, tmp_path, serving):
     log, _ = serving
     bindir = fake_nvidia_smi(tmp_path / "bin", "nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv")
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      vllm: {log}\n")
-    ssh_args = ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    inv.write_text(
+        f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      vllm: {log}\n"
+    )
+    ssh_args = [
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
     ssh_args += ["--path-prepend", str(bindir)]
     result = CliRunner().invoke(main, ["-i", str(inv), "probe", "uk-node", "--json", *ssh_args])
-    card = CliRunner().invoke(main, ["-i", str(inv), "--no-color", "probe", "uk-node", *ssh_args],
-                              env={"COLUMNS": "200"})
+    card = CliRunner().invoke(
+        main, ["-i", str(inv), "--no-color", "probe", "uk-node", *ssh_args], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 1, result.output
     host = json.loads(result.output)["hosts"][0]
     assert host["facts"]["gpus"][1]["processes"][0]["pid"] == 561

@@ -23,7 +23,7 @@ def test_cr_only_log_is_split_into_lines(tmp_path):
     assert [ln.text for ln in fr.tail][-2:] == ["RuntimeError: CUDA error: out of memory", "INFO after"]
     assert any("CR" in m for m in fr.markers)
     pos = next(ln.pos for ln in fr.hits if ln.text.startswith("RuntimeError"))
-    assert log.read_bytes()[pos:pos + 12] == b"RuntimeError"  # offsets stay exact
+    assert log.read_bytes()[pos : pos + 12] == b"RuntimeError"  # offsets stay exact
 
 
 def test_window_cutting_a_long_line_says_so(tmp_path):
@@ -55,8 +55,13 @@ def test_follower_positions_past_4_gib_are_integers(tmp_path):
     spec = follow.FollowSpec(funnel=spec_for(str(log), RULES), mode="poll", poll=0.1, heartbeat=0.3)
     spec.funnel.scan_bytes = 4096
     env = dict(os.environ, PATH="/usr/bin:/bin")
-    proc = subprocess.Popen(["sh", "-c", follow.build_script(spec, mark)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        ["sh", "-c", follow.build_script(spec, mark)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         while proc.stdout.readline().decode().rstrip("\n") != mark + " end":

@@ -124,15 +124,27 @@ async def _hung_exec_server(known_hosts: Path) -> asyncssh.SSHAcceptor:
 def write_inventory(path: Path, sshd, hosts: dict[str, dict]) -> Path:
     lines = ["hosts:"]
     for name, h in hosts.items():
-        lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {h.get('port', sshd.port)}",
-                  f"    user: {sshd.user}", "    logs:", f"      vllm: {json.dumps(str(h['log']))}"]
+        lines += [
+            f"  {name}:",
+            "    address: 127.0.0.1",
+            f"    port: {h.get('port', sshd.port)}",
+            f"    user: {sshd.user}",
+            "    logs:",
+            f"      vllm: {json.dumps(str(h['log']))}",
+        ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def ssh_args(sshd, known_hosts: Path | None = None) -> list[str]:
-    return ["--known-hosts", str(known_hosts or sshd.known_hosts), "--identity", str(sshd.client_key),
-            "--ssh-config", str(sshd.ssh_config)]
+    return [
+        "--known-hosts",
+        str(known_hosts or sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
 
 
 def log(tmp: Path, name: str, text: str) -> Path:
@@ -152,7 +164,9 @@ def fake_hosts(names: list[str], address: str = "10.0.0.1") -> list[Host]:
     return [Host(name=n, address=address, logs={"vllm": "/x.log"}) for n in names]
 
 
-def fake_probe(seconds: dict[str, float], handshake: float = 0.0, events: list | None = None, active: dict | None = None):
+def fake_probe(
+    seconds: dict[str, float], handshake: float = 0.0, events: list | None = None, active: dict | None = None
+):
     """A probe that honours the handshake gate like probe_host, then 'runs' for a while."""
 
     async def probe(host, settings: ProbeSettings) -> HostResult:
@@ -193,8 +207,9 @@ def test_slowest_known_host_starts_first_unknown_before_known():
 def test_handshakes_per_address_are_capped_and_other_addresses_are_not_held_up():
     hosts = fake_hosts([f"a{i}" for i in range(12)], "10.0.0.1") + fake_hosts([f"b{i}" for i in range(12)], "10.0.0.2")
     active: dict = {}
-    res = collect(hosts, fake_probe({h.name: 0 for h in hosts}, handshake=0.02, active=active), fanout=64,
-                  per_address=3)
+    res = collect(
+        hosts, fake_probe({h.name: 0 for h in hosts}, handshake=0.02, active=active), fanout=64, per_address=3
+    )
     assert len(res) == 24
     assert active["max:10.0.0.1"] == 3 and active["max:10.0.0.2"] == 3
 
@@ -241,10 +256,12 @@ def test_slowest_first_learns_real_rtts(sshd, tmp_path, bg):
     far = proxy(bg, sshd, 100)
     try:
         inv = parse_inventory(
-            "hosts:\n" + "".join(
+            "hosts:\n"
+            + "".join(
                 f"  {n}:\n    address: 127.0.0.1\n    port: {p}\n    user: {sshd.user}\n    logs: {{vllm: {good}}}\n"
                 for n, p in (("near", sshd.port), ("far", far.port))
-            ), "inv.yaml",
+            ),
+            "inv.yaml",
         )
         hosts = list(inv.hosts.values())
         settings = ProbeSettings(transport=sshd.opts())
@@ -279,8 +296,12 @@ def test_handshake_bursts_stay_under_sshd_maxstartups(tmp_path, bg):
     server.stop()  # restart it with a small MaxStartups (the last one in the file wins, so replace it)
     config = server.dir / "sshd_config"
     config.write_text(re.sub(r"(?m)^MaxStartups .*$", "MaxStartups 4", config.read_text()))
-    server.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=open(server.dir / "sshd2.log", "wb"))
+    server.proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(config)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(server.dir / "sshd2.log", "wb"),
+    )
     t_end = time.monotonic() + 10
     while time.monotonic() < t_end:
         try:
@@ -293,7 +314,8 @@ def test_handshake_bursts_stay_under_sshd_maxstartups(tmp_path, bg):
         good = log(tmp_path, "h", HEALTHY_LOG)
         inv = parse_inventory(
             f"defaults:\n  address: 127.0.0.1\n  port: {front.port}\n  user: {server.user}\n"
-            f"  logs: {{vllm: {good}}}\nhosts:\n  gpu[01-10]: {{}}\n", "inv.yaml",
+            f"  logs: {{vllm: {good}}}\nhosts:\n  gpu[01-10]: {{}}\n",
+            "inv.yaml",
         )
         hosts = list(inv.hosts.values())
         settings = ProbeSettings(transport=server.opts())
@@ -318,12 +340,16 @@ def test_hung_hosts_hit_their_deadline_while_the_others_report_on_time(sshd, tmp
     hung = bg.run(_hung_exec_server(known))
     try:
         failing = log(tmp_path, "f", DP_RANK)
-        inv = write_inventory(tmp_path / "inv.yaml", sshd, {
-            "fast": {"log": failing},
-            "near": {"log": log(tmp_path, "h", HEALTHY_LOG), "port": near.port},
-            "wedged": {"log": failing, "port": wedged.sockets[0].getsockname()[1]},
-            "stuck": {"log": failing, "port": hung.sockets[0].getsockname()[1]},
-        })
+        inv = write_inventory(
+            tmp_path / "inv.yaml",
+            sshd,
+            {
+                "fast": {"log": failing},
+                "near": {"log": log(tmp_path, "h", HEALTHY_LOG), "port": near.port},
+                "wedged": {"log": failing, "port": wedged.sockets[0].getsockname()[1]},
+                "stuck": {"log": failing, "port": hung.sockets[0].getsockname()[1]},
+            },
+        )
         from fleetdiag.inventory import load_inventory
 
         hosts = list(load_inventory(inv).hosts.values())
@@ -367,24 +393,45 @@ def test_sweep_groups_root_causes_records_history_then_reports_only_changes(sshd
             "gpu04": log(tmp_path, "gpu04", BROKEN_PIPE),
             "gpu05": log(tmp_path, "gpu05", HEALTHY_LOG),
         }
-        inv = write_inventory(tmp_path / "inventory.yaml", sshd, {
-            "gpu01": {"log": logs["gpu01"], "port": proxies[0].port},
-            "gpu02": {"log": logs["gpu02"], "port": proxies[1].port},
-            "gpu03": {"log": logs["gpu03"]},
-            "gpu04": {"log": logs["gpu04"], "port": proxies[2].port},
-            "gpu05": {"log": logs["gpu05"]},
-            "gpu06": {"log": logs["gpu05"], "port": free_port()},  # nothing listens: unreachable
-        })
-        db, report, notified = tmp_path / "state" / "history.sqlite3", tmp_path / "report.json", tmp_path / "notify.json"
-        args = ["-i", str(inv), "sweep", "all", "--db", str(db), "--report", str(report),
-                "--notify", f"cat > {notified}", *ssh_args(sshd)]
+        inv = write_inventory(
+            tmp_path / "inventory.yaml",
+            sshd,
+            {
+                "gpu01": {"log": logs["gpu01"], "port": proxies[0].port},
+                "gpu02": {"log": logs["gpu02"], "port": proxies[1].port},
+                "gpu03": {"log": logs["gpu03"]},
+                "gpu04": {"log": logs["gpu04"], "port": proxies[2].port},
+                "gpu05": {"log": logs["gpu05"]},
+                "gpu06": {"log": logs["gpu05"], "port": free_port()},  # nothing listens: unreachable
+            },
+        )
+        db, report, notified = (
+            tmp_path / "state" / "history.sqlite3",
+            tmp_path / "report.json",
+            tmp_path / "notify.json",
+        )
+        args = [
+            "-i",
+            str(inv),
+            "sweep",
+            "all",
+            "--db",
+            str(db),
+            "--report",
+            str(report),
+            "--notify",
+            f"cat > {notified}",
+            *ssh_args(sshd),
+        ]
         runner = CliRunner()
 
         first = runner.invoke(main, args)
         assert first.exit_code == 1, first.output + first.stderr
         new = lines_of(first.stdout, "NEW")
         assert len(new) == 3, first.stdout  # three root causes, not six hosts
-        assert any("gpu[01-03]" in ln and "AssertionError: DP adjusted local rank 3 is out of bounds" in ln for ln in new)
+        assert any(
+            "gpu[01-03]" in ln and "AssertionError: DP adjusted local rank 3 is out of bounds" in ln for ln in new
+        )
         assert any(ln.split()[1] == "gpu04" and "failed" in ln for ln in new)
         assert any(ln.split()[1] == "gpu06" and "unreachable" in ln and "refused" in ln for ln in new)
         assert "gpu05" not in first.stdout.split("hosts:")[0]
@@ -455,15 +502,33 @@ def test_second_concurrent_sweep_is_refused_and_ctrl_c_keeps_results(sshd, tmp_p
     wedged = bg.run(_wedged_server())
     watch = proxy(bg, sshd, 0)  # to see when the fast host's probe is over (its connection closes)
     try:
-        inv = write_inventory(tmp_path / "inventory.yaml", sshd, {
-            "fast": {"log": log(tmp_path, "f", DP_RANK), "port": watch.port},
-            "wedged": {"log": log(tmp_path, "w", DP_RANK), "port": wedged.sockets[0].getsockname()[1]},
-        })
+        inv = write_inventory(
+            tmp_path / "inventory.yaml",
+            sshd,
+            {
+                "fast": {"log": log(tmp_path, "f", DP_RANK), "port": watch.port},
+                "wedged": {"log": log(tmp_path, "w", DP_RANK), "port": wedged.sockets[0].getsockname()[1]},
+            },
+        )
         db, report = tmp_path / "history.sqlite3", tmp_path / "report.json"
-        args = ["-i", str(inv), "sweep", "all", "--db", str(db), "--report", str(report), "--deadline", "60",
-                "--connect-timeout", "60", *ssh_args(sshd)]
-        first = subprocess.Popen([EXE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env={**os.environ, "NO_COLOR": "1"})
+        args = [
+            "-i",
+            str(inv),
+            "sweep",
+            "all",
+            "--db",
+            str(db),
+            "--report",
+            str(report),
+            "--deadline",
+            "60",
+            "--connect-timeout",
+            "60",
+            *ssh_args(sshd),
+        ]
+        first = subprocess.Popen(
+            [EXE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "NO_COLOR": "1"}
+        )
         lock = tmp_path / "history.sqlite3.lock"
         t_end = time.monotonic() + 30
         while time.monotonic() < t_end and not (lock.exists() and lock.read_text().startswith(str(first.pid))):
@@ -497,8 +562,9 @@ def test_broken_history_keeps_the_report_and_says_what_to_do(sshd, tmp_path):
     inv = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}})
     db, report = tmp_path / "history.sqlite3", tmp_path / "report.json"
     db.write_bytes(b"garbage, not sqlite " * 500)
-    res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "gpu01", "--db", str(db), "--report", str(report),
-                                    *ssh_args(sshd)])
+    res = CliRunner().invoke(
+        main, ["-i", str(inv), "sweep", "gpu01", "--db", str(db), "--report", str(report), *ssh_args(sshd)]
+    )
     assert res.exit_code == 1
     assert "history not updated" in res.stderr and "damaged" in res.stderr and str(report) in res.stderr
     assert "NOW" in res.stdout and "gpu01" in res.stdout  # without history, every current problem is shown
@@ -506,10 +572,17 @@ def test_broken_history_keeps_the_report_and_says_what_to_do(sshd, tmp_path):
 
 
 def test_probe_prints_one_card_per_root_cause_and_the_fleet_view(sshd, tmp_path):
-    inv = write_inventory(tmp_path / "inventory.yaml", sshd, {
-        **{f"gpu0{i}": {"log": log(tmp_path, f"gpu0{i}", DP_RANK if i != 2 else DP_RANK_OTHER_HOST)} for i in (1, 2, 3)},
-        "gpu04": {"log": log(tmp_path, "gpu04", HEALTHY_LOG)},
-    })
+    inv = write_inventory(
+        tmp_path / "inventory.yaml",
+        sshd,
+        {
+            **{
+                f"gpu0{i}": {"log": log(tmp_path, f"gpu0{i}", DP_RANK if i != 2 else DP_RANK_OTHER_HOST)}
+                for i in (1, 2, 3)
+            },
+            "gpu04": {"log": log(tmp_path, "gpu04", HEALTHY_LOG)},
+        },
+    )
     res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", *ssh_args(sshd)], env={"COLUMNS": "160"})
     assert res.exit_code == 1, res.output
     out = res.stdout

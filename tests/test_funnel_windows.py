@@ -54,8 +54,13 @@ def run(spec: funnel.FunnelSpec, env: dict | None, argv: list[str] | None) -> fu
     if env is None:
         return funnel.run_local(spec, timeout=60)
     mark = funnel.new_mark()
-    proc = subprocess.run([*(argv or ["sh", "-c"]), funnel.build_script(spec, mark)], capture_output=True,
-                          env=env, timeout=180, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [*(argv or ["sh", "-c"]), funnel.build_script(spec, mark)],
+        capture_output=True,
+        env=env,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     return funnel.parse_output(proc.stdout.decode("utf-8", "replace"), mark)
 
 

@@ -14,8 +14,9 @@ def test_wide_fanout_is_bounded_by_cpus(monkeypatch):
     assert scheduler.handshake_bound() == scheduler.HANDSHAKES_PER_CPU
     hosts = fake_hosts([f"h{i}" for i in range(100)])
     active: dict = {}
-    res = collect(hosts, fake_probe({h.name: 0 for h in hosts}, handshake=0.02, active=active), fanout=100,
-                  per_address=0)
+    res = collect(
+        hosts, fake_probe({h.name: 0 for h in hosts}, handshake=0.02, active=active), fanout=100, per_address=0
+    )
     assert len(res) == 100 and all(r.verdict == HEALTHY for r in res)
     assert active["max:10.0.0.1"] == scheduler.HANDSHAKES_PER_CPU
 
@@ -25,15 +26,26 @@ def test_bound_scales_with_cpus_and_zero_lifts_it(monkeypatch):
     assert scheduler.handshake_bound() == 4 * scheduler.HANDSHAKES_PER_CPU
     hosts = fake_hosts([f"h{i}" for i in range(40)])
     active: dict = {}
-    collect(hosts, fake_probe({h.name: 0 for h in hosts}, handshake=0.05, active=active), fanout=40,
-            per_address=0, handshakes=0)
+    collect(
+        hosts,
+        fake_probe({h.name: 0 for h in hosts}, handshake=0.05, active=active),
+        fanout=40,
+        per_address=0,
+        handshakes=0,
+    )
     assert active["max:10.0.0.1"] == 40
 
 
 def test_queued_for_the_fleet_bound_is_not_late():
     hosts = fake_hosts([f"h{i}" for i in range(6)], "10.0.0.9")
     active: dict = {}
-    res = collect(hosts, fake_probe({h.name: 0.0 for h in hosts}, handshake=0.15, active=active), fanout=6,
-                  per_address=0, handshakes=2, deadline=0.25)
+    res = collect(
+        hosts,
+        fake_probe({h.name: 0.0 for h in hosts}, handshake=0.15, active=active),
+        fanout=6,
+        per_address=0,
+        handshakes=2,
+        deadline=0.25,
+    )
     assert active["max:10.0.0.9"] == 2
     assert all(r.verdict == HEALTHY for r in res), [r.error for r in res]

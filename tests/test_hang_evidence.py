@@ -54,6 +54,7 @@ def _pyspy() -> str:
 
 # ---------------------------------------------------------------- the recorded NCCL hang
 
+
 def _procs_threads(pid: int) -> tuple[str, str, list[str]]:
     """(state, wchan, 'tid state wchan comm' lines) of one process in fixtures/hang/procs.txt."""
     out: list[str] = []
@@ -80,14 +81,23 @@ def _procs_threads(pid: int) -> tuple[str, str, list[str]]:
 def _section(pid: int, rank: int, dump: str | None) -> str:
     """What stacks.sh sends for one rank, built from the recorded py-spy dump and /proc states."""
     state, wchan, threads = _procs_threads(pid)
-    parts = [f"@@fd_stacks_proc pid={pid} state={state} ppid=1 wchan={wchan} gpu_fds=9",
-             "@@fd_stacks_cmdline /workspace/venv/bin/python -u train.py ",
-             f"@@fd_stacks_environ RANK={rank} LOCAL_RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES={rank} "]
+    parts = [
+        f"@@fd_stacks_proc pid={pid} state={state} ppid=1 wchan={wchan} gpu_fds=9",
+        "@@fd_stacks_cmdline /workspace/venv/bin/python -u train.py ",
+        f"@@fd_stacks_environ RANK={rank} LOCAL_RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES={rank} ",
+    ]
     if dump is not None:
-        parts += [f"@@fd_stacks_pyspy pid={pid} mode=native", (HANG / dump).read_text().rstrip("\n"),
-                  f"@@fd_stacks_pyspy_end pid={pid} rc=0 status=ok"]
-    parts += [f"@@fd_stacks_threads pid={pid}", *threads, f"@@fd_stacks_threads_end count={len(threads)}",
-              f"@@fd_stacks_end pid={pid}"]
+        parts += [
+            f"@@fd_stacks_pyspy pid={pid} mode=native",
+            (HANG / dump).read_text().rstrip("\n"),
+            f"@@fd_stacks_pyspy_end pid={pid} rc=0 status=ok",
+        ]
+    parts += [
+        f"@@fd_stacks_threads pid={pid}",
+        *threads,
+        f"@@fd_stacks_threads_end count={len(threads)}",
+        f"@@fd_stacks_end pid={pid}",
+    ]
     return "\n".join(parts)
 
 
@@ -100,14 +110,29 @@ def _gpus() -> str:
         if m:
             util[int(m.group(1))] = m.group(2)
     assert util == {0: "100", 1: "0"}
-    return "\n".join(["@@fd_stacks_gpus", f"0, 00000000:19:00.0, {util[0]}", f"1, 00000000:2A:00.0, {util[1]}",
-                      "@@fd_stacks_apps", "662, 00000000:19:00.0", "663, 00000000:2A:00.0", "@@fd_stacks_gpus_end"])
+    return "\n".join(
+        [
+            "@@fd_stacks_gpus",
+            f"0, 00000000:19:00.0, {util[0]}",
+            f"1, 00000000:2A:00.0, {util[1]}",
+            "@@fd_stacks_apps",
+            "662, 00000000:19:00.0",
+            "663, 00000000:2A:00.0",
+            "@@fd_stacks_gpus_end",
+        ]
+    )
 
 
 def _report(dump0: str | None, dump1: str | None, pyspy: str = "/usr/bin/py-spy", gpus: bool = False) -> str:
-    return "\n".join([f"@@fd_stacks_start now=1796062299 uid=0 user=root pyspy={pyspy} ptrace_scope=1",
-                      _section(662, 0, dump0), _section(663, 1, dump1), *([_gpus()] if gpus else []),
-                      "@@fd_stacks_done"])
+    return "\n".join(
+        [
+            f"@@fd_stacks_start now=1796062299 uid=0 user=root pyspy={pyspy} ptrace_scope=1",
+            _section(662, 0, dump0),
+            _section(663, 1, dump1),
+            *([_gpus()] if gpus else []),
+            "@@fd_stacks_done",
+        ]
+    )
 
 
 def test_recorded_hang_names_the_waiting_rank_and_the_straggler() -> None:
@@ -121,10 +146,14 @@ def test_recorded_hang_names_the_waiting_rank_and_the_straggler() -> None:
     assert [p.pid for p in stragglers(rep.procs)] == [663]
     ev = evidence(rep)
     assert [(e["source"], e["pid"], e["kind"], e["gpu"], e["time"]) for e in ev] == [
-        ("stack", 662, COLLECTIVE, 0, 1796062299.0), ("stack", 663, SLEEP, 1, 1796062299.0)]
+        ("stack", 662, COLLECTIVE, 0, 1796062299.0),
+        ("stack", 663, SLEEP, 1, 1796062299.0),
+    ]
     assert set(ev[0]) == {"source", "time", "line", "pid", "gpu", "kind", "code"}
-    assert ev[0]["line"].startswith("rank 0 (pid 662) python -u train.py: in a collective / CUDA sync — "
-                                    "cuStreamSynchronize, called from <module> (train.py:23)")
+    assert ev[0]["line"].startswith(
+        "rank 0 (pid 662) python -u train.py: in a collective / CUDA sync — "
+        "cuStreamSynchronize, called from <module> (train.py:23)"
+    )
     assert "straggler" not in ev[0]["line"]
     assert ev[1]["line"].startswith("rank 1 (pid 663) python -u train.py: sleeping — clock_nanosleep")
     assert ev[1]["line"].endswith("the straggler: its peers wait for it in a collective")
@@ -161,10 +190,13 @@ def test_recorded_plain_dumps_and_gpu_utilisation_name_the_straggler() -> None:
     assert rep.gpu_of_pid == {662: 0, 663: 1} and [g.util for g in rep.gpus] == [100.0, 0.0]
     assert stragglers(rep.procs) == []  # the stacks alone cannot tell
     ev = evidence(rep)
-    assert ev[0]["line"].endswith("running on the CPU at <module> (train.py:23); GPU 0 at 100 % (busy: a CUDA "
-                                  "sync or an NCCL kernel waiting on a peer)")
-    assert ev[1]["gpu"] == 1 and ev[1]["line"].endswith("; GPU 1 at 0 % — the straggler: its peers wait for it in "
-                                                        "a collective")
+    assert ev[0]["line"].endswith(
+        "running on the CPU at <module> (train.py:23); GPU 0 at 100 % (busy: a CUDA "
+        "sync or an NCCL kernel waiting on a peer)"
+    )
+    assert ev[1]["gpu"] == 1 and ev[1]["line"].endswith(
+        "; GPU 1 at 0 % — the straggler: its peers wait for it in a collective"
+    )
 
 
 def test_recorded_hang_without_pyspy_uses_wchan_and_thread_states() -> None:
@@ -173,43 +205,98 @@ def test_recorded_hang_without_pyspy_uses_wchan_and_thread_states() -> None:
     assert (w0.kind, w0.via) == (st.RUNNING, "wchan")
     assert (w1.kind, w1.at, w1.via) == (SLEEP, "hrtimer_nanosleep", "wchan")
     line = describe(rep.procs[1])
-    assert line.startswith("rank 1 (pid 663) python -u train.py: sleeping — hrtimer_nanosleep (from /proc: main "
-                           "thread S in hrtimer_nanosleep; 40 threads: 34 futex_do_wait, 5 poll_schedule_timeout.constprop.0, "
-                    "1 hrtimer_nanosleep)")
+    assert line.startswith(
+        "rank 1 (pid 663) python -u train.py: sleeping — hrtimer_nanosleep (from /proc: main "
+        "thread S in hrtimer_nanosleep; 40 threads: 34 futex_do_wait, 5 poll_schedule_timeout.constprop.0, "
+        "1 hrtimer_nanosleep)"
+    )
     assert rep.notes()[0].startswith("py-spy is not installed on this host (pip install py-spy)")
 
 
 # ---------------------------------------------------------------- naming waits
 
+
 def _proc(*frames: tuple[str, str | None, int | None], active: bool = False) -> ProcStack:
     return ProcStack(pid=10, threads=[ThreadStack(10, "MainThread", active, [Frame(*f) for f in frames])])
 
 
-@pytest.mark.parametrize("frames, kind, at, where", [
-    ((("wait", "threading.py", 324), ("get", "queue.py", 180),
-      ("_try_get_data", "torch/utils/data/dataloader.py", 1133),
-      ("_next_data", "torch/utils/data/dataloader.py", 1329), ("train", "train.py", 40)),
-     DATA_LOADER, "_try_get_data", "train (train.py:40)"),
-    ((("all_reduce", "torch/distributed/distributed_c10d.py", 2501),
-      ("wrapper", "torch/distributed/c10d_logger.py", 81), ("step", "trainer/loop.py", 77)),
-     COLLECTIVE, "all_reduce", "step (trainer/loop.py:77)"),
-    ((("synchronize", "torch/cuda/__init__.py", 985), ("main", "bench.py", 12)),
-     COLLECTIVE, "synchronize", "main (bench.py:12)"),
-    ((("recv", "libc.so.6", None), ("sock_recv", "libpython3.11.so", None),
-      ("_read_response", "myproto/client.py", 55), ("main", "serve.py", 9)),
-     SOCKET, "recv", "_read_response (myproto/client.py:55)"),
-    ((("clock_nanosleep", "libc.so.6", None), ("poll_status", "jobs.py", 14)), SLEEP, "clock_nanosleep",
-     "poll_status (jobs.py:14)"),
-    ((("acquire", "threading.py", 90), ("_acquire_restore", "threading.py", 300), ("flush", "ckpt_io.py", 4)),
-     LOCK, "acquire", "flush (ckpt_io.py:4)"),
-    ((("select", "selectors.py", 468), ("_run_once", "asyncio/base_events.py", 1898),
-      ("run_forever", "asyncio/base_events.py", 608), ("serve", "uvicorn/server.py", 69)),
-     st.EVENT_LOOP, "_run_once", "serve (uvicorn/server.py:69)"),
-    ((("acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py", 470),
-      ("dequeue", "vllm/distributed/device_communicators/shm_broadcast.py", 520),
-      ("worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 500)),
-     st.QUEUE, "acquire_read", "worker_busy_loop (vllm/v1/executor/multiproc_executor.py:500)"),
-])
+@pytest.mark.parametrize(
+    "frames, kind, at, where",
+    [
+        (
+            (
+                ("wait", "threading.py", 324),
+                ("get", "queue.py", 180),
+                ("_try_get_data", "torch/utils/data/dataloader.py", 1133),
+                ("_next_data", "torch/utils/data/dataloader.py", 1329),
+                ("train", "train.py", 40),
+            ),
+            DATA_LOADER,
+            "_try_get_data",
+            "train (train.py:40)",
+        ),
+        (
+            (
+                ("all_reduce", "torch/distributed/distributed_c10d.py", 2501),
+                ("wrapper", "torch/distributed/c10d_logger.py", 81),
+                ("step", "trainer/loop.py", 77),
+            ),
+            COLLECTIVE,
+            "all_reduce",
+            "step (trainer/loop.py:77)",
+        ),
+        (
+            (("synchronize", "torch/cuda/__init__.py", 985), ("main", "bench.py", 12)),
+            COLLECTIVE,
+            "synchronize",
+            "main (bench.py:12)",
+        ),
+        (
+            (
+                ("recv", "libc.so.6", None),
+                ("sock_recv", "libpython3.11.so", None),
+                ("_read_response", "myproto/client.py", 55),
+                ("main", "serve.py", 9),
+            ),
+            SOCKET,
+            "recv",
+            "_read_response (myproto/client.py:55)",
+        ),
+        (
+            (("clock_nanosleep", "libc.so.6", None), ("poll_status", "jobs.py", 14)),
+            SLEEP,
+            "clock_nanosleep",
+            "poll_status (jobs.py:14)",
+        ),
+        (
+            (("acquire", "threading.py", 90), ("_acquire_restore", "threading.py", 300), ("flush", "ckpt_io.py", 4)),
+            LOCK,
+            "acquire",
+            "flush (ckpt_io.py:4)",
+        ),
+        (
+            (
+                ("select", "selectors.py", 468),
+                ("_run_once", "asyncio/base_events.py", 1898),
+                ("run_forever", "asyncio/base_events.py", 608),
+                ("serve", "uvicorn/server.py", 69),
+            ),
+            st.EVENT_LOOP,
+            "_run_once",
+            "serve (uvicorn/server.py:69)",
+        ),
+        (
+            (
+                ("acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py", 470),
+                ("dequeue", "vllm/distributed/device_communicators/shm_broadcast.py", 520),
+                ("worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 500),
+            ),
+            st.QUEUE,
+            "acquire_read",
+            "worker_busy_loop (vllm/v1/executor/multiproc_executor.py:500)",
+        ),
+    ],
+)
 def test_where_each_kind_of_wait_is_named(frames: tuple, kind: str, at: str, where: str) -> None:
     w = where_waits(_proc(*frames))
     assert (w.kind, w.at, w.where) == (kind, at, where)
@@ -242,8 +329,9 @@ def hung(tmp_path: Path):
     """A live Python process: a log line every 0.2 s, then blocked in wait_for_peer while the log is silent."""
     script, log = tmp_path / "hanger.py", tmp_path / "train.log"
     script.write_text(HANGER.lstrip("\n"))
-    proc = subprocess.Popen([sys.executable, str(script), str(log)], env={**os.environ, "RANK": "3",
-                                                                         "LOCAL_RANK": "1", "SECRET_TOKEN": "x"})
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(log)], env={**os.environ, "RANK": "3", "LOCAL_RANK": "1", "SECRET_TOKEN": "x"}
+    )
     try:
         deadline = time.time() + 30
         while time.time() < deadline and (not log.exists() or log.read_text().count("\n") < 15):
@@ -256,8 +344,9 @@ def hung(tmp_path: Path):
         proc.wait()
 
 
-def _run(*pids: int | str, path: str | None = None, env: dict | None = None, user: str | None = None,
-         shell: str = "sh") -> str:
+def _run(
+    *pids: int | str, path: str | None = None, env: dict | None = None, user: str | None = None, shell: str = "sh"
+) -> str:
     e = {"PATH": path or f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", **(env or {})}
     cmd = [shell, "-c", f". '{SCRIPT}'; fd_stacks_main \"$@\"", "stacks", *map(str, pids)]
     if user is not None:
@@ -335,7 +424,8 @@ def test_stacks_sh_maps_pids_to_gpus_with_nvidia_smi(hung, tmp_path: Path) -> No
     bindir = tmp_path / "bin"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"  # a stand-in answering the two queries stacks.sh asks
-    smi.write_text(textwrap.dedent(f"""\
+    smi.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         case "$*" in
           *--query-gpu=index,pci.bus_id,utilization.gpu*--format=csv,noheader,nounits*)
@@ -343,14 +433,16 @@ def test_stacks_sh_maps_pids_to_gpus_with_nvidia_smi(hung, tmp_path: Path) -> No
           *--query-compute-apps=pid,gpu_bus_id*--format=csv,noheader*) printf '{proc.pid}, 00000000:2A:00.0\\n' ;;
           *) echo "unexpected: $*" >&2; exit 2 ;;
         esac
-    """))
+    """)
+    )
     smi.chmod(0o755)
     rep = parse_stacks(_run(proc.pid, path=f"{bindir}:/usr/bin:/bin"))
     assert rep.gpu_of_pid == {proc.pid: 1} and rep.gpu_error is None
     (ev,) = evidence(rep)
     assert ev["gpu"] == 1 and "; GPU 1 at 0 %" in ev["line"]
-    smi.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
-                   "driver.\"\nexit 9\n")
+    smi.write_text(
+        '#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\nexit 9\n'
+    )
     rep = parse_stacks(_run(proc.pid, path=f"{bindir}:/usr/bin:/bin"))
     assert rep.gpus == [] and any(n.startswith("nvidia-smi: NVIDIA-SMI has failed") for n in rep.notes())
 
@@ -371,14 +463,21 @@ def test_stacks_sh_finds_the_jobs_python_processes(hung) -> None:
 
 def test_stacks_sh_bounds_and_bad_input(hung, tmp_path: Path) -> None:
     proc, _ = hung
-    code = ("import threading,time\n"
-            "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(5)]\n"
-            "time.sleep(60)")
+    code = (
+        "import threading,time\n"
+        "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(5)]\n"
+        "time.sleep(60)"
+    )
     threads = subprocess.Popen([sys.executable, "-c", code])
     try:
         time.sleep(1.0)
-        out = _run(threads.pid, "12;rm -rf /", 999999999, proc.pid,
-                   env={"FD_STACKS_THREADS": "2", "FD_STACKS_BYTES": "120", "FD_STACKS_MAX": "3"})
+        out = _run(
+            threads.pid,
+            "12;rm -rf /",
+            999999999,
+            proc.pid,
+            env={"FD_STACKS_THREADS": "2", "FD_STACKS_BYTES": "120", "FD_STACKS_MAX": "3"},
+        )
     finally:
         threads.kill()
         threads.wait()
@@ -399,8 +498,14 @@ def test_stacks_sh_under_other_shells(hung, shell: str) -> None:
     if not shutil.which(exe):
         pytest.fail(f"{exe} is installed on the test machine")
     if " " in shell:  # busybox: run its sh applet
-        r = subprocess.run([exe, "sh", "-c", f". '{SCRIPT}'; fd_stacks_main {proc.pid}"], capture_output=True,
-                           text=True, timeout=120, check=False, env={"PATH": "/usr/bin:/bin"})
+        r = subprocess.run(
+            [exe, "sh", "-c", f". '{SCRIPT}'; fd_stacks_main {proc.pid}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={"PATH": "/usr/bin:/bin"},
+        )
         out = r.stdout
         assert r.stderr == ""
     else:
@@ -476,12 +581,15 @@ def test_recorded_hang_log_is_stalled_45s_later_with_a_lower_floor() -> None:
     assert s.stalled and s.phase == TRAINING and s.cadence_s == 2.0
 
 
-@pytest.mark.parametrize("line, phase", [
-    ("=== Step 1: Launching vLLM server ===", STARTING),
-    ("INFO 05-09 17:20:00 [launcher.py:37] Application startup complete.", SERVING),
-    ("{'loss': 0.5213, 'grad_norm': 1.2, 'learning_rate': 1e-05, 'epoch': 0.12}", TRAINING),
-    (" iteration      100/    1000 | consumed samples: 3200 | elapsed time per iteration (ms): 950.2", TRAINING),
-    ("Capturing CUDA graph shapes: 100%|██████████| 67/67 [00:12<00:00,  5.2it/s]", STARTING),
-])
+@pytest.mark.parametrize(
+    "line, phase",
+    [
+        ("=== Step 1: Launching vLLM server ===", STARTING),
+        ("INFO 05-09 17:20:00 [launcher.py:37] Application startup complete.", SERVING),
+        ("{'loss': 0.5213, 'grad_norm': 1.2, 'learning_rate': 1e-05, 'epoch': 0.12}", TRAINING),
+        (" iteration      100/    1000 | consumed samples: 3200 | elapsed time per iteration (ms): 950.2", TRAINING),
+        ("Capturing CUDA graph shapes: 100%|██████████| 67/67 [00:12<00:00,  5.2it/s]", STARTING),
+    ],
+)
 def test_phase_of_a_last_line(line: str, phase: str) -> None:
     assert judge(split_text(line + "\n"), mtime=0.0, now=10.0).phase == phase

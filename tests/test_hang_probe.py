@@ -55,16 +55,19 @@ def _serving_log(path: Path, idle: float) -> Path:
 def _training_log(path: Path, idle: float, every: float = 1.0, n: int = 60) -> Path:
     """A training loop that wrote a step every ``every`` s, then fell silent ``idle`` s ago."""
     end = time.time() - idle
-    path.write_text("".join(f"{_stamp(end - (n - 1 - i) * every)} INFO train.py:88 step {i} loss 0.{90 - i}\n"
-                            for i in range(n)))
+    path.write_text(
+        "".join(f"{_stamp(end - (n - 1 - i) * every)} INFO train.py:88 step {i} loss 0.{90 - i}\n" for i in range(n))
+    )
     os.utime(path, (end, end))
     return path
 
 
 def _inventory(sshd: Any, tmp: Path, log: Path, funnel_yaml: str = "") -> Path:
     inv = tmp / "inventory.yaml"
-    inv.write_text(f"hosts:\n  node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      app: {json.dumps(str(log))}\n" + funnel_yaml)
+    inv.write_text(
+        f"hosts:\n  node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      app: {json.dumps(str(log))}\n" + funnel_yaml
+    )
     return inv
 
 
@@ -74,8 +77,19 @@ def _cli(*args: str) -> tuple[int, str]:
 
 
 def _probe(sshd: Any, inv: Path, *extra: str) -> tuple[int, str]:
-    return _cli("-i", str(inv), "probe", "all", "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
-                "--ssh-config", str(sshd.ssh_config), *extra)
+    return _cli(
+        "-i",
+        str(inv),
+        "probe",
+        "all",
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+        *extra,
+    )
 
 
 def _watcher(log: Path, clock: list[float], **kw: Any) -> HostWatcher:
@@ -148,8 +162,9 @@ def test_training_log_silent_past_its_cadence_is_stalled_for_probe_analyze_and_w
     assert w.view.state == HEALTHY, w.view.reason
     clock[0] += 41  # the silence passes the 60 s limit while watched
     w.evaluate()
-    assert w.view.state == STALLED and re.match(r"training, it wrote every ~1 s; silent for 6\d s \(limit 60 s",
-                                                w.view.reason), w.view.reason
+    assert w.view.state == STALLED and re.match(
+        r"training, it wrote every ~1 s; silent for 6\d s \(limit 60 s", w.view.reason
+    ), w.view.reason
 
 
 def test_starting_log_without_a_cadence_keeps_the_fixed_limit(tmp_path: Path) -> None:
@@ -193,8 +208,12 @@ def hanging_job(tmp_path_factory: pytest.TempPathFactory):
     script, log = tmp / "hanger.py", tmp / "train.log"
     script.write_text(HANGER)
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(script)], stdout=out, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"})
+        proc = subprocess.Popen(
+            [sys.executable, str(script)],
+            stdout=out,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"},
+        )
     try:
         deadline = time.time() + 30
         while time.time() < deadline and (not log.exists() or log.read_text().count("\n") < 15):
@@ -264,8 +283,9 @@ def test_pyspy_turned_off_by_the_caller_falls_back_the_same(sshd, hanging_job) -
     """py-spy on the host's PATH but turned off (FD_STACKS_PYSPY=none): the /proc view alone, said so."""
     proc, log, tmp = hanging_job
     inv = parse_inventory(_inventory(sshd, tmp, log, QUICK).read_text())
-    settings = ProbeSettings(rules=RULES, transport=sshd.opts(), path_prepend=str(VENV_BIN), pyspy="none",
-                             save_dir=tmp / "evidence")
+    settings = ProbeSettings(
+        rules=RULES, transport=sshd.opts(), path_prepend=str(VENV_BIN), pyspy="none", save_dir=tmp / "evidence"
+    )
     res: HostResult = asyncio.run(probe_host(inv.hosts["node"], settings))
     host = _stalled_host({"hosts": [res.to_json()]}, proc)
     assert host["facts"]["stacks"]["pyspy"] is None and "from /proc" in host["evidence"][-1]["line"]
@@ -279,8 +299,9 @@ def test_stacks_command_is_bounded_and_quotes_its_values() -> None:
     text = __import__("base64").b64decode(payload).decode()
     assert "FD_STACKS_PIDS='12 34'" in text and "FD_STACKS_TIMEOUT=2" in text and "FD_STACKS_MAX=8" in text
     assert "FD_STACKS_LOG='/var/log/it'\"'\"'s $(here).log'" in text and "FD_SPATH='/opt/x y'" in text
-    assert hang.job_pids({"serving": {"pid": 7, "writes_log": True},
-                          "gpus": [{"processes": [{"pid": 7}, {"pid": 9}]}]}) == [7, 9]
+    assert hang.job_pids(
+        {"serving": {"pid": 7, "writes_log": True}, "gpus": [{"processes": [{"pid": 7}, {"pid": 9}]}]}
+    ) == [7, 9]
     assert hang.job_pids({"serving": {"pid": 7, "writes_log": False}}) == []
     found = {"kind": "file", "detail": "/x.log", "found_by": "stdout and stderr of pid 7321 (vllm serve)"}
     assert hang.job_pids({"serving": {"pid": 7321, "writes_log": True}}, found) == [7321]

@@ -287,7 +287,7 @@ def test_bad_group_definitions(groups: str, msg: str) -> None:
 def test_unquoted_exclusion_in_yaml_explains_the_tag_trap() -> None:
     e = error("hosts:\n  a:\n  b:\ngroups:\n  g:\n    - all\n    - !a\n")
     assert e.line == 7
-    assert 'quote exclusions' in e.message
+    assert "quote exclusions" in e.message
 
 
 def test_group_members_use_selector_syntax() -> None:
@@ -551,8 +551,18 @@ def test_log_path_without_logs() -> None:
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(0, 0), (4096, 4096), ("100", 100), ("512k", 512 * 1024), ("64M", 64 * 1024**2), ("64MiB", 64 * 1024**2),
-     ("1G", 1024**3), ("1.5G", int(1.5 * 1024**3)), ("2 MB", 2 * 1024**2), ("10b", 10)],
+    [
+        (0, 0),
+        (4096, 4096),
+        ("100", 100),
+        ("512k", 512 * 1024),
+        ("64M", 64 * 1024**2),
+        ("64MiB", 64 * 1024**2),
+        ("1G", 1024**3),
+        ("1.5G", int(1.5 * 1024**3)),
+        ("2 MB", 2 * 1024**2),
+        ("10b", 10),
+    ],
 )
 def test_parse_size(value: object, expected: int) -> None:
     assert parse_size(value) == expected
@@ -566,8 +576,18 @@ def test_parse_size_rejects(value: object) -> None:
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(30, 30.0), (1.5, 1.5), ("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h", 3600.0), ("1h30m", 5400.0),
-     ("500ms", 0.5), ("1d", 86400.0), ("2.5m", 150.0)],
+    [
+        (30, 30.0),
+        (1.5, 1.5),
+        ("90", 90.0),
+        ("90s", 90.0),
+        ("10m", 600.0),
+        ("1h", 3600.0),
+        ("1h30m", 5400.0),
+        ("500ms", 0.5),
+        ("1d", 86400.0),
+        ("2.5m", 150.0),
+    ],
 )
 def test_parse_duration(value: object, expected: float) -> None:
     assert parse_duration(value) == pytest.approx(expected)
@@ -671,8 +691,12 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     monkeypatch.delenv(inv_mod.ENV_VAR, raising=False)
     user = tmp_path / "config" / "fleetdiag" / "inventory.yaml"
     monkeypatch.setattr(inv_mod.locate, "user_inventory_path", lambda: user)
-    return {"cwd": cwd / "inventory.yaml", "env": tmp_path / "env.yaml", "user": user,
-            "explicit": tmp_path / "explicit.yaml"}
+    return {
+        "cwd": cwd / "inventory.yaml",
+        "env": tmp_path / "env.yaml",
+        "user": user,
+        "explicit": tmp_path / "explicit.yaml",
+    }
 
 
 def _touch(p: Path) -> Path:
@@ -755,8 +779,13 @@ def test_huge_range_is_refused_before_it_is_expanded(tmp_path: Path, pattern: st
     inv = tmp_path / "inv.yaml"
     inv.write_text("hosts:\n  gpu1:\n")
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-c", "from fleetdiag.cli import main; main()", "-i", str(inv), "hosts", pattern],
-                       capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-c", "from fleetdiag.cli import main; main()", "-i", str(inv), "hosts", pattern],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 2
     assert f"range '{pattern}'" in r.stderr and f"limit {inv_mod.MAX_RANGE}" in r.stderr
     assert time.monotonic() - t0 < 20  # expanding 100M names takes minutes and gigabytes
@@ -764,7 +793,9 @@ def test_huge_range_is_refused_before_it_is_expanded(tmp_path: Path, pattern: st
     assert (e.line, f"limit {inv_mod.MAX_RANGE}" in e.message) == (2, True)
 
 
-@pytest.mark.parametrize("pattern", ["gpu[1-4]", "gpu[01-16/3]", "a[1-3,7,9-10]-[1-2]", "plain", "x[5-5]", "y[1-3]z[0-1]"])
+@pytest.mark.parametrize(
+    "pattern", ["gpu[1-4]", "gpu[01-16/3]", "a[1-3,7,9-10]-[1-2]", "plain", "x[5-5]", "y[1-3]z[0-1]"]
+)
 def test_range_size_matches_nodeset(pattern: str) -> None:
     from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 

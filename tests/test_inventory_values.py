@@ -38,8 +38,14 @@ def error(text: str) -> InventoryError:
 def fleetdiag(args: list[str], home: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETDIAG_")}
     env.update({"HOME": str(home), "PYTHONPATH": str(REPO), "COLUMNS": "400", **(env_extra or {})})
-    return subprocess.run([sys.executable, "-c", "from fleetdiag.cli import main; main()", *args],
-                          env=env, cwd=home, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", "from fleetdiag.cli import main; main()", *args],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -49,7 +55,8 @@ def proxy_home(tmp_path: Path) -> Path:
     (home / ".ssh").mkdir(parents=True)
     seen = tmp_path / "seen"
     (home / ".ssh" / "config").write_text(
-        f'Host *\n  ProxyCommand sh -c "echo %h >> {seen}; exec nc %h %p"\n  StrictHostKeyChecking no\n')
+        f'Host *\n  ProxyCommand sh -c "echo %h >> {seen}; exec nc %h %p"\n  StrictHostKeyChecking no\n'
+    )
     return home
 
 
@@ -63,7 +70,8 @@ def test_proxycommand_sees_a_plain_address(proxy_home: Path, tmp_path: Path) -> 
 @pytest.mark.parametrize("command", [["check"], ["hosts"], ["probe", "all", "--connect-timeout", "3", "--log", "/x"]])
 def test_hostile_address_never_reaches_the_proxycommand(proxy_home: Path, tmp_path: Path, command: list[str]) -> None:
     pwned = tmp_path / "PWNED"
-    (proxy_home / "inv.yaml").write_text(textwrap.dedent(f"""\
+    (proxy_home / "inv.yaml").write_text(
+        textwrap.dedent(f"""\
         hosts:
           a:
             address: "$(touch$IFS{pwned})"
@@ -72,7 +80,8 @@ def test_hostile_address_never_reaches_the_proxycommand(proxy_home: Path, tmp_pa
           c:
             address: 127.0.0.1
             jump: "ops@$(touch$IFS{pwned}):22"
-        """))
+        """)
+    )
     r = fleetdiag(["-i", "inv.yaml", *command], proxy_home, {"FLEETDIAG_PASSPHRASE": "s3cret-pass"})
     assert r.returncode == 2, r.stderr
     assert "inv.yaml:3: hosts.a.address:" in r.stderr
@@ -120,8 +129,9 @@ def test_hidden_characters_in_keys_and_ansible_vars_are_refused() -> None:
     assert (e.line, e.key) == (4, "all.hosts.a.ansible_host")
 
 
-@pytest.mark.parametrize("good", ["gpu01", "gpu-01.example.com", "10.0.0.1", "::1", "[::1]", "fe80::1%eth0",
-                                  "[2001:db8::1]", "lab_box"])
+@pytest.mark.parametrize(
+    "good", ["gpu01", "gpu-01.example.com", "10.0.0.1", "::1", "[::1]", "fe80::1%eth0", "[2001:db8::1]", "lab_box"]
+)
 def test_good_hosts(good: str) -> None:
     assert host_problem(good) is None
     assert parse_inventory(f"hosts:\n  a:\n    address: '{good}'\n").hosts["a"].address == good
@@ -148,8 +158,9 @@ def test_no_accepted_host_or_user_holds_a_shell_or_hidden_character(s: str) -> N
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet="abc.-_", min_size=1, max_size=8), st.sampled_from(list(SHELL_META) + HIDDEN),
-       st.integers(0, 8))
+@given(
+    st.text(alphabet="abc.-_", min_size=1, max_size=8), st.sampled_from(list(SHELL_META) + HIDDEN), st.integers(0, 8)
+)
 def test_one_bad_character_anywhere_is_refused(base: str, bad: str, at: int) -> None:
     s = base[:at] + bad + base[at:]
     assert host_problem(s) is not None

@@ -30,8 +30,15 @@ CASES = sorted(p.stem for p in MULTI.glob("*.json"))
 MTIME = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc).timestamp()
 
 
-def host(name: str, text: str, *, offset: float = 0.0, facts: dict | None = None, address: str | None = None,
-         zone: str = "UTC") -> HostEvidence:
+def host(
+    name: str,
+    text: str,
+    *,
+    offset: float = 0.0,
+    facts: dict | None = None,
+    address: str | None = None,
+    zone: str = "UTC",
+) -> HostEvidence:
     d = analyze_text(text)
     assert d.decisive is not None, name
     hr = HostResult(host=name, verdict=d.verdict, decisive=d.decisive, facts=facts or {}, address=address)
@@ -42,6 +49,7 @@ def host(name: str, text: str, *, offset: float = 0.0, facts: dict | None = None
 
 def shift(text: str, seconds: float) -> str:
     """The log as written by a host whose clock is ``seconds`` ahead."""
+
     def iso(m: re.Match[str]) -> str:
         t = datetime.strptime(m.group(0)[:19].replace("_", " "), "%Y-%m-%d %H:%M:%S") + timedelta(seconds=seconds)
         return t.strftime("%Y-%m-%d" + m.group(0)[10] + "%H:%M:%S") + m.group(0)[19:]
@@ -83,7 +91,7 @@ def test_corpus_names_root_host_and_rank(case: str, order: list[str]) -> None:
 
 def test_m1_victim_stamped_earlier_is_demoted() -> None:
     rc = root_causes(case_hosts("m1_exc", ["node0", "node1"]))[0]
-    (victim, kind, delta), = rc.consequences
+    ((victim, kind, delta),) = rc.consequences
     assert victim == "node0" and kind == "NCCL remote error"
     assert delta is not None and delta < 0  # stamped before the root: only its peer-caused kind demotes it
     line = summary_line(rc)
@@ -104,9 +112,11 @@ def test_clock_skew_30s_each_way(case: str, order: list[str]) -> None:
     assert root_causes(hosts)[0].time == plain.time  # corrected back onto one clock
 
 
-LOCAL_A = "INFO 11-30 10:00:00 [t.py:1] [rank0] start rank 0/2\n[rank0]: Traceback (most recent call last):\n" \
-          "[rank0]:   File \"t.py\", line 3, in <module>\n[rank0]: ValueError: bad batch on rank 0\n" \
-          "E1130 {t} 11 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 1) local_rank: 0 (pid: 2) of binary: python\n"
+LOCAL_A = (
+    "INFO 11-30 10:00:00 [t.py:1] [rank0] start rank 0/2\n[rank0]: Traceback (most recent call last):\n"
+    '[rank0]:   File "t.py", line 3, in <module>\n[rank0]: ValueError: bad batch on rank 0\n'
+    "E1130 {t} 11 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 1) local_rank: 0 (pid: 2) of binary: python\n"
+)
 LOCAL_B = LOCAL_A.replace("rank0", "rank1").replace("rank 0", "rank 1").replace("local_rank: 0", "local_rank: 0")
 
 
@@ -116,11 +126,11 @@ def test_clock_skew_decides_between_two_local_errors() -> None:
     a = host("gpuA", LOCAL_A.format(t="09:59:35.000000"), offset=30.0, facts=facts)
     b = host("gpuB", LOCAL_B.format(t="10:00:20.000000"), offset=0.0, facts=facts)
     for hosts in ([a, b], [b, a]):
-        rc, = root_causes(hosts)
+        (rc,) = root_causes(hosts)
         assert rc.host == "gpuA" and rc.rank == 0 and rc.affected == ["gpuB"]
     # uncorrected, B's clock would not matter but A's raw stamp would still be earlier: flip the skew to prove it
     a2 = host("gpuA", LOCAL_A.format(t="10:00:35.000000"), offset=-30.0, facts=facts)
-    rc, = root_causes([b, a2])
+    (rc,) = root_causes([b, a2])
     assert rc.host == "gpuA"
 
 
@@ -173,7 +183,7 @@ def hang_hosts(order: list[str]) -> list[HostEvidence]:
 
 @pytest.mark.parametrize("order", [["node0", "node1"], ["node1", "node0"]])
 def test_hang_straggler_named_from_others_watchdog(order: list[str]) -> None:
-    rc, = root_causes(hang_hosts(order))
+    (rc,) = root_causes(hang_hosts(order))
     assert rc.host == "node1" and rc.rank == 1
     assert rc.affected == ["node0"]
     assert "SeqNum=9" in rc.why and "never reached" in rc.why
@@ -186,34 +196,40 @@ def test_fresh_hang_without_watchdog_makes_no_claim() -> None:
 
 def test_launcher_sigkill_names_the_rank() -> None:
     victim = (MULTI / "m1_exc.node0.log").read_text()
-    killed = ("INFO 11-30 16:45:55 [train.py:18] [rank1] starting rank 1/2 local_rank 0 visible=1\n"
-              "E1130 16:46:04.100000 586 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: -9) "
-              "local_rank: 0 (pid: 667) of binary: /workspace/venv/bin/python\n")
-    rc, = root_causes([host("node0", victim), host("node1", killed)])
+    killed = (
+        "INFO 11-30 16:45:55 [train.py:18] [rank1] starting rank 1/2 local_rank 0 visible=1\n"
+        "E1130 16:46:04.100000 586 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: -9) "
+        "local_rank: 0 (pid: 667) of binary: /workspace/venv/bin/python\n"
+    )
+    (rc,) = root_causes([host("node0", victim), host("node1", killed)])
     assert rc.host == "node1" and rc.affected == ["node0"]
     assert "exitcode: -9" in rc.line
 
 
 def test_victim_naming_the_root_by_address() -> None:
-    v = ("[rank0]:[E1130 10:00:01.000000000 ProcessGroupNCCL.cpp:612] [Rank 0] NCCL error: remote process exited or "
-         "there was a network error\nLast error:\nsocketProgress: Connection closed by remote peer 10.1.1.2<55296>\n")
+    v = (
+        "[rank0]:[E1130 10:00:01.000000000 ProcessGroupNCCL.cpp:612] [Rank 0] NCCL error: remote process exited or "
+        "there was a network error\nLast error:\nsocketProgress: Connection closed by remote peer 10.1.1.2<55296>\n"
+    )
     w = v.replace("[rank0]", "[rank2]").replace("Rank 0", "Rank 2").replace("10.1.1.2", "10.1.1.3")
     hosts = [host("a", v, address="10.1.1.1"), host("b", w, address="10.1.1.2"), host("c", v, address="10.1.1.3")]
     # all three peer-caused, each naming a peer: b is named by a and c, c by b only, a by nobody
-    rc, = root_causes(hosts)
+    (rc,) = root_causes(hosts)
     assert rc.host == "b" and rc.affected == ["a", "c"] and "names b" in rc.why
 
 
 def test_user_rules_extend_peer_kinds(tmp_path: Path) -> None:
-    text = ("INFO 11-30 10:00:00 [t.py:1] [rank0] start rank 0/2\n[rank0]: Traceback (most recent call last):\n"
-            "[rank0]:   File \"t.py\", line 3, in <module>\n[rank0]: MyBusError: partner vanished\n")
+    text = (
+        "INFO 11-30 10:00:00 [t.py:1] [rank0] start rank 0/2\n[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "t.py", line 3, in <module>\n[rank0]: MyBusError: partner vanished\n'
+    )
     a = host("gpuA", text)
     b = host("gpuB", LOCAL_B.format(t="10:00:02.000000"))
     assert root_causes([a, b]) == []  # two local-origin errors, no facts: not linked
     extra = tmp_path / "peer.yaml"
     extra.write_text("peer_caused:\n  - {kind: my bus lost, pattern: 'MyBusError'}\n")
     rules = load_job_rules([extra], user_default=False)
-    rc, = root_causes([a, b], rules=rules)
+    (rc,) = root_causes([a, b], rules=rules)
     assert rc.host == "gpuB" and rc.consequences[0][1] == "my bus lost"
     bad = tmp_path / "bad.yaml"
     bad.write_text("peer_cause: []\n")
@@ -221,18 +237,21 @@ def test_user_rules_extend_peer_kinds(tmp_path: Path) -> None:
         load_job_rules([bad], user_default=False)
 
 
-@pytest.mark.parametrize("raw,zone,expect", [
-    ("2024-11-20 14:37:16", "UTC", "2024-11-20T14:37:16"),
-    ("2024-11-20T14:37:16.5+02:00", "UTC", "2024-11-20T12:37:16.5"),
-    ("2026-11-30_16:46:05", "UTC", "2026-11-30T16:46:05"),
-    ("1120 14:37:16.123", "UTC", "2026-11-20T14:37:16.123"),
-    ("[rank0]:[W1120 14:37:16.829017590 ProcessGroupNCCL.cpp:1]", "UTC", "2026-11-20T14:37:16.829017"),
-    ("626 06:24:44.9", "UTC", "2026-06-26T06:24:44.9"),
-    ("INFO 11-20 14:37:16 [x.py:1] hi", "UTC", "2026-11-20T14:37:16"),
-    ("11-20 14:37:16", "+01:00", "2026-11-20T13:37:16"),
-    ("11-20 14:37:16", "Europe/Berlin", "2026-11-20T13:37:16"),
-    ("11-20 14:37:16", 3600, "2026-11-20T13:37:16"),
-])
+@pytest.mark.parametrize(
+    "raw,zone,expect",
+    [
+        ("2024-11-20 14:37:16", "UTC", "2024-11-20T14:37:16"),
+        ("2024-11-20T14:37:16.5+02:00", "UTC", "2024-11-20T12:37:16.5"),
+        ("2026-11-30_16:46:05", "UTC", "2026-11-30T16:46:05"),
+        ("1120 14:37:16.123", "UTC", "2026-11-20T14:37:16.123"),
+        ("[rank0]:[W1120 14:37:16.829017590 ProcessGroupNCCL.cpp:1]", "UTC", "2026-11-20T14:37:16.829017"),
+        ("626 06:24:44.9", "UTC", "2026-06-26T06:24:44.9"),
+        ("INFO 11-20 14:37:16 [x.py:1] hi", "UTC", "2026-11-20T14:37:16"),
+        ("11-20 14:37:16", "+01:00", "2026-11-20T13:37:16"),
+        ("11-20 14:37:16", "Europe/Berlin", "2026-11-20T13:37:16"),
+        ("11-20 14:37:16", 3600, "2026-11-20T13:37:16"),
+    ],
+)
 def test_normalise_formats(raw: str, zone: object, expect: str) -> None:
     want = datetime.fromisoformat(expect).replace(tzinfo=timezone.utc).timestamp()
     assert normalise(raw, zone, MTIME, 0.0) == pytest.approx(want, abs=1e-3)

@@ -41,16 +41,34 @@ def write_inventory(sshd, tmp_path: Path, hosts: dict[str, str]) -> Path:
         log = tmp_path / name / "train.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(text)
-        lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {sshd.port}", f"    user: {sshd.user}",
-                  "    logs:", f"      train: {json.dumps(str(log))}"]
+        lines += [
+            f"  {name}:",
+            "    address: 127.0.0.1",
+            f"    port: {sshd.port}",
+            f"    user: {sshd.user}",
+            "    logs:",
+            f"      train: {json.dumps(str(log))}",
+        ]
     inv = tmp_path / "inventory.yaml"
     inv.write_text("\n".join(lines) + "\n")
     return inv
 
 
 def cli(sshd, inv: Path, *args: str):
-    return CliRunner().invoke(main, ["-i", str(inv), *args, "--known-hosts", str(sshd.known_hosts),
-                                     "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)])
+    return CliRunner().invoke(
+        main,
+        [
+            "-i",
+            str(inv),
+            *args,
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--identity",
+            str(sshd.client_key),
+            "--ssh-config",
+            str(sshd.ssh_config),
+        ],
+    )
 
 
 def corpus(case: str, node: str) -> str:
@@ -86,8 +104,11 @@ def test_probe_json_names_root_host_and_rank(sshd, tmp_path, case, swap):
     assert root["facts"]["job"]["role"] == "root" and root["facts"]["job"]["affected"] == rc["affected"]
     assert root["decisive"]["fingerprint"] == rc["fingerprint"]
     for v in want["victims"]:
-        assert hosts[v]["facts"]["job"] == {**hosts[v]["facts"]["job"], "role": "consequence",
-                                            "root": want["root_host"]}
+        assert hosts[v]["facts"]["job"] == {
+            **hosts[v]["facts"]["job"],
+            "role": "consequence",
+            "root": want["root_host"],
+        }
     for h in hosts.values():  # the clock sample every probe now takes, and what the job analysis kept
         clock = h["facts"]["clock"]
         assert abs(clock["measured"]) < 5 and clock["offset"] == 0.0  # this machine's clock against itself
@@ -108,9 +129,22 @@ def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path):
     assert "node1  FAILED" in out and "node0  FAILED" not in out, out  # the victim's card folds under the root
     assert out.index(job) < out.index("node1  FAILED")
     # --redact: the job line too goes through the Output (names replaced, no raw host name)
-    r = CliRunner().invoke(main, ["--redact", "-i", str(inv), "probe", "all", "--known-hosts",
-                                  str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config",
-                                  str(sshd.ssh_config)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "--redact",
+            "-i",
+            str(inv),
+            "probe",
+            "all",
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--identity",
+            str(sshd.client_key),
+            "--ssh-config",
+            str(sshd.ssh_config),
+        ],
+    )
     assert "job root cause: " in r.output and "node1" not in r.output, r.output
 
 
@@ -145,7 +179,9 @@ def skewed_date(bindir: Path) -> Path:
 
 @pytest.mark.parametrize("case", CASES)
 def test_clock_skew_30s_each_way_same_root(sshd, tmp_path, case):
-    plain = probe_json(sshd, write_inventory(sshd, tmp_path / "plain", {n: corpus(case, n) for n in ("node0", "node1")}))
+    plain = probe_json(
+        sshd, write_inventory(sshd, tmp_path / "plain", {n: corpus(case, n) for n in ("node0", "node1")})
+    )
     skew = {"node1": 30.0, "node0": -30.0}
     order = ["node1", "node0"]  # the host that is ahead first
     inv = write_inventory(sshd, tmp_path / "skew", {n: shift(corpus(case, n), skew[n]) for n in order})
@@ -162,6 +198,7 @@ def test_clock_skew_30s_each_way_same_root(sshd, tmp_path, case):
 
 def test_probe_to_job_step_applies_the_clock_sample():
     """Unit level: a log 30 s ahead and its clock sample 30 s ahead give the same root and time as in sync."""
+
     def result(name: str, text: str, ahead: float) -> HostResult:
         lines = [Line(i * 100, t, i + 1) for i, t in enumerate(text.splitlines())]
         d = analyze_text(text)
@@ -174,8 +211,10 @@ def test_probe_to_job_step_applies_the_clock_sample():
     for case in CASES:
         same = root_causes([result(n, corpus(case, n), 0.0) for n in ("node0", "node1")])
         for node in ("node0", "node1"):
-            res = [result(n, shift(corpus(case, n), 30.0) if n == node else corpus(case, n), 30.0 if n == node else 0)
-                   for n in ("node1", "node0")]
+            res = [
+                result(n, shift(corpus(case, n), 30.0) if n == node else corpus(case, n), 30.0 if n == node else 0)
+                for n in ("node1", "node0")
+            ]
             assert res[0].facts["clock"]["offset"] in (0.0, -30.0)
             got = root_causes(res)
             assert [r.to_json() for r in got] == [r.to_json() for r in same], (case, node)
@@ -183,7 +222,13 @@ def test_probe_to_job_step_applies_the_clock_sample():
 
 def test_clock_sample_deadband_and_busybox_date():
     assert clock_sample("1000.5 +0100", 1000.6, 0.002) == {
-        "local_receive": 1000.6, "remote_now": 1000.5, "rtt": 0.002, "measured": 0.099, "offset": 0.0, "zone": "+0100"}
+        "local_receive": 1000.6,
+        "remote_now": 1000.5,
+        "rtt": 0.002,
+        "measured": 0.099,
+        "offset": 0.0,
+        "zone": "+0100",
+    }
     s = clock_sample("1000.%N +0000", 1030.0, 0.2)  # busybox date: no %N, whole seconds
     assert s is not None and s["offset"] == pytest.approx(29.9)
     assert clock_sample("", 1.0, 0.1) is None and clock_sample("garbage", 1.0, 0.1) is None
@@ -201,8 +246,12 @@ def test_kept_lines_give_the_same_root_causes_as_every_line():
         for h in hosts:
             lines = keep_lines(h)
             assert len(lines) < len(h.lines)
-            hr = HostResult(host=h.host, verdict="failed", decisive=analyze_text("\n".join(h.lines)).decisive,
-                            facts={"job": {"lines": lines}})
+            hr = HostResult(
+                host=h.host,
+                verdict="failed",
+                decisive=analyze_text("\n".join(h.lines)).decisive,
+                facts={"job": {"lines": lines}},
+            )
             ev = evidence_from_result(hr, mtime=h.mtime, zone=h.zone, offset=h.offset)
             assert ev is not None and ev.lines == lines
             kept.append(ev)
@@ -213,8 +262,12 @@ def test_kept_lines_give_the_same_root_causes_as_every_line():
 
 
 def test_two_independent_jobs_two_root_causes(sshd, tmp_path):
-    hosts = {"a0": corpus("m1_exc", "node0"), "a1": corpus("m1_exc", "node1"),
-             "b0": shift(corpus("m2_oom", "node0"), 3600), "b1": shift(corpus("m2_oom", "node1"), 3600)}
+    hosts = {
+        "a0": corpus("m1_exc", "node0"),
+        "a1": corpus("m1_exc", "node1"),
+        "b0": shift(corpus("m2_oom", "node0"), 3600),
+        "b1": shift(corpus("m2_oom", "node1"), 3600),
+    }
     doc = probe_json(sshd, write_inventory(sshd, tmp_path, hosts))
     got = sorted((rc["host"], rc["rank"], tuple(rc["affected"])) for rc in doc["root_causes"])
     assert got == [("a1", 1, ("a0",)), ("b1", 1, ("b0",))]

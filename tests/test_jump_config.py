@@ -21,8 +21,9 @@ from .test_reliability import RULES, write_log
 
 def _config(path: Path, sshd: Any, jump: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"Host gpu-behind\n    HostName 127.0.0.1\n    Port {sshd.port}\n    User {sshd.user}\n"
-                    f"    ProxyJump {jump}\n")
+    path.write_text(
+        f"Host gpu-behind\n    HostName 127.0.0.1\n    Port {sshd.port}\n    User {sshd.user}\n    ProxyJump {jump}\n"
+    )
     return path
 
 

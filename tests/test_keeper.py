@@ -41,9 +41,20 @@ def loud_sshd(tmp_path_factory):
     (shared / "authorized_keys").write_text((server.dir / "authorized_keys").read_text())
     os.chmod(shared / "authorized_keys", 0o644)
     server.proc = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(server.dir / "sshd_config"), "-o", "LogLevel=INFO",
-         "-o", f"AuthorizedKeysFile={shared / 'authorized_keys'}"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
+        [
+            SSHD,
+            "-D",
+            "-e",
+            "-f",
+            str(server.dir / "sshd_config"),
+            "-o",
+            "LogLevel=INFO",
+            "-o",
+            f"AuthorizedKeysFile={shared / 'authorized_keys'}",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -99,40 +110,71 @@ def rt(tmp_path):
             pass
 
 
-def write_inv(tmp_path: Path, server, port: int | None = None, user: str | None = None, name: str = "uk-node",
-              persist: str | None = None, jump: str | None = None) -> Path:
+def write_inv(
+    tmp_path: Path,
+    server,
+    port: int | None = None,
+    user: str | None = None,
+    name: str = "uk-node",
+    persist: str | None = None,
+    jump: str | None = None,
+) -> Path:
     log = tmp_path / "vllm.log"
     if not log.exists():
         log.write_text(SEED)
     inv = tmp_path / "inventory.yaml"
     head = f"defaults:\n  persist: {persist}\n" if persist else ""
-    inv.write_text(f"{head}hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port or server.port}\n"
-                   f"    user: {user or server.user}\n" + (f"    jump: {jump}\n" if jump else "")
-                   + f"    logs:\n      vllm: {log}\n")
+    inv.write_text(
+        f"{head}hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port or server.port}\n"
+        f"    user: {user or server.user}\n"
+        + (f"    jump: {jump}\n" if jump else "")
+        + f"    logs:\n      vllm: {log}\n"
+    )
     return inv
 
 
-def cli(server, rt: Path, inv: Path | None, *args: str, timeout: float = 150,
-        env_extra: dict | None = None) -> subprocess.CompletedProcess:
+def cli(
+    server, rt: Path, inv: Path | None, *args: str, timeout: float = 150, env_extra: dict | None = None
+) -> subprocess.CompletedProcess:
     # generous: a loaded test machine; still well under the 5 min a keeper holding our pipes would cost
     """The real CLI in its own process; capture_output waits for EOF, so a keeper holding our pipes would hang it."""
     argv = [sys.executable, "-c", "from fleetdiag.cli import main; main()"]
     if inv is not None:
         argv += ["-i", str(inv)]
     argv += list(args)
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", "FLEETDIAG_RUNTIME_DIR": str(rt),
-           "PYTHONPATH": str(REPO), "FLEETDIAG_DB": str(rt.parent / "history.db"),
-           # login counts must not depend on how loaded the test machine is: the 200 ms default
-           # is exercised by test_wedged_keeper_means_a_direct_connection
-           "FLEETDIAG_KEEPER_HELLO": "3"}
+    env = {
+        **os.environ,
+        "NO_COLOR": "1",
+        "COLUMNS": "160",
+        "FLEETDIAG_RUNTIME_DIR": str(rt),
+        "PYTHONPATH": str(REPO),
+        "FLEETDIAG_DB": str(rt.parent / "history.db"),
+        # login counts must not depend on how loaded the test machine is: the 200 ms default
+        # is exercised by test_wedged_keeper_means_a_direct_connection
+        "FLEETDIAG_KEEPER_HELLO": "3",
+    }
     env.pop("FLEETDIAG_PERSIST", None)
     env.update(env_extra or {})
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def probe(server, rt: Path, inv: Path, *extra: str, env_extra: dict | None = None) -> dict:
-    out = cli(server, rt, inv, "probe", "uk-node", "--json", "--known-hosts", str(server.known_hosts),
-              "--identity", str(server.client_key), "--ssh-config", str(server.ssh_config), *extra, env_extra=env_extra)
+    out = cli(
+        server,
+        rt,
+        inv,
+        "probe",
+        "uk-node",
+        "--json",
+        "--known-hosts",
+        str(server.known_hosts),
+        "--identity",
+        str(server.client_key),
+        "--ssh-config",
+        str(server.ssh_config),
+        *extra,
+        env_extra=env_extra,
+    )
     assert out.returncode in (0, 1, 3), out.stderr + out.stdout
     return json.loads(out.stdout)["hosts"][0]
 
@@ -165,15 +207,36 @@ def test_second_probe_reuses_kept_connection(loud_sshd, rt, tmp_path):
 def test_concurrent_commands_share_one_keeper_and_one_login(loud_sshd, rt, tmp_path):
     inv = write_inv(tmp_path, loud_sshd)
     before = logins(loud_sshd)
-    env = {**os.environ, "NO_COLOR": "1", "FLEETDIAG_RUNTIME_DIR": str(rt), "PYTHONPATH": str(REPO),
-           "FLEETDIAG_DB": str(tmp_path / "history.db"),
-           "FLEETDIAG_KEEPER_HELLO": "3"}  # a keeper busy with a handshake on a loaded machine still counts as there
+    env = {
+        **os.environ,
+        "NO_COLOR": "1",
+        "FLEETDIAG_RUNTIME_DIR": str(rt),
+        "PYTHONPATH": str(REPO),
+        "FLEETDIAG_DB": str(tmp_path / "history.db"),
+        "FLEETDIAG_KEEPER_HELLO": "3",
+    }  # a keeper busy with a handshake on a loaded machine still counts as there
     env.pop("FLEETDIAG_PERSIST", None)
-    argv = [sys.executable, "-c", "from fleetdiag.cli import main; main()", "-i", str(inv), "probe", "uk-node",
-            "--json", "--persist", "1m", "--known-hosts", str(loud_sshd.known_hosts), "--identity", str(loud_sshd.client_key),
-            "--ssh-config", str(loud_sshd.ssh_config)]
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(3)]
+    argv = [
+        sys.executable,
+        "-c",
+        "from fleetdiag.cli import main; main()",
+        "-i",
+        str(inv),
+        "probe",
+        "uk-node",
+        "--json",
+        "--persist",
+        "1m",
+        "--known-hosts",
+        str(loud_sshd.known_hosts),
+        "--identity",
+        str(loud_sshd.client_key),
+        "--ssh-config",
+        str(loud_sshd.ssh_config),
+    ]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)
+    ]
     outs = [p.communicate(timeout=150) for p in procs]
     for out, err in outs:
         assert DECISIVE in decisive(json.loads(out)["hosts"][0]), err
@@ -295,7 +358,7 @@ def test_keeper_refuses_a_peer_of_another_uid(loud_sshd, tmp_path):
             "s=socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(sys.argv[1])\n"
             "data=b''\n"
             "try:\n"
-            "    s.sendall(b'\\x00\\x00\\x00\\x0e{\"op\": \"list\"}')\n"
+            '    s.sendall(b\'\\x00\\x00\\x00\\x0e{"op": "list"}\')\n'
             "    while True:\n"
             "        b=s.recv(4096)\n"
             "        if not b: break\n"
@@ -311,8 +374,14 @@ def test_keeper_refuses_a_peer_of_another_uid(loud_sshd, tmp_path):
             os.setgid(nobody.pw_gid)
             os.setuid(nobody.pw_uid)
 
-        out = subprocess.run(["/usr/bin/python3", "-I", "-c", code, str(sock)], capture_output=True, text=True,
-                             timeout=20, preexec_fn=demote, cwd="/")
+        out = subprocess.run(
+            ["/usr/bin/python3", "-I", "-c", code, str(sock)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            preexec_fn=demote,
+            cwd="/",
+        )
         assert out.returncode == 0, out.stderr
         assert "got 0" in out.stdout, out.stdout  # connected, then closed at once: no hello, no listing
         # our own user still gets an answer, but a client refuses a socket others can reach
@@ -412,8 +481,19 @@ def test_connection_key_follows_what_decides_the_connection(tmp_path):
 
     k0 = key()
     assert key() == k0
-    assert len({k0, key(port=2222), key(user="v"), key(target="h2"), key(jump=("bastion", 22, "u")),
-                key(jump=[("b1", None, None), ("b2", None, None)])}) == 6
+    assert (
+        len(
+            {
+                k0,
+                key(port=2222),
+                key(user="v"),
+                key(target="h2"),
+                key(jump=("bastion", 22, "u")),
+                key(jump=[("b1", None, None), ("b2", None, None)]),
+            }
+        )
+        == 6
+    )
     cfg.write_text("Host a\n  Port 2200\n")  # an edited ssh config
     assert key() != k0
     k1 = key()

@@ -48,24 +48,45 @@ def _standin_bin(d: Path, *, mode: str, kern: Path | None, smi: Path | None) -> 
     env = {"FD_STANDIN_MODE": mode, "FD_STANDIN_KERN": str(kern or "/dev/null"), "FD_STANDIN_SMI": str(smi or "")}
     for tool in ("dmesg", "journalctl", "nvidia-smi"):
         exe = d / tool
-        exe.write_text("#!/bin/sh\n" + "".join(f"{k}='{v}'; export {k}\n" for k, v in env.items())
-                       + f"exec '{STANDINS / tool}' \"$@\"\n")
+        exe.write_text(
+            "#!/bin/sh\n"
+            + "".join(f"{k}='{v}'; export {k}\n" for k, v in env.items())
+            + f"exec '{STANDINS / tool}' \"$@\"\n"
+        )
         exe.chmod(0o755)
     return d
 
 
 def _inventory(sshd, tmp: Path, log: Path, name: str = "node") -> Path:
     inv = tmp / "inventory.yaml"
-    inv.write_text(f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      app: {json.dumps(str(log))}\n")
+    inv.write_text(
+        f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      app: {json.dumps(str(log))}\n"
+    )
     return inv
 
 
 def _probe(sshd, inv: Path, bindir: Path, *extra: str) -> tuple[int, str]:
-    r = CliRunner().invoke(main, ["--no-color", "-i", str(inv), "probe", "all", "--path-prepend", str(bindir),
-                                  "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
-                                  "--ssh-config", str(sshd.ssh_config), *extra],
-                           env={"COLUMNS": "200", "NO_COLOR": "1"})
+    r = CliRunner().invoke(
+        main,
+        [
+            "--no-color",
+            "-i",
+            str(inv),
+            "probe",
+            "all",
+            "--path-prepend",
+            str(bindir),
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--identity",
+            str(sshd.client_key),
+            "--ssh-config",
+            str(sshd.ssh_config),
+            *extra,
+        ],
+        env={"COLUMNS": "200", "NO_COLOR": "1"},
+    )
     return r.exit_code, r.output
 
 
@@ -144,9 +165,11 @@ def _benign_bin(tmp: Path, smi_rows: dict) -> Path:
 def test_benign_h200_lines_next_to_an_app_error_leave_it_decisive(sshd, tmp_path: Path) -> None:
     bindir = _benign_bin(tmp_path, {"gpus": [H200_ROW]})
     log = tmp_path / "app.log"
-    log.write_text("INFO 05-15 08:57:29 [engine.py:10] starting\n"
-                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-                   "capacity of 139.81 GiB of which 1.00 GiB is free.\n")
+    log.write_text(
+        "INFO 05-15 08:57:29 [engine.py:10] starting\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 139.81 GiB of which 1.00 GiB is free.\n"
+    )
     code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
     (host,) = json.loads(out)["hosts"]
     assert host["verdict"] == "failed" and code == Exit.FAILED
@@ -158,11 +181,15 @@ def test_benign_h200_lines_next_to_an_app_error_leave_it_decisive(sshd, tmp_path
 
 def test_lost_gpu_with_a_healthy_log_is_degraded(sshd, tmp_path: Path) -> None:
     lost = (CORPUS / "pubsum-k80-xid79.smi.txt").read_text(encoding="utf-8").splitlines()[0]
-    bindir = _benign_bin(tmp_path, {"gpus": [{**H200_ROW, "index": 1, "pci.bus_id": "00000000:2A:00.0"}],
-                                    "lost": [lost]})
+    bindir = _benign_bin(
+        tmp_path, {"gpus": [{**H200_ROW, "index": 1, "pci.bus_id": "00000000:2A:00.0"}], "lost": [lost]}
+    )
     log = tmp_path / "app.log"
-    log.write_text((Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "healthy.log")
-                   .read_text(encoding="utf-8"))
+    log.write_text(
+        (Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "healthy.log").read_text(
+            encoding="utf-8"
+        )
+    )
     code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
     (host,) = json.loads(out)["hosts"]
     assert code == Exit.FAILED and host["verdict"] == "degraded", host
@@ -192,8 +219,10 @@ def test_unreadable_kernel_log_is_a_fact_with_its_fix_on_the_card(sshd, tmp_path
 # ---------------------------------------------------------------- the decision step alone (probe.finish, no SSH)
 
 NOW = 1_780_000_000.0  # the node's clock
-HEALTH_HEAD = ("index, pci.bus_id, uuid, ecc.errors.uncorrected.volatile.total, remapped_rows.failure, "
-               "pcie.link.width.current, pcie.link.width.max")
+HEALTH_HEAD = (
+    "index, pci.bus_id, uuid, ecc.errors.uncorrected.volatile.total, remapped_rows.failure, "
+    "pcie.link.width.current, pcie.link.width.max"
+)
 
 
 def _kernel_records(lines: list[str], health: list[str] | None, unreadable: bool = False) -> list[str]:
@@ -229,11 +258,15 @@ def test_rank_maps_to_its_gpu_through_cuda_visible_devices() -> None:
     """rank 1 under CUDA_VISIBLE_DEVICES=2,3 runs on host GPU 3 (bus 1b:00): the Xid there is the cause,
     not the one on GPU 2 logged at the same moment."""
     t = NOW - 8
-    kern = [f"{_boot(t)} NVRM: Xid (PCI:0000:1b:00): 48, An uncorrectable double bit error (DBE) has been detected",
-            f"{_boot(t)} NVRM: Xid (PCI:0000:1a:00): 48, An uncorrectable double bit error (DBE) has been detected"]
-    log = ["[rank1]: Traceback (most recent call last):",
-           '[rank1]:   File "train.py", line 9, in <module>',
-           "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+    kern = [
+        f"{_boot(t)} NVRM: Xid (PCI:0000:1b:00): 48, An uncorrectable double bit error (DBE) has been detected",
+        f"{_boot(t)} NVRM: Xid (PCI:0000:1a:00): 48, An uncorrectable double bit error (DBE) has been detected",
+    ]
+    log = [
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "train.py", line 9, in <module>',
+        "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    ]
     facts = {"cuda_visible_devices": "2,3", "gpus": [{"index": i, "uuid": f"GPU-{i}"} for i in range(4)]}
     res = finish("n", _fr(log, _kernel_records(kern, GPUS)), load_rules(), facts=facts)
     d = res.decisive
@@ -257,8 +290,10 @@ def test_faulty_gpu_of_the_failing_rank_is_the_cause_when_the_kernel_log_is_unre
 def test_silent_log_stopped_by_the_oom_killer_fails_with_the_kernel_cause() -> None:
     """No error in the log; it fell silent 5 min ago, when the kernel killed the trainer."""
     stop = NOW - 300
-    kern = [f"{_boot(stop - 2)} python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
-            f"{_boot(stop - 1)} Out of memory: Killed process 4242 (python) total-vm:9kB, anon-rss:8kB"]
+    kern = [
+        f"{_boot(stop - 2)} python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
+        f"{_boot(stop - 1)} Out of memory: Killed process 4242 (python) total-vm:9kB, anon-rss:8kB",
+    ]
     log = ["epoch 3 step 100 loss 1.25", "epoch 3 step 200 loss 1.21"]
     res = finish("n", _fr(log, _kernel_records(kern, GPUS), idle=300), load_rules(), facts={})
     d = res.decisive

@@ -62,12 +62,17 @@ def test_probe_hostile_log_path_runs_nothing_and_real_log_fails(shell_sshd, tmp_
     canary = Path("/tmp") / f"PWNED-{uuid.uuid4().hex}"
     log = write_log(tmp_path / "vllm.log", SEED)
     try:
-        bad = asyncio.run(probe_host(make_host(shell_sshd.port, hostile_path(tmp_path, canary)),
-                                     ProbeSettings(transport=shell_sshd.opts(), rules=RULES)))
+        bad = asyncio.run(
+            probe_host(
+                make_host(shell_sshd.port, hostile_path(tmp_path, canary)),
+                ProbeSettings(transport=shell_sshd.opts(), rules=RULES),
+            )
+        )
         assert not canary.exists()
         assert bad.verdict != FAILED and bad.error, bad
-        good = asyncio.run(probe_host(make_host(shell_sshd.port, log),
-                                      ProbeSettings(transport=shell_sshd.opts(), rules=RULES)))
+        good = asyncio.run(
+            probe_host(make_host(shell_sshd.port, log), ProbeSettings(transport=shell_sshd.opts(), rules=RULES))
+        )
         assert good.verdict == FAILED, good
         assert good.decisive is not None
     finally:
@@ -107,6 +112,7 @@ def test_follower_hostile_log_runs_nothing_and_streams(shell_sshd, tmp_path):
         proc = await conn.conn.create_process(funnel.remote_command(follow.build_script(spec, mark)), encoding=None)
         recs: list = []
         try:
+
             async def read() -> None:
                 seen_end = False
                 while True:
@@ -126,6 +132,7 @@ def test_follower_hostile_log_runs_nothing_and_streams(shell_sshd, tmp_path):
                             return
                         if isinstance(rec, follow.Line) and "boom" in rec.text:
                             return
+
             await asyncio.wait_for(read(), 20)
         finally:
             proc.close()

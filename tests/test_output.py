@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from fleetdiag.cli import main
+from fleetdiag.records import FAILED, Decisive, HostResult
 from fleetdiag.redact import Redactor, redact_argv, redact_env
 from fleetdiag.render import Output, host_card, visible
-from fleetdiag.records import FAILED, Decisive, HostResult
 
 from .test_facts import SMI, fake_nvidia_smi
 
@@ -28,8 +28,10 @@ TRACEBACK = (
 )
 # OSC 52 (clipboard) nested in OSC 0 (title) so a one-pass strip re-forms it; ESC c (reset), ESC (0 (line
 # drawing), ESC #8 (screen fill), C1 CSI, BEL, a bidi override and an isolate, and rich markup.
-HOSTILE = ("RuntimeError: x \x1b\x1b]0;a\x07]52;c;Y3VybA==\x1b\x1b]0;b\x07\\ \x1bc \x1b(0 \x1b#8 \x9b31m "
-           "\u202egnp.exe\u2066 [bold]B[/bold] :smile:\n")
+HOSTILE = (
+    "RuntimeError: x \x1b\x1b]0;a\x07]52;c;Y3VybA==\x1b\x1b]0;b\x07\\ \x1bc \x1b(0 \x1b#8 \x9b31m "
+    "\u202egnp.exe\u2066 [bold]B[/bold] :smile:\n"
+)
 BIDI = {*map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
 
 
@@ -60,7 +62,14 @@ def write_hostile(path: Path) -> Path:
 
 
 def _ssh(sshd) -> list[str]:
-    return ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    return [
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
 
 
 def _run(*args: str) -> object:
@@ -97,8 +106,15 @@ def test_console_edge_catches_text_that_skipped_the_records():
 def test_hostile_log_through_every_command(sshd, tmp_path):
     log = write_hostile(tmp_path / "vllm.log")
     inv = tmp_path / "inv.yaml"
-    inv.write_text(json.dumps({"hosts": {"gpu01": {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user,
-                                                   "logs": {"vllm": str(log)}}}}))
+    inv.write_text(
+        json.dumps(
+            {
+                "hosts": {
+                    "gpu01": {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user, "logs": {"vllm": str(log)}}
+                }
+            }
+        )
+    )
     base = ["-i", str(inv)]
     outputs: dict[str, str] = {}
 
@@ -124,8 +140,11 @@ def test_hostile_log_through_every_command(sshd, tmp_path):
         assert "[bold]B[/bold]" in text or name in ("sweep", "history", "watch"), name  # one-line views may cut
 
     # JSON keeps the raw text, escaped by JSON: nothing raw on the wire, the record intact after parsing
-    for args in (["analyze", str(log), "--json"], [*base, "probe", "gpu01", "--json", *_ssh(sshd)],
-                 [*base, "history", "--db", str(db), "--json"]):
+    for args in (
+        ["analyze", str(log), "--json"],
+        [*base, "probe", "gpu01", "--json", *_ssh(sshd)],
+        [*base, "history", "--db", str(db), "--json"],
+    ):
         r = _run(*args)
         assert_inert(r.output, " ".join(args[:3]))
         assert "\x1b" in strings(json.loads(r.output)), args[:3]
@@ -142,8 +161,21 @@ def test_hostile_gpu_name_and_model_through_preflight(sshd, tmp_path):
     inv = tmp_path / "inv.yaml"
     inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n")
     model = "/tmp/no-such-model-\x1b]52;c;eA==\x07-\u202e"
-    r = _run("-i", str(inv), "preflight", "uk-node", "--path-prepend", str(bindir), *_ssh(sshd),
-             "--", "vllm", "serve", model, "-tp", "2")
+    r = _run(
+        "-i",
+        str(inv),
+        "preflight",
+        "uk-node",
+        "--path-prepend",
+        str(bindir),
+        *_ssh(sshd),
+        "--",
+        "vllm",
+        "serve",
+        model,
+        "-tp",
+        "2",
+    )
     assert r.exit_code == 1, r.output  # the model path does not exist
     assert_inert(r.output, "preflight")
     assert "\\x1b]0;pwn\\x07" in r.output and "\\x1b]52" in r.output
@@ -151,8 +183,11 @@ def test_hostile_gpu_name_and_model_through_preflight(sshd, tmp_path):
 
 def test_hostile_but_valid_inventory_values_in_hosts_and_check(tmp_path):
     inv = tmp_path / "inv.yaml"
-    inv.write_text(json.dumps({"hosts": {"gpu01": {"address": "127.0.0.1",
-                                                   "logs": {"vllm": "/var/log/\x1b]0;t\x07[bold]x\u202e.log"}}}}))
+    inv.write_text(
+        json.dumps(
+            {"hosts": {"gpu01": {"address": "127.0.0.1", "logs": {"vllm": "/var/log/\x1b]0;t\x07[bold]x\u202e.log"}}}}
+        )
+    )
     for args in (["hosts"], ["hosts", "all"], ["check"]):
         r = _run("-i", str(inv), *args)
         assert r.exit_code in (0, 2), r.output  # a future check may refuse the value: then it names it, inert
@@ -173,9 +208,26 @@ SECRETS_LOG = (
     b"MYSQL_PWD=mysqlpw456 DB_PASS=dbpw789 curl -u admin:curlpw321 https://dave:p@ssw0rd@db.internal/x "
     b"ssh://erin@git.internal\n"
 )
-SENSITIVE = ("gpu-prod-17", "gpu-prod-18", "198.51.100.23", "prod-bastion", "10.20.30.40", "alice",
-             "hf_abcdefghijklmnopqrstuvwxyzABCDEF", "redispw123", "mysqlpw456", "dbpw789", "curlpw321", "p@ssw0rd",
-             "ssw0rd", "dave", "erin", "cache.internal", "db.internal", "git.internal")
+SENSITIVE = (
+    "gpu-prod-17",
+    "gpu-prod-18",
+    "198.51.100.23",
+    "prod-bastion",
+    "10.20.30.40",
+    "alice",
+    "hf_abcdefghijklmnopqrstuvwxyzABCDEF",
+    "redispw123",
+    "mysqlpw456",
+    "dbpw789",
+    "curlpw321",
+    "p@ssw0rd",
+    "ssw0rd",
+    "dave",
+    "erin",
+    "cache.internal",
+    "db.internal",
+    "git.internal",
+)
 
 
 def test_redact_hides_names_addresses_and_tokens_in_every_command(sshd, tmp_path):
@@ -202,14 +254,49 @@ def test_redact_hides_names_addresses_and_tokens_in_every_command(sshd, tmp_path
         "hosts --json": [*base, "hosts", "--json"],
         "hosts --jsonl": [*base, "hosts", "--jsonl"],
         "check": [*base, "check"],
-        "preflight": [*base, "preflight", "gpu-prod-17", "--path-prepend", str(bindir), *ssh, "--", "vllm", "serve",
-                      "m", "-tp", "2"],
-        "preflight --json": [*base, "preflight", "all", "--json", "--path-prepend", str(bindir), *ssh, "--", "vllm",
-                             "serve", "m", "-tp", "2"],
+        "preflight": [
+            *base,
+            "preflight",
+            "gpu-prod-17",
+            "--path-prepend",
+            str(bindir),
+            *ssh,
+            "--",
+            "vllm",
+            "serve",
+            "m",
+            "-tp",
+            "2",
+        ],
+        "preflight --json": [
+            *base,
+            "preflight",
+            "all",
+            "--json",
+            "--path-prepend",
+            str(bindir),
+            *ssh,
+            "--",
+            "vllm",
+            "serve",
+            "m",
+            "-tp",
+            "2",
+        ],
         "watch": [*base, "watch", "all", "--duration", "3", "--grace", "0", "--no-facts", *ssh],
         "watch --jsonl": [*base, "watch", "all", "--duration", "3", "--grace", "0", "--no-facts", "--jsonl", *ssh],
-        "sweep": [*base, "sweep", "all", "--db", str(db), "--report", str(report), "--notify", f"cat > {payload}",
-                  *ssh],
+        "sweep": [
+            *base,
+            "sweep",
+            "all",
+            "--db",
+            str(db),
+            "--report",
+            str(report),
+            "--notify",
+            f"cat > {payload}",
+            *ssh,
+        ],
         "history": [*base, "history", "--db", str(db)],
         "history --json": [*base, "history", "--db", str(db), "--json"],
         "history selector": [*base, "history", "gpu-prod-17", "--db", str(db)],
@@ -232,16 +319,19 @@ def test_redact_hides_names_addresses_and_tokens_in_every_command(sshd, tmp_path
     assert "gpu-prod-17" in plain and "198.51.100.23" in plain
 
 
-@pytest.mark.parametrize("text,hidden", [
-    ("redis://:redispw123@cache.internal:6379/0", "redispw123"),
-    ("MYSQL_PWD=mysqlpw456 mysql -h db", "mysqlpw456"),
-    ("export DB_PASS=dbpw789", "dbpw789"),
-    ("curl -u admin:curlpw321 https://api", "curlpw321"),
-    ("curl --user=admin:curlpw321 https://api", "curlpw321"),
-    ("postgres://dave:p@ssw0rd@db.internal:5432/x", "ssw0rd"),
-    ("https://dave:secret@db.internal/x", "dave"),
-    ("git clone ssh://erin@git.internal/repo", "erin"),
-])
+@pytest.mark.parametrize(
+    "text,hidden",
+    [
+        ("redis://:redispw123@cache.internal:6379/0", "redispw123"),
+        ("MYSQL_PWD=mysqlpw456 mysql -h db", "mysqlpw456"),
+        ("export DB_PASS=dbpw789", "dbpw789"),
+        ("curl -u admin:curlpw321 https://api", "curlpw321"),
+        ("curl --user=admin:curlpw321 https://api", "curlpw321"),
+        ("postgres://dave:p@ssw0rd@db.internal:5432/x", "ssw0rd"),
+        ("https://dave:secret@db.internal/x", "dave"),
+        ("git clone ssh://erin@git.internal/repo", "erin"),
+    ],
+)
 def test_redact_patterns(text, hidden):
     out = Redactor(local=False).text(text)
     assert hidden not in out, out

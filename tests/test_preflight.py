@@ -25,8 +25,11 @@ FIXED_LAUNCH = ["vllm", "serve", "Qwen/Qwen3.6-27B", "-tp", "2", "-dp", "1"]
 
 
 def raw(query: str = "nvidia-smi-query.csv", apps: str | None = None, **extra: list[str]) -> dict[str, list[str]]:
-    r = {"nvidia_smi": ["/usr/bin/nvidia-smi"], "gpu": (SMI / query).read_text().splitlines(),
-         "app": (SMI / apps).read_text().splitlines() if apps else []}
+    r = {
+        "nvidia_smi": ["/usr/bin/nvidia-smi"],
+        "gpu": (SMI / query).read_text().splitlines(),
+        "app": (SMI / apps).read_text().splitlines() if apps else [],
+    }
     r.update(extra)
     return r
 
@@ -80,23 +83,29 @@ def test_empty_cvd_hides_every_gpu():
 
 
 def test_busy_gpu_fails_vllm_memory_arithmetic():
-    c = checks(FIXED_LAUNCH, {"CUDA_VISIBLE_DEVICES": "0,1"},
-               raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv"))
+    c = checks(FIXED_LAUNCH, {"CUDA_VISIBLE_DEVICES": "0,1"}, raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv"))
     free = c["gpus-free"]
     assert free.status == P.FAIL
     assert "GPU 1: 19.1 GiB in use by pid 561 python3;" in free.detail
     assert "vLLM wants 0.9 × 140.4 GiB = 126.4 GiB, 121.3 GiB free" in free.detail
     # a lower utilisation fits next to the other process; it is still worth a warning
-    c = checks([*FIXED_LAUNCH, "--gpu-memory-utilization", "0.5"], {"CUDA_VISIBLE_DEVICES": "0,1"},
-               raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv"))
+    c = checks(
+        [*FIXED_LAUNCH, "--gpu-memory-utilization", "0.5"],
+        {"CUDA_VISIBLE_DEVICES": "0,1"},
+        raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv"),
+    )
     assert c["gpus-free"].status == P.WARN
     # only GPU 0 used: the busy GPU 1 is not in the way
-    c = checks(["vllm", "serve", "m"], {"CUDA_VISIBLE_DEVICES": "0"}, raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv"))
+    c = checks(
+        ["vllm", "serve", "m"], {"CUDA_VISIBLE_DEVICES": "0"}, raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv")
+    )
     assert c["gpus-free"].status == P.PASS
 
 
 def test_torchrun_busy_gpu_is_a_warning():
-    c = checks(["torchrun", "--nproc_per_node=2", "train.py"], None, raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv"))
+    c = checks(
+        ["torchrun", "--nproc_per_node=2", "train.py"], None, raw("nvidia-smi-query-busy.csv", "nvidia-smi-apps.csv")
+    )
     assert c["gpu-count"].status == P.PASS and c["gpu-count"].detail.startswith("nproc_per_node 2 = 2 workers")
     assert c["gpus-free"].status == P.WARN
 
@@ -150,12 +159,29 @@ def _inventory_file(tmp_path: Path, sshd, hosts: dict[str, int]) -> Path:
     return path
 
 
-def _run(sshd, tmp_path, launch: list[str], *opts: str, hosts: dict[str, int] | None = None, bindir: Path | None = None):
+def _run(
+    sshd, tmp_path, launch: list[str], *opts: str, hosts: dict[str, int] | None = None, bindir: Path | None = None
+):
     inv = _inventory_file(tmp_path, sshd, hosts or {"uk-node": sshd.port})
     bindir = bindir or fake_nvidia_smi(tmp_path / "bin")
-    args = ["-i", str(inv), "--no-color", "preflight", ",".join(hosts or {"uk-node": 0}), "--path-prepend", str(bindir),
-            "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config),
-            *opts, "--", *launch]
+    args = [
+        "-i",
+        str(inv),
+        "--no-color",
+        "preflight",
+        ",".join(hosts or {"uk-node": 0}),
+        "--path-prepend",
+        str(bindir),
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+        *opts,
+        "--",
+        *launch,
+    ]
     return CliRunner().invoke(main, args, env={"COLUMNS": "200"})
 
 
@@ -188,7 +214,8 @@ def test_cli_json_inline_env_and_the_queries_made(sshd, tmp_path):
     assert host["facts"]["gpus"][1]["processes"][0]["pid"] == 561
     assert (bindir / "calls.txt").read_text().splitlines() == [
         "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits",
-        "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"]
+        "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits",
+    ]
 
 
 def test_cli_local_model_path_is_checked_and_quoted(sshd, tmp_path):
@@ -208,8 +235,14 @@ def test_cli_local_model_path_is_checked_and_quoted(sshd, tmp_path):
 
 
 def test_cli_unreachable_host_exits_3(sshd, tmp_path):
-    result = _run(sshd, tmp_path, FIXED_LAUNCH, "--env", "CUDA_VISIBLE_DEVICES=0,1",
-                  hosts={"uk-node": sshd.port, "gone": free_port()})
+    result = _run(
+        sshd,
+        tmp_path,
+        FIXED_LAUNCH,
+        "--env",
+        "CUDA_VISIBLE_DEVICES=0,1",
+        hosts={"uk-node": sshd.port, "gone": free_port()},
+    )
     assert result.exit_code == 3, result.output
     assert "refused" in result.output and "1/2 hosts ready" in result.output
 
@@ -223,10 +256,13 @@ def test_cli_usage_errors_exit_2(sshd, tmp_path):
 
 def test_preflight_host_api(sshd, tmp_path):
     bindir = fake_nvidia_smi(tmp_path / "bin")
-    inv = parse_inventory(f"hosts:\n  n1:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n    gpus: 2\n",
-                          "pf.yaml")
+    inv = parse_inventory(
+        f"hosts:\n  n1:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n    gpus: 2\n", "pf.yaml"
+    )
     settings = ProbeSettings(transport=sshd.opts(), path_prepend=str(bindir))
-    res = asyncio.run(P.preflight_host(inv.hosts["n1"], P.plan(FIXED_LAUNCH, {"CUDA_VISIBLE_DEVICES": "0,1"}), settings))
+    res = asyncio.run(
+        P.preflight_host(inv.hosts["n1"], P.plan(FIXED_LAUNCH, {"CUDA_VISIBLE_DEVICES": "0,1"}), settings)
+    )
     assert res.status == "pass", res
     assert {c.name: c.status for c in res.checks}["inventory"] == "pass"
     assert P.exit_code([res]) == 0

@@ -12,14 +12,13 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
+from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
 from fleetdiag.delayproxy import DelayProxy
-from fleetdiag.inventory import parse_inventory, select
-from fleetdiag.analysis import load_rules
 from fleetdiag.funnel import run_local
+from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, probe_host, spec_for
 from fleetdiag.records import FAILED, HEALTHY, NO_LOG, UNREACHABLE
 from fleetdiag.scheduler import probe_many
@@ -92,12 +91,15 @@ def test_each_problem_is_its_own_status_and_others_finish(sshd, tmp_path):
     async def go():
         proxy = await DelayProxy("127.0.0.1", sshd.port, 0).start()  # same sshd, a port known_hosts does not vouch for
         try:
-            inv = inventory(sshd, {
-                "good": {"log": good},
-                "nolog": {"log": tmp_path / "absent.log"},
-                "closed": {"log": good, "port": free_port()},
-                "stranger": {"log": good, "port": proxy.port},
-            })
+            inv = inventory(
+                sshd,
+                {
+                    "good": {"log": good},
+                    "nolog": {"log": tmp_path / "absent.log"},
+                    "closed": {"log": good, "port": free_port()},
+                    "stranger": {"log": good, "port": proxy.port},
+                },
+            )
             settings = ProbeSettings(transport=sshd.opts(known_hosts=str(known)))
             return [r async for r in probe_many(list(inv.hosts.values()), settings)]
         finally:
@@ -187,8 +189,19 @@ def test_cli_probe_json_and_exit_code(sshd, tmp_path):
         f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
         f"    logs:\n      vllm: {log}\n"
     )
-    args = ["-i", str(inv), "probe", "uk-node", "--json", "--known-hosts", str(sshd.known_hosts),
-            "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    args = [
+        "-i",
+        str(inv),
+        "probe",
+        "uk-node",
+        "--json",
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
     doc = json.loads(result.output)
@@ -210,9 +223,23 @@ def test_installed_console_script_runs(sshd, tmp_path):
         f"    logs:\n      vllm: {log}\n"
     )
     out = subprocess.run(
-        [exe, "-i", str(inv), "probe", "us-node", "--known-hosts", str(sshd.known_hosts),
-         "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"},
+        [
+            exe,
+            "-i",
+            str(inv),
+            "probe",
+            "us-node",
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--identity",
+            str(sshd.client_key),
+            "--ssh-config",
+            str(sshd.ssh_config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"},
     )
     assert out.returncode == 0, out.stderr + out.stdout
     assert "HEALTHY" in out.stdout and "us-node" in out.stdout

@@ -37,16 +37,34 @@ def value(got: dict, name: str, **labels: str) -> float:
 
 
 def _sweep(tmp_path: Path, sshd, *extra: str, prom: Path | None = None, gpu01: str = DP_RANK):
-    inv = write_inventory(tmp_path / "inventory.yaml", sshd, {
-        "gpu01": {"log": log(tmp_path, "f", gpu01)},
-        "gpu02": {"log": log(tmp_path, "h", HEALTHY_LOG)},
-    })
+    inv = write_inventory(
+        tmp_path / "inventory.yaml",
+        sshd,
+        {
+            "gpu01": {"log": log(tmp_path, "f", gpu01)},
+            "gpu02": {"log": log(tmp_path, "h", HEALTHY_LOG)},
+        },
+    )
     if prom is None:
         prom = tmp_path / "textfile" / "fleetdiag.prom"
         prom.parent.mkdir(exist_ok=True)
-    res = CliRunner().invoke(main, ["-i", str(inv), *extra, "sweep", "all", "--db", str(tmp_path / "h.db"),
-                                    "--report", str(tmp_path / "report.json"), "--prometheus", str(prom),
-                                    *ssh_args(sshd)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "-i",
+            str(inv),
+            *extra,
+            "sweep",
+            "all",
+            "--db",
+            str(tmp_path / "h.db"),
+            "--report",
+            str(tmp_path / "report.json"),
+            "--prometheus",
+            str(prom),
+            *ssh_args(sshd),
+        ],
+    )
     return res, prom
 
 

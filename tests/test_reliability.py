@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import socket
-import stat
 import subprocess
 import tempfile
 import time
@@ -31,7 +30,6 @@ from fleetdiag.records import FAILED, HEALTHY, NO_LOG, UNREACHABLE, HostResult
 from fleetdiag.scheduler import probe_many
 from fleetdiag.transport import (
     AUTH,
-    CLOSED,
     DNS,
     HOSTKEY_CHANGED,
     HOSTKEY_UNKNOWN,
@@ -70,8 +68,9 @@ def write_log(path: Path, data: bytes) -> Path:
     return path
 
 
-def probe_via_fault(tmp: Path, log: Path | str, behaviour: Behaviour | None = None, authorize: bool = True,
-                    **opts) -> tuple[HostResult, float]:
+def probe_via_fault(
+    tmp: Path, log: Path | str, behaviour: Behaviour | None = None, authorize: bool = True, **opts
+) -> tuple[HostResult, float]:
     async def go() -> tuple[HostResult, float]:
         async with FaultServer(tmp / "srv", behaviour or Behaviour(), authorize_client=authorize) as srv:
             t0 = time.monotonic()
@@ -294,7 +293,7 @@ def test_host_key_unknown_is_a_status_and_accept_new_trusts_it(sshd, tmp_path):
 
 def _other_key_line(tmp_path: Path, port: int) -> str:
     other = keygen(tmp_path / "other_host_ed25519")
-    kind, blob = (Path(str(other) + ".pub").read_text().split()[:2])
+    kind, blob = Path(str(other) + ".pub").read_text().split()[:2]
     return f"[127.0.0.1]:{port} {kind} {blob}\n"
 
 
@@ -303,8 +302,10 @@ def test_host_key_changed_is_refused_loudly_even_with_accept_new(sshd, tmp_path)
     known.write_text(_other_key_line(tmp_path, sshd.port))
     before = known.read_bytes()
     for accept_new in (False, True):
-        res = probe(make_host(sshd.port, tmp_path / "x.log", user=sshd.user),
-                    sshd.opts(known_hosts=str(known), accept_new=accept_new))
+        res = probe(
+            make_host(sshd.port, tmp_path / "x.log", user=sshd.user),
+            sshd.opts(known_hosts=str(known), accept_new=accept_new),
+        )
         assert res.verdict == UNREACHABLE and res.facts["error_kind"] == HOSTKEY_CHANGED
         assert res.error.startswith("HOST KEY CHANGED for 127.0.0.1:")
         assert "never accepted" in res.error and str(known) in res.error
@@ -319,8 +320,10 @@ def test_host_key_changed_in_ssh_config_known_hosts_file(sshd, tmp_path, monkeyp
     known.write_text(_other_key_line(tmp_path, sshd.port))
     before = known.read_bytes()
     cfg = tmp_path / "ssh_config"
-    cfg.write_text(f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
-                   f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {known}\n")
+    cfg.write_text(
+        f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {known}\n"
+    )
     opts = sshd.opts(known_hosts=None, client_keys=None, ssh_config=[str(cfg)], accept_new=True)
     with pytest.raises(HostError) as err:
         asyncio.run(connect("gpu-alias", opts=opts))
@@ -359,8 +362,7 @@ def test_agent_present_is_used(sshd, tmp_path, monkeypatch):
     if not shutil.which("ssh-agent"):
         pytest.skip("no ssh-agent")
     sock = tmp_path / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
             if sock.exists():
@@ -404,8 +406,7 @@ def test_log_unreadable_permissions(tmp_path):
         log.chmod(0o600)
         if os.geteuid() != 0:
             log.chmod(0o000)
-        b = Behaviour(argv=AS_NOBODY if os.geteuid() == 0 else ["/bin/sh", "-c"], cwd="/",
-                      env={"HOME": "/nonexistent"})
+        b = Behaviour(argv=AS_NOBODY if os.geteuid() == 0 else ["/bin/sh", "-c"], cwd="/", env={"HOME": "/nonexistent"})
         res, _ = probe_via_fault(tmp_path, log, b)
         assert res.verdict == NO_LOG
         assert res.error == f"log unreadable: {log} (permission denied)"
@@ -444,7 +445,9 @@ def test_log_binary(sshd, tmp_path):
 
 
 def test_log_with_non_utf8_bytes(sshd, tmp_path):
-    data = SEED.replace(b"out of bounds", b"out of b\xe9\xff\xfeunds").replace(b"non-default args", b"non-default args \xc3\x28")
+    data = SEED.replace(b"out of bounds", b"out of b\xe9\xff\xfeunds").replace(
+        b"non-default args", b"non-default args \xc3\x28"
+    )
     log = write_log(tmp_path / "vllm.log", data)
     res = probe(make_host(sshd.port, log, user=sshd.user), sshd.opts())
     assert res.verdict == FAILED
@@ -454,9 +457,11 @@ def test_log_with_non_utf8_bytes(sshd, tmp_path):
 
 def test_log_single_1mb_line_keeps_both_ends(sshd, tmp_path):
     huge = b"RuntimeError: shape mismatch: " + b"1234567890" * 100_000 + b" END-OF-THE-LINE"
-    data = (b"INFO 05-09 15:14:00 [api_server.py:1] vLLM API server version 0.9.0\n"
-            b"Traceback (most recent call last):\n"
-            b'  File "/app/serve.py", line 3, in <module>\n' + huge + b"\n")
+    data = (
+        b"INFO 05-09 15:14:00 [api_server.py:1] vLLM API server version 0.9.0\n"
+        b"Traceback (most recent call last):\n"
+        b'  File "/app/serve.py", line 3, in <module>\n' + huge + b"\n"
+    )
     log = write_log(tmp_path / "vllm.log", data)
     res = probe(make_host(sshd.port, log, user=sshd.user), sshd.opts())
     assert res.verdict == FAILED
@@ -498,9 +503,11 @@ def _rotating_tail(log: Path, action: str, state: Path) -> dict[str, str]:
         "truncate": f': > "{log}"',
     }[action]
     real = shutil.which("tail")
-    return {"tail": f"""case $2 in 8192|+*) ;; *) if ! [ -e "{state}" ]; then : > "{state}"; {change}; fi ;; esac
+    return {
+        "tail": f"""case $2 in 8192|+*) ;; *) if ! [ -e "{state}" ]; then : > "{state}"; {change}; fi ;; esac
 exec {real} "$@"
-"""}
+"""
+    }
 
 
 def test_log_rotated_while_being_read(tmp_path):
@@ -590,9 +597,14 @@ def test_grep_without_byte_offsets_falls_back_to_awk(tmp_path):
     """Without busybox: GNU tools, but a grep that rejects -b. Same lines, same positions."""
     log = write_log(tmp_path / "vllm.log", SEED)
     grep = shutil.which("grep")
-    box = toolbox(tmp_path / "box", shims={"grep": f"""for a in "$@"; do [ "$a" = -b ] && {{ echo "grep: invalid option -- 'b'" >&2; exit 2; }}; done
+    box = toolbox(
+        tmp_path / "box",
+        shims={
+            "grep": f"""for a in "$@"; do [ "$a" = -b ] && {{ echo "grep: invalid option -- 'b'" >&2; exit 2; }}; done
 exec {grep} "$@"
-"""})
+"""
+        },
+    )
     res, _ = probe_via_fault(tmp_path, log, Behaviour(env={"PATH": str(box)}))
     assert res.verdict == FAILED and DECISIVE in res.decisive.line
     assert "no GNU grep: awk scan" in res.markers
@@ -613,7 +625,9 @@ def test_node_without_tool(tmp_path, missing):
             conn = await connect("127.0.0.1", srv.port, None, srv.opts())
             try:
                 mark = funnel_mod.new_mark()
-                out, *_ = await conn.run(funnel_mod.remote_command(funnel_mod.build_script(spec_for(str(log), RULES), mark)), 30)
+                out, *_ = await conn.run(
+                    funnel_mod.remote_command(funnel_mod.build_script(spec_for(str(log), RULES), mark)), 30
+                )
             finally:
                 conn.close()
             return res, funnel_mod.parse_output(out.decode(), mark)
@@ -629,9 +643,11 @@ def test_node_without_tool(tmp_path, missing):
 
 def test_login_shell_prints_banner_and_junk(tmp_path):
     log = write_log(tmp_path / "vllm.log", SEED)
-    junk = (b"Welcome to gpu-node-17!\n*** maintenance tonight ***\n"
-            b"M\tstatus\tmissing\nL\t0\t1\tTraceback (most recent call last):\n"
-            b"@@FD:000000000000 begin 1\nno newline at the end")
+    junk = (
+        b"Welcome to gpu-node-17!\n*** maintenance tonight ***\n"
+        b"M\tstatus\tmissing\nL\t0\t1\tTraceback (most recent call last):\n"
+        b"@@FD:000000000000 begin 1\nno newline at the end"
+    )
     res, _ = probe_via_fault(tmp_path, log, Behaviour(prefix=junk, suffix=b"L\t1\t1\tRuntimeError: logout junk\nbye\n"))
     assert res.verdict == FAILED and DECISIVE in res.decisive.line
     assert "logout junk" not in json.dumps(res.to_json())
@@ -644,8 +660,9 @@ def chatty_sshd(tmp_path_factory):
     d = tmp_path_factory.mktemp("chatty")
     home = d / "home"
     home.mkdir()
-    (home / ".bashrc").write_text('echo "Welcome (from .bashrc)"\nprintf "M\\tstatus\\tmissing\\n"\n'
-                                  'printf "half a line without newline"\n')
+    (home / ".bashrc").write_text(
+        'echo "Welcome (from .bashrc)"\nprintf "M\\tstatus\\tmissing\\n"\nprintf "half a line without newline"\n'
+    )
     (d / "banner").write_text("Authorized use only. All activity is logged.\n")
     server = start_sshd(d / "sshd", f"SetEnv HOME={home}\nBanner {d / 'banner'}\n")
     yield server
@@ -688,7 +705,7 @@ def test_pattern_the_remote_grep_rejects_is_flagged_not_silently_healthy(tmp_pat
 
 def test_login_shell_that_is_not_posix(tmp_path):
     """A csh-style login shell rejects the quoted multi-line command: said in plain words."""
-    fake_csh = ["/bin/sh", "-c", "echo \"Unmatched '.\" >&2; exit 1", "csh"]
+    fake_csh = ["/bin/sh", "-c", 'echo "Unmatched \'." >&2; exit 1', "csh"]
     res, _ = probe_via_fault(tmp_path, "/x.log", Behaviour(argv=fake_csh))
     assert res.verdict == NO_LOG
     assert "exit status 1: Unmatched '." in res.error
@@ -705,15 +722,40 @@ def test_every_host_is_reported_with_a_plain_reason_and_the_exit_code(sshd, tmp_
     def write(hosts: dict[str, tuple[int, Path]]) -> None:
         lines = ["hosts:"]
         for name, (port, log) in hosts.items():
-            lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {port}", f"    user: {sshd.user}",
-                      "    logs:", f"      vllm: {log}"]
+            lines += [
+                f"  {name}:",
+                "    address: 127.0.0.1",
+                f"    port: {port}",
+                f"    user: {sshd.user}",
+                "    logs:",
+                f"      vllm: {log}",
+            ]
         inv.write_text("\n".join(lines) + "\n")
 
-    args = ["-i", str(inv), "probe", "all", "--json", "--known-hosts", str(sshd.known_hosts),
-            "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config), "--connect-timeout", "3"]
+    args = [
+        "-i",
+        str(inv),
+        "probe",
+        "all",
+        "--json",
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+        "--connect-timeout",
+        "3",
+    ]
     dead = free_port()
-    write({"ok": (sshd.port, healthy), "bad": (sshd.port, good), "down": (dead, good),
-           "nolog": (sshd.port, tmp_path / "absent.log")})
+    write(
+        {
+            "ok": (sshd.port, healthy),
+            "bad": (sshd.port, good),
+            "down": (dead, good),
+            "nolog": (sshd.port, tmp_path / "absent.log"),
+        }
+    )
     r = CliRunner().invoke(main, args)
     doc = json.loads(r.output)
     got = {h["host"]: h for h in doc["hosts"]}
@@ -743,8 +785,10 @@ def test_many_faults_at_once_all_reported(sshd, tmp_path):
                 Host(name="hang", address="127.0.0.1", port=hanger.port, user="root", logs={"vllm": str(good)}),
             ]
             keys = [str(sshd.client_key), str(hanger.client_key_path)]
-            settings = ProbeSettings(transport=sshd.opts(connect_timeout=1, command_timeout=1.5, client_keys=keys,
-                                                         known_hosts=str(known)), rules=RULES)
+            settings = ProbeSettings(
+                transport=sshd.opts(connect_timeout=1, command_timeout=1.5, client_keys=keys, known_hosts=str(known)),
+                rules=RULES,
+            )
             t0 = time.monotonic()
             out = [r async for r in probe_many(hosts, settings, deadline=10)]
             return out, time.monotonic() - t0
@@ -770,10 +814,19 @@ def test_many_faults_at_once_all_reported(sshd, tmp_path):
 def _sweep_setup(sshd, tmp_path: Path) -> tuple[Path, list[str]]:
     log = write_log(tmp_path / "vllm.log", SEED)
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs: {{vllm: {log}}}\n  gpu02:\n    address: 127.0.0.1\n    port: {free_port()}\n"
-                   f"    logs: {{vllm: {log}}}\n")
-    ssh = ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    inv.write_text(
+        f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs: {{vllm: {log}}}\n  gpu02:\n    address: 127.0.0.1\n    port: {free_port()}\n"
+        f"    logs: {{vllm: {log}}}\n"
+    )
+    ssh = [
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
     return inv, ssh
 
 
@@ -811,8 +864,10 @@ def full_disk(tmp_path):
     """A 64 KiB tmpfs, filled: a real ENOSPC (needs mount privileges: root here and in CI)."""
     where = tmp_path / "full"
     where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here (not root); test_report_write_fails_with_enospc_simulated covers it")
     try:
         fd = os.open(where / "filler", os.O_WRONLY | os.O_CREAT)

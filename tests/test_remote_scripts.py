@@ -16,8 +16,19 @@ SHIPPED = sorted(p.name for p in resources.files("fleetdiag.remote").iterdir() i
 
 
 def test_remote_scripts_are_shipped():
-    assert {"funnel.sh", "end.sh", "facts_gpu.sh", "facts_serve.sh", "preflight.sh", "follow_funcs.sh",
-            "follow_loop.sh", "follow_pre.sh", "follow_main.sh", "follow.awk", "lib.awk"} <= set(SHIPPED)
+    assert {
+        "funnel.sh",
+        "end.sh",
+        "facts_gpu.sh",
+        "facts_serve.sh",
+        "preflight.sh",
+        "follow_funcs.sh",
+        "follow_loop.sh",
+        "follow_pre.sh",
+        "follow_main.sh",
+        "follow.awk",
+        "lib.awk",
+    } <= set(SHIPPED)
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck missing (scripts/test installs it)")

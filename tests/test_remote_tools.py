@@ -57,7 +57,9 @@ def test_term_ignoring_nvidia_smi_is_killed(sshd, tmp_path):
         assert funnel.CUT not in fr.markers
         assert fr.facts["raw"]["nvidia_smi_error"][0].startswith("exit 137"), fr.facts["raw"]
         time.sleep(0.5)
-        left = subprocess.run(["pgrep", "-f", f"sleep {secs}"], capture_output=True, text=True, check=False).stdout.split()
+        left = subprocess.run(
+            ["pgrep", "-f", f"sleep {secs}"], capture_output=True, text=True, check=False
+        ).stdout.split()
         assert left == [], "a TERM-ignoring nvidia-smi was left running"
     finally:
         subprocess.run(["pkill", "-KILL", "-f", f"sleep {secs}"], capture_output=True, check=False)
@@ -75,8 +77,11 @@ def test_endless_nvidia_smi_output_is_capped(sshd, tmp_path):
 
 
 def test_normal_nvidia_smi_answer_still_reads(sshd, tmp_path):
-    bindir = stand_in(tmp_path, "case \"$*\" in *query-gpu*) echo '0, GPU-a, NVIDIA H200, 10, 143771, 0'; "
-                                "echo '1, GPU-b, NVIDIA H200, 10, 143771, 0' ;; esac\n")
+    bindir = stand_in(
+        tmp_path,
+        "case \"$*\" in *query-gpu*) echo '0, GPU-a, NVIDIA H200, 10, 143771, 0'; "
+        "echo '1, GPU-b, NVIDIA H200, 10, 143771, 0' ;; esac\n",
+    )
     log = write_log(tmp_path / "vllm.log", SEED)
     fr, _, _ = run_facts(sshd, log, bindir)
     assert fr.facts["raw"]["gpu"] == ["0, GPU-a, NVIDIA H200, 10, 143771, 0", "1, GPU-b, NVIDIA H200, 10, 143771, 0"]

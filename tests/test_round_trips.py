@@ -15,8 +15,9 @@ from fleetdiag.records import FAILED
 
 from .sshd import ssh_argv
 
-SEED = (__import__("pathlib").Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" /
-        "dp_rank.log").read_text()
+SEED = (
+    __import__("pathlib").Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "dp_rank.log"
+).read_text()
 # A fresh probe: version + KEXINIT, ECDH + NEWKEYS, the ssh-userauth service request, auth `none`,
 # the publickey query (PK_OK), the signed publickey, channel open, exec (its output follows the reply),
 # and the channel close. OpenSSH's `ssh host true` spends the same login.
@@ -27,7 +28,9 @@ RTT_MS = 40.0  # enough that every reply is heard before the next request: the c
 def _inventory(sshd, port: int, log) -> object:
     return parse_inventory(
         f"hosts:\n  far:\n    address: 127.0.0.1\n    port: {port}\n    user: {sshd.user}\n"
-        f"    logs:\n      vllm: {json.dumps(str(log))}\n", "rt.yaml")
+        f"    logs:\n      vllm: {json.dumps(str(log))}\n",
+        "rt.yaml",
+    )
 
 
 def test_fresh_probe_round_trips(sshd, tmp_path):
@@ -46,8 +49,9 @@ def test_fresh_probe_round_trips(sshd, tmp_path):
                 assert res.verdict == FAILED, res.error
                 counts.append(proxy.exchanges)
             proxy.reset_counts()
-            ssh = await asyncio.create_subprocess_exec(*ssh_argv(sshd, proxy.port), "true",
-                                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            ssh = await asyncio.create_subprocess_exec(
+                *ssh_argv(sshd, proxy.port), "true", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             _, err = await ssh.communicate()
             assert ssh.returncode == 0, err
             return counts, proxy.exchanges, proxy.connections

@@ -20,7 +20,6 @@ import re
 import shutil
 import socket
 import sqlite3
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -148,7 +147,9 @@ def test_hostile_log_name_that_exists_is_read_literally(sshd, tmp_path):
     for v in CORE:
         name = v.replace("/", "_") + ".log"
         log = write_log(logdir / name, SEED)
-        res = run(probe_host(make_host(sshd.port, log, user=sshd.user), ProbeSettings(transport=sshd.opts(), rules=RULES)))
+        res = run(
+            probe_host(make_host(sshd.port, log, user=sshd.user), ProbeSettings(transport=sshd.opts(), rules=RULES))
+        )
         assert res.verdict == FAILED and res.log == str(log), (v, res.error)
         assert DECISIVE in res.decisive.line
         log.unlink()
@@ -164,8 +165,21 @@ def _inventory(path: Path, sshd, log: str, funnel: dict | None = None) -> Path:
 
 
 def _cli(sshd, inv: Path, *args: str, extra: tuple[str, ...] = ()) -> object:
-    return CliRunner().invoke(main, [*extra, "-i", str(inv), *args, "--known-hosts", str(sshd.known_hosts),
-                                     "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)])
+    return CliRunner().invoke(
+        main,
+        [
+            *extra,
+            "-i",
+            str(inv),
+            *args,
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--identity",
+            str(sshd.client_key),
+            "--ssh-config",
+            str(sshd.ssh_config),
+        ],
+    )
 
 
 @pytest.mark.parametrize("channel", ["inventory-log", "--log", "run_start", "rules", "selector"])
@@ -211,9 +225,11 @@ def test_hostile_address_user_and_jump_reach_no_shell(sshd, tmp_path, monkeypatc
     monkeypatch.setattr(socket, "getaddrinfo", resolver)
     log = write_log(tmp_path / "vllm.log", SEED)
     for v in CORE:
-        for h in (Host(name="a", address=v, port=sshd.port, logs={"vllm": str(log)}),
-                  Host(name="u", address="127.0.0.1", port=sshd.port, user=v, logs={"vllm": str(log)}),
-                  Host(name="j", address="127.0.0.1", port=sshd.port, jump=v, logs={"vllm": str(log)})):
+        for h in (
+            Host(name="a", address=v, port=sshd.port, logs={"vllm": str(log)}),
+            Host(name="u", address="127.0.0.1", port=sshd.port, user=v, logs={"vllm": str(log)}),
+            Host(name="j", address="127.0.0.1", port=sshd.port, jump=v, logs={"vllm": str(log)}),
+        ):
             res = run(probe_host(h, ProbeSettings(transport=sshd.opts(connect_timeout=3), rules=RULES)))
             assert res.verdict == "unreachable", (h, res)
     assert_no_canary(tmp_path)
@@ -231,8 +247,11 @@ def test_remote_filesystem_unchanged_after_a_probe(tmp_path):
     (home / ".profile").write_text("# untouched\n")
     before = snapshot(home, cwd, tmpdir, logdir)
     atime = log.stat().st_atime_ns
-    b = Behaviour(argv=["bash", "-c"] if shutil.which("bash") else ["/bin/sh", "-c"], cwd=str(cwd),
-                  env={"HOME": str(home), "TMPDIR": str(tmpdir)})
+    b = Behaviour(
+        argv=["bash", "-c"] if shutil.which("bash") else ["/bin/sh", "-c"],
+        cwd=str(cwd),
+        env={"HOME": str(home), "TMPDIR": str(tmpdir)},
+    )
 
     async def go():
         async with FaultServer(tmp_path / "srv", b) as srv:
@@ -250,8 +269,10 @@ def test_remote_command_makes_no_write_syscall(tmp_path):
     and nothing is created, renamed, linked, removed or truncated."""
     log = write_log(tmp_path / "vllm.log", SEED)
     trace = tmp_path / "trace.txt"
-    calls = "open,openat,openat2,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,link,linkat," \
-            "symlink,symlinkat,truncate,ftruncate,mknod,mknodat,chmod,fchmod,fchmodat,chown,fchown,fchownat,utimensat"
+    calls = (
+        "open,openat,openat2,creat,mkdir,mkdirat,rename,renameat,renameat2,unlink,unlinkat,link,linkat,"
+        "symlink,symlinkat,truncate,ftruncate,mknod,mknodat,chmod,fchmod,fchmodat,chown,fchown,fchownat,utimensat"
+    )
     b = Behaviour(argv=["strace", "-f", "-qq", "-e", f"trace={calls}", "-o", str(trace), "/bin/sh", "-c"])
 
     async def go():
@@ -321,10 +342,15 @@ def test_remote_time_limit_cuts_a_stuck_pass(tmp_path):
     """A grep that never ends (a stuck disk) is stopped by the remote `timeout`, and the card says so."""
     log = write_log(tmp_path / "vllm.log", SEED)
     grep = shutil.which("grep")
-    box = toolbox(tmp_path / "box", shims={"grep": f"""n=0; for a in "$@"; do [ "$a" = -e ] && n=$((n + 1)); done
+    box = toolbox(
+        tmp_path / "box",
+        shims={
+            "grep": f"""n=0; for a in "$@"; do [ "$a" = -e ] && n=$((n + 1)); done
 [ $n -ge 2 ] && exec sleep 60
 exec {grep} "$@"
-"""})
+"""
+        },
+    )
 
     async def go():
         async with FaultServer(tmp_path / "srv", Behaviour(env={"PATH": str(box)})) as srv:
@@ -349,8 +375,16 @@ SECRET_LOG = (
     b"('10.20.30.40', 29500) on gpu-prod-17.cluster.internal with HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzABCDEF "
     b"Authorization: Bearer sk-proj-abcdefghijklmnopqrstuvwxyz0123 user alice@gpu-prod-17 fe80::1ff:fe23:4567:890a\n"
 )
-SENSITIVE = ("10.20.30.40", "alice", "gpu-prod-17", "hf_abcdefghijklmnopqrstuvwxyzABCDEF",
-             "sk-proj-abcdefghijklmnopqrstuvwxyz0123", "fe80::1ff:fe23:4567:890a", "198.51.100.23", "prod-bastion")
+SENSITIVE = (
+    "10.20.30.40",
+    "alice",
+    "gpu-prod-17",
+    "hf_abcdefghijklmnopqrstuvwxyzABCDEF",
+    "sk-proj-abcdefghijklmnopqrstuvwxyz0123",
+    "fe80::1ff:fe23:4567:890a",
+    "198.51.100.23",
+    "prod-bastion",
+)
 
 
 def test_redact_text_replaces_each_kind():
@@ -365,22 +399,36 @@ def test_redact_text_replaces_each_kind():
     assert r.text("10.20.30.40 again") == "ip-1 again"
     keep = "See root cause above. (Worker pid=7506) rank 3 at 127.0.0.1:8000 /root/x.py 15:15:08 max_num_batched_tokens=8192"
     assert r.text(keep) == keep
-    for s, kind in (("api_key=abcd1234efgh", "<redacted>"), ("--hf-token hf_x1y2z3a4b5c6d7e8f9g0h1i2", "<redacted>"),
-                    ("https://bob:pa55word@example.internal/x", "<redacted>"),
-                    ("ghp_" + "a1B2" * 9, "<redacted>"), ("AKIAIOSFODNN7EXAMPLE", "<redacted>"),
-                    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-                     "<redacted>")):
+    for s, kind in (
+        ("api_key=abcd1234efgh", "<redacted>"),
+        ("--hf-token hf_x1y2z3a4b5c6d7e8f9g0h1i2", "<redacted>"),
+        ("https://bob:pa55word@example.internal/x", "<redacted>"),
+        ("ghp_" + "a1B2" * 9, "<redacted>"),
+        ("AKIAIOSFODNN7EXAMPLE", "<redacted>"),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "<redacted>"),
+    ):
         assert kind in r.text(s) and s not in r.text(s), s
 
 
 def test_redact_result_covers_every_field(tmp_path):
     from fleetdiag.records import Decisive
 
-    res = HostResult(host="gpu-prod-17", verdict=FAILED, address="198.51.100.23", log="/home/alice/vllm.log",
-                     error=None, markers=["note from 10.20.30.40"], facts={"hostname": "gpu-prod-17"},
-                     decisive=Decisive(line=SECRET_LOG.decode().splitlines()[-1], message="m alice",
-                                       traceback=['File "/home/alice/x.py"', "token=hf_abcdefghijklmnopqrstuvwxyzABCDEF"],
-                                       fingerprint="abc123", hint="check 10.20.30.40"))
+    res = HostResult(
+        host="gpu-prod-17",
+        verdict=FAILED,
+        address="198.51.100.23",
+        log="/home/alice/vllm.log",
+        error=None,
+        markers=["note from 10.20.30.40"],
+        facts={"hostname": "gpu-prod-17"},
+        decisive=Decisive(
+            line=SECRET_LOG.decode().splitlines()[-1],
+            message="m alice",
+            traceback=['File "/home/alice/x.py"', "token=hf_abcdefghijklmnopqrstuvwxyzABCDEF"],
+            fingerprint="abc123",
+            hint="check 10.20.30.40",
+        ),
+    )
     out = redact_result(res, Redactor(local=False))
     dumped = json.dumps(out.to_json())
     for s in SENSITIVE:
@@ -426,9 +474,28 @@ def test_redact_every_output_format(sshd, tmp_path):
     outputs["analyze"] = r.output
     # sweep: the report file and the printed news are redacted; the history keeps real names
     report, db = tmp_path / "report.json", tmp_path / "history.db"
-    r = CliRunner().invoke(main, ["--redact", "-i", str(inv), "sweep", "all", "--db", str(db), "--report", str(report),
-                                  "--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key),
-                                  "--ssh-config", str(sshd.ssh_config), "--connect-timeout", "2"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "--redact",
+            "-i",
+            str(inv),
+            "sweep",
+            "all",
+            "--db",
+            str(db),
+            "--report",
+            str(report),
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--identity",
+            str(sshd.client_key),
+            "--ssh-config",
+            str(sshd.ssh_config),
+            "--connect-timeout",
+            "2",
+        ],
+    )
     assert r.exit_code == 1, r.output
     outputs["sweep"] = r.output
     outputs["report"] = report.read_text()
@@ -457,8 +524,10 @@ def test_passphrase_never_printed_nor_stored(tmp_path, monkeypatch):
     assert PASSPHRASE not in repr(TransportOptions(passphrase=PASSPHRASE))
     with ServerThread(tmp_path / "srv", client_passphrase=PASSPHRASE) as srv:
         inv = tmp_path / "inv.yaml"
-        inv.write_text(f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {srv.port}\n    user: root\n"
-                       f"    logs: {{vllm: {log}}}\n")
+        inv.write_text(
+            f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {srv.port}\n    user: root\n"
+            f"    logs: {{vllm: {log}}}\n"
+        )
         base = ["-i", str(inv)]
         tr = ["--known-hosts", str(srv.known_hosts), "--identity", str(srv.client_key_path), "--ssh-config", os.devnull]
         seen: list[str] = []
@@ -512,6 +581,8 @@ def test_passwords_in_the_inventory_are_never_echoed(tmp_path):
         f"      ansible_ssh_pass: {secret}\n      fleetdiag_logs: {{v: /x.log}}\n"
     )
     for args in (["check"], ["hosts", "--json"], ["hosts"], ["probe", "gpu01", "--json"], ["probe", "gpu01"]):
-        r = CliRunner().invoke(main, ["-i", str(ansible), *args, *(["--known-hosts", os.devnull] if args[0] == "probe" else [])])
+        r = CliRunner().invoke(
+            main, ["-i", str(ansible), *args, *(["--known-hosts", os.devnull] if args[0] == "probe" else [])]
+        )
         assert r.exit_code in (0, 3), r.output
         assert secret not in r.output

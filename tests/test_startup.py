@@ -11,14 +11,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "fleetdiag" / "data" / "demo" / "dp_rank.log"
-SHOW = ("import sys, atexit; atexit.register(lambda: print('MODULES', ' '.join(sorted(sys.modules)), file=sys.stderr)); "
-        "from fleetdiag.cli import main; main()")
+SHOW = (
+    "import sys, atexit; atexit.register(lambda: print('MODULES', ' '.join(sorted(sys.modules)), file=sys.stderr)); "
+    "from fleetdiag.cli import main; main()"
+)
 
 
 def cli(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", SHOW, *args], capture_output=True, text=True, env=env, timeout=60,
-                       check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", SHOW, *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     line = next(ln for ln in p.stderr.splitlines() if ln.startswith("MODULES "))
     return p, set(line.split()[1:])
 
@@ -32,8 +35,19 @@ def test_version_imports_no_analysis_ssh_or_inventory():
 def test_analyze_imports_no_ssh_store_or_inventory():
     p, mods = cli("analyze", str(SEED), "--json")
     assert json.loads(p.stdout)["verdict"] == "failed"
-    assert not {"asyncssh", "fleetdiag.transport", "fleetdiag.scheduler", "fleetdiag.store", "fleetdiag.watch",
-                "fleetdiag.cli.sweep", "fleetdiag.cli.watch", "fleetdiag.cli.probe"} & mods
+    assert (
+        not {
+            "asyncssh",
+            "fleetdiag.transport",
+            "fleetdiag.scheduler",
+            "fleetdiag.store",
+            "fleetdiag.watch",
+            "fleetdiag.cli.sweep",
+            "fleetdiag.cli.watch",
+            "fleetdiag.cli.probe",
+        }
+        & mods
+    )
 
 
 def test_help_lists_every_command():
@@ -73,11 +87,15 @@ def test_probe_connects_before_the_rules_are_loaded(sshd, tmp_path):
         proxy = await DelayProxy("127.0.0.1", sshd.port, 20).start()
         sshd.trust(proxy.port)
         try:
-            inv = parse_inventory(f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {proxy.port}\n    user: {sshd.user}\n"
-                                  f"    logs:\n      vllm: {json.dumps(str(log))}\n", "s.yaml")
+            inv = parse_inventory(
+                f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {proxy.port}\n    user: {sshd.user}\n"
+                f"    logs:\n      vllm: {json.dumps(str(log))}\n",
+                "s.yaml",
+            )
             pending: concurrent.futures.Future = concurrent.futures.Future()
-            task = asyncio.ensure_future(probe_host(inv.hosts["h"], ProbeSettings(transport=sshd.opts(),
-                                                                                   rules_pending=pending)))
+            task = asyncio.ensure_future(
+                probe_host(inv.hosts["h"], ProbeSettings(transport=sshd.opts(), rules_pending=pending))
+            )
             for _ in range(500):
                 if proxy.exchanges >= 3 or task.done():
                     break
@@ -99,9 +117,22 @@ def test_probe_with_bad_rules_exits_2_before_any_output(sshd, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_bytes(SEED.read_bytes())
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      vllm: {json.dumps(str(log))}\n")
-    p, _ = cli("-i", str(inv), "--rules", str(bad), "probe", "h", "--jsonl", "--known-hosts", str(sshd.known_hosts),
-               "--identity", str(sshd.client_key))
+    inv.write_text(
+        f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      vllm: {json.dumps(str(log))}\n"
+    )
+    p, _ = cli(
+        "-i",
+        str(inv),
+        "--rules",
+        str(bad),
+        "probe",
+        "h",
+        "--jsonl",
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+    )
     assert p.returncode == 2, p.stderr
     assert "not valid YAML" in p.stderr and p.stdout == ""

@@ -31,8 +31,14 @@ T0 = 1_700_000_000.0
 
 def failed(host: str, fp: str, message: str | None = None, rtt: float | None = None) -> HostResult:
     msg = message or f"RuntimeError: {fp}"
-    d = Decisive(line=f"(Worker pid=1) ERROR {msg}", message=msg, exception_type=msg.split(":")[0],
-                 category="config", fingerprint=fp, hint="check it")
+    d = Decisive(
+        line=f"(Worker pid=1) ERROR {msg}",
+        message=msg,
+        exception_type=msg.split(":")[0],
+        category="config",
+        fingerprint=fp,
+        hint="check it",
+    )
     return HostResult(host=host, verdict=FAILED, decisive=d, timing=Timing(rtt_ms=rtt, total_ms=(rtt or 0) * 6))
 
 
@@ -55,16 +61,22 @@ def test_incident_key_means_same_root_cause():
     assert incident_key(HostResult(host="a", verdict="starting")) is None
     assert incident_key(failed("a", "fp1")) == incident_key(failed("b", "fp1")) == "fp1"
     # unreachable hosts match by kind of problem, not by a message that names their port
-    assert incident_key(unreachable("a", error="connection refused by 10.0.0.1:22")) == \
-        incident_key(unreachable("b", error="connection refused by 10.0.0.2:2222")) == "unreachable:refused"
+    assert (
+        incident_key(unreachable("a", error="connection refused by 10.0.0.1:22"))
+        == incident_key(unreachable("b", error="connection refused by 10.0.0.2:2222"))
+        == "unreachable:refused"
+    )
     assert incident_key(unreachable("a", "deadline")) != incident_key(unreachable("a", "refused"))
     assert incident_key(HostResult(host="a", verdict=NO_LOG, error="log not found: /x.log")) == "no-log:log not found"
     assert incident_key(HostResult(host="a", verdict=STALLED, summary="waiting for 25 min")) == "stalled"
 
 
 def test_group_by_cause_folds_hosts_worst_first():
-    results = [failed(f"gpu0{i}", "fpA") for i in (1, 2, 3, 4, 7)] + [healthy("gpu05"), healthy("gpu06"),
-                                                                      unreachable("gpu08")]
+    results = [failed(f"gpu0{i}", "fpA") for i in (1, 2, 3, 4, 7)] + [
+        healthy("gpu05"),
+        healthy("gpu06"),
+        unreachable("gpu08"),
+    ]
     groups = group_by_cause(results)
     assert [g.verdict for g in groups] == [FAILED, UNREACHABLE, HEALTHY]
     assert groups[0].folded == "gpu[01-04,07]"
@@ -72,10 +84,15 @@ def test_group_by_cause_folds_hosts_worst_first():
 
 
 def test_fleet_view_one_row_per_root_cause():
-    results = [failed(f"gpu0{i}", "fpA", "AssertionError: DP adjusted local rank 3 is out of bounds", rtt=40 + i)
-               for i in (1, 2, 3, 4, 7)]
-    results += [failed("gpu05", "fpB", "BrokenPipeError: [Errno 32] Broken pipe"), healthy("gpu06"),
-                unreachable("gpu08")]
+    results = [
+        failed(f"gpu0{i}", "fpA", "AssertionError: DP adjusted local rank 3 is out of bounds", rtt=40 + i)
+        for i in (1, 2, 3, 4, 7)
+    ]
+    results += [
+        failed("gpu05", "fpB", "BrokenPipeError: [Errno 32] Broken pipe"),
+        healthy("gpu06"),
+        unreachable("gpu08"),
+    ]
     buf = io.StringIO()
     Console(file=buf, width=160, no_color=True).print(fleet_view(results))
     text = buf.getvalue()
@@ -207,10 +224,14 @@ def test_readonly_store_missing_file(tmp_path):
 def test_sweep_lock_names_the_holder_and_frees_on_death(tmp_path):
     lock_path = tmp_path / "h.db.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from fleetdiag.store import SweepLock; "
-         f"l = SweepLock({str(lock_path)!r}).acquire(); print('held', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from fleetdiag.store import SweepLock; "
+            f"l = SweepLock({str(lock_path)!r}).acquire(); print('held', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -264,8 +285,7 @@ def test_history_selection_uses_the_inventory_rules_over_stored_names(tmp_path):
         st.record_sweep([failed("gpu01", "fpA"), failed("gpu02", "fpA"), failed("cpu01", "fpB")], started=T0)
 
     def names(*sel: str) -> list[str]:
-        res = CliRunner().invoke(main, ["-i", str(tmp_path / "none.yaml"), "history", *sel, "--db", str(db),
-                                        "--json"])
+        res = CliRunner().invoke(main, ["-i", str(tmp_path / "none.yaml"), "history", *sel, "--db", str(db), "--json"])
         assert res.exit_code == 0, res.output
         return sorted(i["host"] for i in _json.loads(res.stdout)["incidents"])
 

@@ -31,8 +31,21 @@ def test_unusable_history_directory_keeps_the_report_and_says_so(sshd, tmp_path)
     not_a_dir = tmp_path / "ro"
     not_a_dir.write_text("a file where the history directory should be\n")  # fails for root too
     report = tmp_path / "report.json"
-    res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "gpu01", "--db", str(not_a_dir / "h.db"),
-                                    "--report", str(report), "--json", *ssh_args(sshd)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "-i",
+            str(inv),
+            "sweep",
+            "gpu01",
+            "--db",
+            str(not_a_dir / "h.db"),
+            "--report",
+            str(report),
+            "--json",
+            *ssh_args(sshd),
+        ],
+    )
     assert res.exit_code == 1, res.output  # by the host's verdict, not 4
     assert "history not updated" in res.stderr and str(not_a_dir) in res.stderr
     doc = json.loads(report.read_text())
@@ -47,8 +60,9 @@ def test_a_symlinked_lock_file_is_never_followed(sshd, tmp_path):
     victim.write_text("export PATH=/usr/bin\n")
     db, report = tmp_path / "h.db", tmp_path / "report.json"
     (tmp_path / "h.db.lock").symlink_to(victim)
-    res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "gpu01", "--db", str(db), "--report", str(report),
-                                    *ssh_args(sshd)])
+    res = CliRunner().invoke(
+        main, ["-i", str(inv), "sweep", "gpu01", "--db", str(db), "--report", str(report), *ssh_args(sshd)]
+    )
     assert victim.read_text() == "export PATH=/usr/bin\n"
     assert res.exit_code == 0, res.output
     assert "symbolic link" in res.stderr and json.loads(report.read_text())["hosts"][0]["verdict"] == "healthy"
@@ -60,8 +74,9 @@ def test_report_history_and_evidence_are_private(sshd, tmp_path):
     old = os.umask(0o022)
     try:
         db, report, saved = tmp_path / "state" / "h.db", tmp_path / "out" / "report.json", tmp_path / "ev" / "x"
-        res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "gpu01", "--db", str(db), "--report", str(report),
-                                        *ssh_args(sshd)])
+        res = CliRunner().invoke(
+            main, ["-i", str(inv), "sweep", "gpu01", "--db", str(db), "--report", str(report), *ssh_args(sshd)]
+        )
         assert res.exit_code == 1, res.output
         res = CliRunner().invoke(main, ["-i", str(inv), "probe", "gpu01", "--save", str(saved), *ssh_args(sshd)])
         assert res.exit_code == 1, res.output
@@ -78,8 +93,20 @@ def test_notify_command_does_not_inherit_the_passphrase(sshd, tmp_path):
     inv = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}})
     seen = tmp_path / "env.txt"
     res = CliRunner().invoke(
-        main, ["-i", str(inv), "sweep", "gpu01", "--db", str(tmp_path / "h.db"), "--report", str(tmp_path / "r.json"),
-               "--notify", f"env > {seen}", *ssh_args(sshd)],
+        main,
+        [
+            "-i",
+            str(inv),
+            "sweep",
+            "gpu01",
+            "--db",
+            str(tmp_path / "h.db"),
+            "--report",
+            str(tmp_path / "r.json"),
+            "--notify",
+            f"env > {seen}",
+            *ssh_args(sshd),
+        ],
         env={"FLEETDIAG_PASSPHRASE": "hunter2-secret", "FLEETDIAG_API_TOKEN": "tok-secret"},
     )
     assert res.exit_code == 1, res.output
@@ -94,15 +121,35 @@ def test_sighup_keeps_the_report_and_history(sshd, tmp_path):
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts TCP in the backlog, never says a word: that host hangs
     try:
-        inv = write_inventory(tmp_path / "inventory.yaml", sshd, {
-            "gpu01": {"log": log(tmp_path, "f", DP_RANK)},
-            "gpu02": {"log": log(tmp_path, "f", DP_RANK), "port": silent.getsockname()[1]},
-        })
+        inv = write_inventory(
+            tmp_path / "inventory.yaml",
+            sshd,
+            {
+                "gpu01": {"log": log(tmp_path, "f", DP_RANK)},
+                "gpu02": {"log": log(tmp_path, "f", DP_RANK), "port": silent.getsockname()[1]},
+            },
+        )
         db, report = tmp_path / "h.db", tmp_path / "report.json"
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from fleetdiag.cli import main; main()", "-i", str(inv), "sweep", "all",
-             "--db", str(db), "--report", str(report), "--connect-timeout", "60", *ssh_args(sshd)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                "from fleetdiag.cli import main; main()",
+                "-i",
+                str(inv),
+                "sweep",
+                "all",
+                "--db",
+                str(db),
+                "--report",
+                str(report),
+                "--connect-timeout",
+                "60",
+                *ssh_args(sshd),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
         )
         try:

@@ -26,28 +26,38 @@ def exec_start(text: str) -> list[str]:
     return shlex.split(line.partition("=")[2])
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="systemd-analyze is not installed (scripts/test installs the systemd package)")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="systemd-analyze is not installed (scripts/test installs the systemd package)",
+)
 def test_service_and_timer_pass_systemd_analyze_verify(tmp_path):
     # verify checks that ExecStart's program exists: point it at this checkout's fleetdiag, as an install would
     fleetdiag = Path(sys.executable).parent / "fleetdiag"
     assert fleetdiag.exists()
     (tmp_path / SERVICE.name).write_text(SERVICE.read_text().replace(INSTALLED, str(fleetdiag)))
     shutil.copy(TIMER, tmp_path / TIMER.name)
-    out = subprocess.run(["systemd-analyze", "verify", str(tmp_path / SERVICE.name), str(tmp_path / TIMER.name)],
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / SERVICE.name), str(tmp_path / TIMER.name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     # an unknown or misspelt key is only a warning (exit 0): no output at all is the pass
     assert out.returncode == 0 and out.stderr.strip() == "" and out.stdout.strip() == "", (out.stdout, out.stderr)
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="systemd-analyze is not installed (scripts/test installs the systemd package)")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="systemd-analyze is not installed (scripts/test installs the systemd package)",
+)
 def test_verify_catches_a_broken_unit(tmp_path):
     """The check above can fail: a misspelt key and a missing program are both reported."""
     bad = tmp_path / "fleetdiag-sweep.service"
     bad.write_text(SERVICE.read_text().replace("ExecStart=", "ExecStrat=", 1) + "ExecStart=/nonexistent/fleetdiag\n")
-    out = subprocess.run(["systemd-analyze", "verify", str(bad)], capture_output=True, text=True, timeout=60,
-                         check=False)
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(bad)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert "ExecStrat" in out.stderr and "/nonexistent/fleetdiag" in out.stderr
 
 

@@ -64,8 +64,14 @@ def test_watch_reports_a_host_that_prints_without_end_as_unreachable(spam_sshd, 
 SECRET = "hunter2-SECRET-PW"
 
 
-@pytest.mark.parametrize(("content", "unparsable"), [(f"{SECRET}\n", True), (f"@{SECRET} host key\n", True),
-                                                     (f"machine example.com login bob password {SECRET}\n", False)])
+@pytest.mark.parametrize(
+    ("content", "unparsable"),
+    [
+        (f"{SECRET}\n", True),
+        (f"@{SECRET} host key\n", True),
+        (f"machine example.com login bob password {SECRET}\n", False),
+    ],
+)
 def test_a_wrong_known_hosts_file_is_named_never_quoted(sshd, tmp_path, content, unparsable):
     netrc = tmp_path / "netrc"
     netrc.write_text(content)
@@ -81,10 +87,13 @@ def test_a_wrong_known_hosts_file_through_the_cli_prints_no_contents(sshd, tmp_p
     netrc.write_text(f"{SECRET}\n")
     log = write_log(tmp_path / "v.log", b"INFO fine\n")
     inv = tmp_path / "inv.yaml"
-    inv.write_text(f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      v: {log}\n")
-    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "h", "--known-hosts", str(netrc),
-                                  "--identity", str(sshd.client_key)])
+    inv.write_text(
+        f"hosts:\n  h:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      v: {log}\n"
+    )
+    r = CliRunner().invoke(
+        main, ["-i", str(inv), "probe", "h", "--known-hosts", str(netrc), "--identity", str(sshd.client_key)]
+    )
     assert SECRET not in r.output, r.output
     assert "not a valid known_hosts file" in r.output
 
@@ -139,7 +148,11 @@ def test_parse_jump_chain_reads_hops_in_order():
     from fleetdiag.reach import JumpHop, parse_jump_chain
 
     assert parse_jump_chain("a,bob@b:2222,[::1]:22,c@[fe80::1]") == [
-        JumpHop("a"), JumpHop("b", 2222, "bob"), JumpHop("::1", 22), JumpHop("fe80::1", None, "c")]
+        JumpHop("a"),
+        JumpHop("b", 2222, "bob"),
+        JumpHop("::1", 22),
+        JumpHop("fe80::1", None, "c"),
+    ]
     for bad in ("a,,b", "a:xx", "[::1", "@a", "a:70000", ""):
         with pytest.raises(ValueError):
             parse_jump_chain(bad)

@@ -25,10 +25,20 @@ from fleetdiag.records import (
 )
 
 
-@pytest.mark.parametrize("text,seconds", [
-    ("10m", 600.0), ("2h", 7200.0), ("90d", 90 * 86400.0), ("500ms", 0.5), ("1h30m", 5400.0), ("90s", 90.0),
-    ("45", 45.0), (" 2.5m ", 150.0), (7, 7.0),
-])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("10m", 600.0),
+        ("2h", 7200.0),
+        ("90d", 90 * 86400.0),
+        ("500ms", 0.5),
+        ("1h30m", 5400.0),
+        ("90s", 90.0),
+        ("45", 45.0),
+        (" 2.5m ", 150.0),
+        (7, 7.0),
+    ],
+)
 def test_parse_duration(text, seconds):
     assert units.parse_duration(text) == pytest.approx(seconds)
     assert DURATION.convert(text, None, None) == pytest.approx(seconds)  # the CLI's --stall-after, --grace …
@@ -51,7 +61,13 @@ def test_formats():
     assert [units.ago(s) for s in (45, 1500, 12600, 200000)] == ["45s", "25 min", "3.5 h", "2 days"]
     assert [units.ms(v) for v in (None, 42.4, 12345)] == ["-", "42 ms", "12.3 s"]
     assert [units.size(n) for n in (None, 0, 512, 1536, 3 * 1024**2, 5 * 1024**4)] == [
-        "0 B", "0 B", "512 B", "1.5 KB", "3.0 MB", "5120.0 GB"]
+        "0 B",
+        "0 B",
+        "512 B",
+        "1.5 KB",
+        "3.0 MB",
+        "5120.0 GB",
+    ]
     assert [units.gib(g) for g in (138.0, 139.81, 0.098)] == ["138 GiB", "139.8 GiB", "100 MiB"]
     assert units.mib(143771) == "140.4 GiB"
     assert units.iso(None) is None and units.iso(0.0)[:4] in ("1970", "1969")
@@ -59,7 +75,15 @@ def test_formats():
 
 
 def test_str_enums_are_the_schema_strings():
-    assert [str(v) for v in VERDICTS] == ["failed", "stalled", "degraded", "unreachable", "no-log", "starting", "healthy"]
+    assert [str(v) for v in VERDICTS] == [
+        "failed",
+        "stalled",
+        "degraded",
+        "unreachable",
+        "no-log",
+        "starting",
+        "healthy",
+    ]
     assert FAILED is Verdict.FAILED and FAILED == "failed" and f"{FAILED:<8}|" == "failed  |"
     res = HostResult(host="h", verdict=Verdict.STALLED)
     doc = json.loads(json.dumps(res.to_json()))
@@ -78,7 +102,9 @@ def test_exit_codes_live_in_exitcodes():
     assert preflight_exit(pre("unreachable", FAIL)) is Exit.FAILED
     assert exit_code(pre(WARN)) == 0 and exit_code(pre(FAIL)) == 1  # the old name still answers
     assert exit_for([HostResult(host="a", verdict="no-log")]) is Exit.UNREACHABLE
-    assert exit_for([HostResult(host="a", verdict="unreachable"), HostResult(host="b", verdict="degraded")]) is Exit.FAILED
+    assert (
+        exit_for([HostResult(host="a", verdict="unreachable"), HostResult(host="b", verdict="degraded")]) is Exit.FAILED
+    )
 
 
 def test_bad_duration_on_the_command_line_is_a_usage_error(tmp_path):

@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -58,14 +59,28 @@ SLOW = 30.0
 def inventory(sshd: Any, hosts: dict[str, dict]) -> Any:
     lines = ["hosts:"]
     for name, h in hosts.items():
-        lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {h.get('port', sshd.port)}",
-                  f"    user: {sshd.user}", "    logs:", f"      vllm: {json.dumps(str(h['log']))}"]
+        lines += [
+            f"  {name}:",
+            "    address: 127.0.0.1",
+            f"    port: {h.get('port', sshd.port)}",
+            f"    user: {sshd.user}",
+            "    logs:",
+            f"      vllm: {json.dumps(str(h['log']))}",
+        ]
     return parse_inventory("\n".join(lines) + "\n", "watch-test.yaml")
 
 
 def settings(sshd: Any, **kw: Any) -> WatchSettings:
-    base: dict[str, Any] = dict(transport=sshd.opts(), rules=RULES, heartbeat=0.5, grace=5.0, stall_after=60.0,
-                                backoff_min=0.2, backoff_max=1.0, facts=False)
+    base: dict[str, Any] = dict(
+        transport=sshd.opts(),
+        rules=RULES,
+        heartbeat=0.5,
+        grace=5.0,
+        stall_after=60.0,
+        backoff_min=0.2,
+        backoff_max=1.0,
+        facts=False,
+    )
     base.update(kw)
     return WatchSettings(**base)
 
@@ -79,7 +94,7 @@ class Run:
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    async def __aenter__(self) -> "Run":
+    async def __aenter__(self) -> Run:
         async def consume() -> None:
             async for ev in self.watch.events():
                 self.events.append(ev)
@@ -99,8 +114,10 @@ class Run:
         while not cond():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"timed out waiting for {what or cond}; events: "
-                                     + "; ".join(f"{e.host}:{e.state} ({e.reason})" for e in self.events))
+                raise AssertionError(
+                    f"timed out waiting for {what or cond}; events: "
+                    + "; ".join(f"{e.host}:{e.state} ({e.reason})" for e in self.events)
+                )
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), min(left, 0.1))
@@ -183,6 +200,7 @@ def test_waiting_loop_longer_than_limit_is_stalled(sshd, tmp_path):
 
     async def go() -> Run:
         async with Run(Watch(list(inv.hosts.values()), settings(sshd, wait_limit=1.5))) as run:
+
             async def loop() -> None:
                 while True:
                     append(log, "Waiting for vLLM server to be ready...\n")
@@ -269,7 +287,7 @@ class FreezeProxy:
         self.connections = 0
         self._server: asyncio.base_events.Server | None = None
 
-    async def start(self) -> "FreezeProxy":
+    async def start(self) -> FreezeProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -344,8 +362,10 @@ def test_host_that_stays_down_is_unreachable_others_go_on_and_it_recovers(sshd, 
         proxy = await DelayProxy("127.0.0.1", sshd.port, 0).start()
         sshd.trust(proxy.port)
         port = proxy.port
-        inv = inventory(sshd, {"good": {"log": good}, "flaky": {"log": flaky, "port": port},
-                               "dead": {"log": good, "port": dead_port}})
+        inv = inventory(
+            sshd,
+            {"good": {"log": good}, "flaky": {"log": flaky, "port": port}, "dead": {"log": good, "port": dead_port}},
+        )
         async with Run(Watch(list(inv.hosts.values()), settings(sshd, grace=1.0))) as run:
             await run.state("flaky", HEALTHY)
             await run.state("dead", UNREACHABLE)
@@ -425,20 +445,34 @@ def test_missing_log_waits_for_it_then_follows(sshd, tmp_path):
 
 def _cli_inventory(sshd: Any, tmp_path: Path, log: Path, extra: str = "") -> Path:
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-                   f"    logs:\n      vllm: {log}\n{extra}")
+    inv.write_text(
+        f"hosts:\n  uk-node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      vllm: {log}\n{extra}"
+    )
     return inv
 
 
 def _ssh_args(sshd: Any) -> list[str]:
-    return ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", str(sshd.ssh_config)]
+    return [
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+    ]
 
 
 def _spawn_watch(inv: Path, *args: str) -> subprocess.Popen:
     """The installed console script, as a user runs it (so Ctrl-C is a real SIGINT)."""
     exe = str(Path(sys.executable).parent / "fleetdiag")
-    return subprocess.Popen([exe, "-i", str(inv), "watch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "160"})
+    return subprocess.Popen(
+        [exe, "-i", str(inv), "watch", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "160"},
+    )
 
 
 def _lines_until(proc: subprocess.Popen, done: Callable[[list[str]], bool]) -> list[str]:
@@ -465,8 +499,13 @@ def _lines_until(proc: subprocess.Popen, done: Callable[[list[str]], bool]) -> l
 def test_cli_jsonl_events_are_parseable_and_ordered_and_ctrl_c_summarises(sshd, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(SEED_HEAD)
-    inv = _cli_inventory(sshd, tmp_path, log, f"  nowhere:\n    address: 127.0.0.1\n    port: {free_port()}\n"
-                                             f"    user: {sshd.user}\n    logs:\n      vllm: {log}\n")
+    inv = _cli_inventory(
+        sshd,
+        tmp_path,
+        log,
+        f"  nowhere:\n    address: 127.0.0.1\n    port: {free_port()}\n"
+        f"    user: {sshd.user}\n    logs:\n      vllm: {log}\n",
+    )
     proc = _spawn_watch(inv, "all", "--jsonl", "--heartbeat", "0.5", "--grace", "1", *_ssh_args(sshd))
 
     def seen(lines: list[str], host: str, state: str) -> bool:
@@ -475,8 +514,9 @@ def test_cli_jsonl_events_are_parseable_and_ordered_and_ctrl_c_summarises(sshd, 
     try:
         lines = _lines_until(proc, lambda got: seen(got, "uk-node", HEALTHY))
         append(log, SEED_FAILURE)  # while it is being watched
-        lines += _lines_until(proc, lambda got: seen(lines + got, "uk-node", FAILED)
-                              and seen(lines + got, "nowhere", UNREACHABLE))
+        lines += _lines_until(
+            proc, lambda got: seen(lines + got, "uk-node", FAILED) and seen(lines + got, "nowhere", UNREACHABLE)
+        )
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         rest, err = proc.communicate(timeout=SLOW)
     finally:
@@ -520,10 +560,13 @@ def test_cli_duration_and_exit_code_for_an_unreachable_host(sshd, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(SEED_HEAD)
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"hosts:\n  gone:\n    address: 127.0.0.1\n    port: {free_port()}\n    user: {sshd.user}\n"
-                   f"    logs:\n      vllm: {log}\n")
-    result = CliRunner().invoke(main, ["-i", str(inv), "watch", "gone", "--jsonl", "--grace", "0", "--duration", "1",
-                                       *_ssh_args(sshd)])
+    inv.write_text(
+        f"hosts:\n  gone:\n    address: 127.0.0.1\n    port: {free_port()}\n    user: {sshd.user}\n"
+        f"    logs:\n      vllm: {log}\n"
+    )
+    result = CliRunner().invoke(
+        main, ["-i", str(inv), "watch", "gone", "--jsonl", "--grace", "0", "--duration", "1", *_ssh_args(sshd)]
+    )
     assert result.exit_code == 3, result.output  # nothing failed, a host unreachable
     first, summary = (json.loads(ln) for ln in result.output.splitlines())
     assert (first["host"], first["previous"], first["state"]) == ("gone", CONNECTING, UNREACHABLE)
@@ -536,13 +579,19 @@ def test_cli_duration_and_exit_code_for_an_unreachable_host(sshd, tmp_path):
 
 
 def _local_follower(log: Path, mode: str, **kw: Any) -> tuple[subprocess.Popen, str]:
-    fs = funnel.FunnelSpec(log=str(log), keywords=RULES.keyword_ere(), run_start=RULES.run_start_ere(),
-                           tags=RULES.tag_ere())
-    spec = follow.FollowSpec(funnel=fs, waiting=RULES.waiting_ere(), ready=RULES.ready_ere(), mode=mode,
-                             heartbeat=0.5, **kw)
+    fs = funnel.FunnelSpec(
+        log=str(log), keywords=RULES.keyword_ere(), run_start=RULES.run_start_ere(), tags=RULES.tag_ere()
+    )
+    spec = follow.FollowSpec(
+        funnel=fs, waiting=RULES.waiting_ere(), ready=RULES.ready_ere(), mode=mode, heartbeat=0.5, **kw
+    )
     mark = funnel.new_mark()
-    proc = subprocess.Popen(["sh", "-c", follow.build_script(spec, mark)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        ["sh", "-c", follow.build_script(spec, mark)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     return proc, mark
 
 
@@ -570,7 +619,7 @@ def test_follower_positions_partial_lines_and_truncation(tmp_path, mode):
         _records_until(proc, lambda r: isinstance(r, follow.Heartbeat))
         append(log, "ERROR half")
         time.sleep(0.4)
-        append(log, " done\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad\n")
+        append(log, ' done\nTraceback (most recent call last):\n  File "x.py", line 1\nValueError: bad\n')
         recs = _records_until(proc, lambda r: isinstance(r, follow.Line) and r.text == "ValueError: bad")
         lines = {}
         for r in recs:

@@ -37,8 +37,14 @@ def _no_clock() -> float:
 
 
 def machine(**kw: Any) -> HostState:
-    s = WatchSettings(rules=RULES, stall_after=kw.pop("stall_after", 60.0), wait_limit=kw.pop("wait_limit", 900.0),
-                      grace=kw.pop("grace", 10.0), clock=_no_clock, **kw)
+    s = WatchSettings(
+        rules=RULES,
+        stall_after=kw.pop("stall_after", 60.0),
+        wait_limit=kw.pop("wait_limit", 900.0),
+        grace=kw.pop("grace", 10.0),
+        clock=_no_clock,
+        **kw,
+    )
     buf = LineBuffer()
     buf.reset([Line(0, "INFO serving", 1)])
     return HostState(s, HostView("h", log="/var/log/x.log"), buf, s.stall_after, wall=lambda: 1_700_000_000.0)
@@ -53,8 +59,9 @@ def starting(summary: str = "waiting for the engine to be ready") -> HostResult:
 
 
 def failed(message: str = "AssertionError: rank 3 out of bounds", fp: str = "fp1") -> HostResult:
-    return HostResult(host="h", verdict=Verdict.FAILED,
-                      decisive=Decisive(line=f"ERROR {message}", message=message, fingerprint=fp))
+    return HostResult(
+        host="h", verdict=Verdict.FAILED, decisive=Decisive(line=f"ERROR {message}", message=message, fingerprint=fp)
+    )
 
 
 def up(st: HostState, res: HostResult, now: float) -> Any:
@@ -224,7 +231,9 @@ class Clock:
 
 
 def watcher(tmp_path: Any, clock: Clock, **kw: Any) -> tuple[HostWatcher, list[tuple[str, str | None]]]:
-    inv = parse_inventory(f"hosts:\n  h:\n    address: 10.0.0.9\n    logs:\n      run: {tmp_path}/run.log\n", "inv.yaml")
+    inv = parse_inventory(
+        f"hosts:\n  h:\n    address: 10.0.0.9\n    logs:\n      run: {tmp_path}/run.log\n", "inv.yaml"
+    )
     s = WatchSettings(rules=RULES, facts=False, clock=clock, **kw)
     events: list[tuple[str, str | None]] = []
     w = HostWatcher(inv.hosts["h"], s, lambda hw, prev: events.append((hw.view.state, prev)), "sess")
@@ -235,8 +244,11 @@ def test_watcher_records_drive_the_machine_on_the_injected_clock(tmp_path):
     clock = Clock()
     w, events = watcher(tmp_path, clock, stall_after=30.0)
     log = f"{tmp_path}/run.log"
-    w._snapshot(FunnelResult(path=log, status="ok", size=40, mtime=100.0, now=100.0,
-                             tail=[Line(0, "INFO step 10/1000 loss=2.31", 1)]))  # training: silence is a stall
+    w._snapshot(
+        FunnelResult(
+            path=log, status="ok", size=40, mtime=100.0, now=100.0, tail=[Line(0, "INFO step 10/1000 loss=2.31", 1)]
+        )
+    )  # training: silence is a stall
     assert events == [(HEALTHY, CONNECTING)] and w.view.connected
     clock.t += 20
     w._record(follow.Heartbeat(now=120.0, size=40, mtime=100.0, inode=1, alive=None, pos=40))  # remote: idle 20 s

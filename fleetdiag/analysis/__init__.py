@@ -9,7 +9,8 @@ See docs/analysis.md for the method and the rules format.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..records import FAILED, HEALTHY, Decisive, Diagnosis, Line
 from .decide import diagnose
@@ -47,8 +48,9 @@ def _coerce(lines: Sequence[Any]) -> list[Line]:
 
 def _analyze(lines: Sequence[Line], rules: Rules | None = None, facts: dict[str, Any] | None = None) -> Diagnosis:
     """The analysis without the safety net (tests call it to find real bugs)."""
-    return diagnose(_coerce(lines), rules if rules is not None else default_rules(),
-                    facts if isinstance(facts, dict) else None)
+    return diagnose(
+        _coerce(lines), rules if rules is not None else default_rules(), facts if isinstance(facts, dict) else None
+    )
 
 
 def analyze(lines: Sequence[Line], *, rules: Rules | None = None, facts: dict[str, Any] | None = None) -> Diagnosis:
@@ -83,10 +85,19 @@ def _fallback(lines: Sequence[Any], exc: Exception) -> Diagnosis:
         for ln in reversed(list(lines or ())):
             text = clean(getattr(ln, "text", str(ln)))
             if _ERRORISH.search(text[:4096]):
-                return Diagnosis(verdict=FAILED, decisive=Decisive(
-                    line=text, message=text.strip(), pos=getattr(ln, "pos", None), lineno=getattr(ln, "lineno", None),
-                    fingerprint=fingerprint("fallback", text), confidence=0.05, reason=f"last error-shaped line; {note}"),
-                    primary_count=1)
+                return Diagnosis(
+                    verdict=FAILED,
+                    decisive=Decisive(
+                        line=text,
+                        message=text.strip(),
+                        pos=getattr(ln, "pos", None),
+                        lineno=getattr(ln, "lineno", None),
+                        fingerprint=fingerprint("fallback", text),
+                        confidence=0.05,
+                        reason=f"last error-shaped line; {note}",
+                    ),
+                    primary_count=1,
+                )
     except Exception:
         pass
     return Diagnosis(verdict=HEALTHY, summary=f"no error found; {note}")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..records import FAILED, HEALTHY, STARTING, Decisive, Diagnosis, Line
 from . import hints
@@ -77,8 +78,13 @@ def current_lines(lines: list[LogLine], rules: Rules) -> list[LogLine]:
         return lines
     banner = _stage(lines[start])
     stages = {_stage(ln) for ln in lines[start:]}
-    earlier = [ln for ln in lines[:start] if _stage(ln) is not None and _stage(ln) != banner
-               and (_stage(ln) not in stages or not _restarted(lines, start, _stage(ln), rules))]
+    earlier = [
+        ln
+        for ln in lines[:start]
+        if _stage(ln) is not None
+        and _stage(ln) != banner
+        and (_stage(ln) not in stages or not _restarted(lines, start, _stage(ln), rules))
+    ]
     return earlier + lines[start:] if earlier else lines[start:]
 
 
@@ -149,8 +155,13 @@ def _restated_by_chain(ev: Event, events: list[Event]) -> bool:
     if ev.kind != "exception" or ev.message or not ev.block:
         return False
     for other in events:
-        if (other is not ev and other.kind == "exception" and other.block is ev.block
-                and other.chain > ev.chain and other.message):
+        if (
+            other is not ev
+            and other.kind == "exception"
+            and other.block is ev.block
+            and other.chain > ev.chain
+            and other.message
+        ):
             return True
     return False
 
@@ -244,7 +255,10 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             if outer is not None and not _nested(outer.ev, j.ev):
                 continue  # the same cause quoted again later, elsewhere: the first quote stands
             if outer is not None:
-                outer.role, outer.tier = "secondary", ONLY_SECONDARY  # re-raised outward: the inner quote is nearer the cause
+                outer.role, outer.tier = (
+                    "secondary",
+                    ONLY_SECONDARY,
+                )  # re-raised outward: the inner quote is nearer the cause
             quoting[_norm(j.cause)] = j
             j.role, j.tier = "primary", STRONG
             j.sig = rules.signature_for(j.cause, j.ev.text)
@@ -261,8 +275,12 @@ def _nested(outer: Event, inner: Event) -> bool:
 
 SURVIVED = "handled errors (the process went on normally)"
 SURVIVAL_LINES = 3  # normal lines the same process must log after an error for it to count as survived
-_ENDING = re.compile(r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process")
-_UNWINDING = re.compile(r"-> \d+(?: \[[^]]*\])?\s*$")  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
+_ENDING = re.compile(
+    r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process"
+)
+_UNWINDING = re.compile(
+    r"-> \d+(?: \[[^]]*\])?\s*$"
+)  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
 
 
 def _normal(ln: LogLine, rules: Rules) -> bool:
@@ -298,7 +316,7 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
         ev = j.ev
         end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
         seen = 0
-        for ln in run[pos.get(end, len(run)) + 1:]:
+        for ln in run[pos.get(end, len(run)) + 1 :]:
             if ln.process != ev.process or ln.index in in_block:
                 continue
             if rules.is_serving(ln.raw):
@@ -338,13 +356,13 @@ def choose(judged: list[Judged], rules: Rules) -> Judged | None:
 
 _FALLBACK_HINTS = {
     ONLY_SECONDARY: "Only consequences of a failure were found (wrappers, teardown, a launcher's summary): the root cause "
-                    "was printed elsewhere, earlier in this log or in another process's log.",
+    "was printed elsewhere, earlier in this log or in another process's log.",
     INCOMPLETE: "The traceback's final line was not in the lines read: read the log around it (that process's own "
-                "lines) to see the exception.",
+    "lines) to see the exception.",
 }
 _FALLBACK_BY_KIND = {
     "exception": "No known error signature: the last frames of the traceback name the failing code; search the "
-                 "message in the framework's issue tracker.",
+    "message in the framework's issue tracker.",
     "native": "A C++ exception or abort ended the process: the what() line names it.",
 }
 _FALLBACK = "An error line with no known signature: the lines around it from the same process say more."
@@ -353,8 +371,10 @@ _FALLBACK = "An error line with no known signature: the lines around it from the
 def _fallback_hint(best: Judged) -> str:
     """A hint for an error no signature knows, so the answer always says what to look at next."""
     if best.cause is not None and best.tier == STRONG:
-        return (f"Only a wrapper names the cause ({best.cause[:120]}): the failing task's own traceback, with the "
-                "full message, is in that worker's own log (for Ray, the worker's log file on its node).")
+        return (
+            f"Only a wrapper names the cause ({best.cause[:120]}): the failing task's own traceback, with the "
+            "full message, is in that worker's own log (for Ray, the worker's log file on its node)."
+        )
     return _FALLBACK_HINTS.get(best.tier) or _FALLBACK_BY_KIND.get(best.ev.kind, _FALLBACK)
 
 
@@ -388,7 +408,7 @@ def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rule
     start = best.ev.block[0].index if best.ev.block else best.ev.line.index
     headers = {j.ev.header_line.index for j in judged if j.ev.header_line is not None}
     pos = {ln.index: k for k, ln in enumerate(run)}
-    for ln in run[pos.get(start, 0):]:
+    for ln in run[pos.get(start, 0) :]:
         if ln.index in in_block or ln.index in mine:
             continue
         hit = rules.secondary_for(ln.msg.strip())
@@ -519,5 +539,6 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
         rule=sig.name if sig is not None else (best.rule.kind if best.rule is not None else None),
     )
     primaries = sum(1 for j in judged if j.role == "primary" and j.tier <= WEAK)
-    return Diagnosis(verdict=FAILED, decisive=decisive, secondary=dict(counts.most_common()),
-                     primary_count=max(primaries, 1))
+    return Diagnosis(
+        verdict=FAILED, decisive=decisive, secondary=dict(counts.most_common()), primary_count=max(primaries, 1)
+    )

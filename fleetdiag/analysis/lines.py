@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..records import Line
 
@@ -20,8 +20,14 @@ MAX_PARSE = 16384  # characters of a line that are parsed; the raw line is kept 
 
 SEVERITY = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 _LEVEL_ALIASES = {
-    "WARN": "WARNING", "FATAL": "CRITICAL", "TRACE": "DEBUG", "SUCCESS": "INFO",
-    "I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL",
+    "WARN": "WARNING",
+    "FATAL": "CRITICAL",
+    "TRACE": "DEBUG",
+    "SUCCESS": "INFO",
+    "I": "INFO",
+    "W": "WARNING",
+    "E": "ERROR",
+    "F": "CRITICAL",
 }
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
@@ -39,8 +45,10 @@ _PAREN_TAG = _p(r"\((?P<tag>(?:[A-Za-z_][\w.:-]*(?: [\w=.-]+)*,? )?pid=\d+(?:, i
 _RAY_SYS = _p(r"\((?P<tag>(?:raylet|gcs_server|autoscaler|monitor|dashboard)(?:, ip=[\w.:]+)?)\) ?")
 _RAY_SYS_TAGS = frozenset(("raylet", "gcs_server", "autoscaler", "monitor", "dashboard"))
 _ASCEND_PID = _p(r"\(PID: *\d+(?:, *Device: *-?\d+)?(?:, *RankID: *-?\d+)?\) *")
-_BRACKET_TIME = _p(r"\[(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
-                   r"(?: (?P<tag>[A-Z]{1,4}\d+(?: [A-Z]{1,4}\d+)*))?\] ?")
+_BRACKET_TIME = _p(
+    r"\[(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
+    r"(?: (?P<tag>[A-Z]{1,4}\d+(?: [A-Z]{1,4}\d+)*))?\] ?"
+)
 _RANK = _p(r"\[(?P<tag>(?:rank|default)\d+)\]: ?")
 _MPI = _p(r"\[(?P<tag>\d+,\d+)\]<std(?:out|err)>: ?")
 _GLOG_BR = _p(r"\[(?P<level>[IWEF])(?P<time>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)(?: \d+)? (?P<source>" + _SRC + r")\] ?")
@@ -62,7 +70,9 @@ _COMPOSE = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*) +\| ")
 # pdsh / clush / DeepSpeed's multi-node runner put "host: " before every line.
 # A host name is lower-case labels with a digit or hyphen somewhere (an
 # exception type is CamelCase or dotted, "error: " has neither).
-_PDSH = _p(r"(?P<tag>(?=[a-z0-9.-]*[0-9-])[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*): (?=\S|$)")
+_PDSH = _p(
+    r"(?P<tag>(?=[a-z0-9.-]*[0-9-])[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*): (?=\S|$)"
+)
 # Ray's C++ components: "[2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: "
 _RAY_CPP = _p(r"\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?) (?P<level>[IWEF]) \d+ \d+\] ?")
 _RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
@@ -70,8 +80,10 @@ _RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
 # containerd/CRI log files (/var/log/pods): "2024-01-01T00:00:00.000000000Z stderr F message"
 _CRI = _p(r"(?:stdout|stderr) [FP] ")
 # syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message"
-_SYSLOG = _p(r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d) \S+ "
-             r"(?P<tag>[\w.@/-]+\[\d+\]): ")
+_SYSLOG = _p(
+    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d) \S+ "
+    r"(?P<tag>[\w.@/-]+\[\d+\]): "
+)
 
 _UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _SYSLOG, _NCCL)
 _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
@@ -88,15 +100,19 @@ for _c in "abcdefghijklmnopqrstuvwxyz":
     _DISPATCH[_c] = (_NCCL,)
 _DISPATCH["s"] = (_CRI, _NCCL)
 
-_GROUPS = {rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
-           for rx in (_COMPOSE, _PDSH, _RAY_CPP_SRC, *{r for v in _DISPATCH.values() for r in v})}
+_GROUPS = {
+    rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
+    for rx in (_COMPOSE, _PDSH, _RAY_CPP_SRC, *{r for v in _DISPATCH.values() for r in v})
+}
 # Terminal UIs (k9s, less with borders, rich panels) frame each line: "│ text   │".
 _FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
 # Colour codes whose ESC byte was lost in a copy-paste ("[1;36m(VllmWorker pid=1)[0;0m",
 # "^[[0m", "#033[0m", "\ufffd[0m"), and a carriage return shown as "^M".
-_ANSI_LOST = re.compile(r"(?:\^\[|#033|\\033|\\x1[bB]|\\e|\ufffd)\[[0-9;]*m"
-                        r"|^\[(?:[0-9]{1,3};)*[0-9]{1,3}m|\[(?:[0-9]{1,3};)*[0-9]{1,3}m(?=\()|(?<=\))\[(?:[0-9]{1,3};)*[0-9]{1,3}m"
-                        r"|\^M$")
+_ANSI_LOST = re.compile(
+    r"(?:\^\[|#033|\\033|\\x1[bB]|\\e|\ufffd)\[[0-9;]*m"
+    r"|^\[(?:[0-9]{1,3};)*[0-9]{1,3}m|\[(?:[0-9]{1,3};)*[0-9]{1,3}m(?=\()|(?<=\))\[(?:[0-9]{1,3};)*[0-9]{1,3}m"
+    r"|\^M$"
+)
 _ANSI_GATE = re.compile(r"\[[0-9;]{1,12}m")  # cheap test first: most lines have none
 # Ray deduplicates identical lines across workers and appends a count.
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
@@ -164,7 +180,7 @@ def _exception_group_gutter(msg: str) -> str:
         return m.group(1)
     out = _EG_PIPE.sub("", msg, count=1)
     if out.startswith("Exception Group Traceback"):
-        out = out[len("Exception Group "):]
+        out = out[len("Exception Group ") :]
     return out
 
 

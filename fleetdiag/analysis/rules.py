@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import yaml
 
 try:  # the regex parser, to find the literal text a pattern cannot match without
-    from re import _constants as _sre_c, _parser as _sre_parse  # type: ignore[attr-defined]
+    from re import _constants as _sre_c  # type: ignore[attr-defined]
+    from re import _parser as _sre_parse
 except ImportError:  # Python 3.10
     import sre_constants as _sre_c  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
@@ -227,9 +229,13 @@ class Rules:
         self._standalone = [s for s in self.signatures if s.standalone]
         self.tag_peelers = [(re.compile(t[1:] if t.startswith("^") else t), t.startswith("^")) for t in self.extra_tags]
         self._gates = {
-            name: gate(pats) for name, pats in (
-                ("keywords", self.keyword_pats), ("run_start", self.run_start_pats),
-                ("waiting", self.waiting_pats), ("ready", self.ready_pats), ("benign", self.benign_pats),
+            name: gate(pats)
+            for name, pats in (
+                ("keywords", self.keyword_pats),
+                ("run_start", self.run_start_pats),
+                ("waiting", self.waiting_pats),
+                ("ready", self.ready_pats),
+                ("benign", self.benign_pats),
                 ("serving", self.serving_pats),
                 ("secondary", [r.pat for r in self._line_rules]),
                 ("signatures", [x.pat for x in self.signatures]),
@@ -387,6 +393,7 @@ def check_ere(pattern: str) -> str | None:
 
 # ---------------------------------------------------------------- loading
 
+
 def shipped_rules_path() -> Path:
     return Path(str(resources.files("fleetdiag") / "data" / "rules.yaml"))
 
@@ -481,15 +488,38 @@ def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) 
         merged["processes"].extend(dict(p) for p in procs)
     else:
         merged["processes"][:0] = [dict(p) for p in procs]
-    _merge_named(merged["secondary"], data.get("secondary") or [], src, "secondary", "kind",
-                 ("kind", "pattern"), ("kind", "pattern", "header", "disable"), first)
-    _merge_named(merged["signatures"], data.get("signatures") or [], src, "signatures", "name",
-                 ("name", "pattern"),
-                 ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "disable"), first)
+    _merge_named(
+        merged["secondary"],
+        data.get("secondary") or [],
+        src,
+        "secondary",
+        "kind",
+        ("kind", "pattern"),
+        ("kind", "pattern", "header", "disable"),
+        first,
+    )
+    _merge_named(
+        merged["signatures"],
+        data.get("signatures") or [],
+        src,
+        "signatures",
+        "name",
+        ("name", "pattern"),
+        ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "disable"),
+        first,
+    )
 
 
-def _merge_named(target: list[dict[str, Any]], items: Any, src: str, section: str, key: str,
-                 required: tuple[str, ...], allowed: tuple[str, ...], first: bool) -> None:
+def _merge_named(
+    target: list[dict[str, Any]],
+    items: Any,
+    src: str,
+    section: str,
+    key: str,
+    required: tuple[str, ...],
+    allowed: tuple[str, ...],
+    first: bool,
+) -> None:
     if not isinstance(items, list):
         raise RulesError(f"{src}: {section}: must be a list")
     new: list[dict[str, Any]] = []
@@ -545,15 +575,32 @@ def _build(merged: dict[str, Any], sources: list[str], extra_tags: list[str]) ->
     sigs = []
     for s in merged["signatures"]:
         hf = [h if isinstance(h, dict) else {"text": h} for h in (s.get("hint_facts") or [])]
-        sigs.append(Signature(name=str(s["name"]), pattern=s["pattern"], category=s.get("category", "other"),
-                              hint=s.get("hint"), hint_facts=hf, standalone=bool(s.get("standalone")),
-                              weak=bool(s.get("weak"))))
+        sigs.append(
+            Signature(
+                name=str(s["name"]),
+                pattern=s["pattern"],
+                category=s.get("category", "other"),
+                hint=s.get("hint"),
+                hint_facts=hf,
+                standalone=bool(s.get("standalone")),
+                weak=bool(s.get("weak")),
+            )
+        )
     return Rules(
-        keywords=merged["keywords"], run_start=merged["run_start"], tags=merged["tags"],
-        waiting=merged["waiting"], ready=merged["ready"], benign=merged["benign"], serving=merged["serving"],
+        keywords=merged["keywords"],
+        run_start=merged["run_start"],
+        tags=merged["tags"],
+        waiting=merged["waiting"],
+        ready=merged["ready"],
+        benign=merged["benign"],
+        serving=merged["serving"],
         processes=[ProcessRule(p["pattern"], int(p["depth"]), str(p.get("role", ""))) for p in merged["processes"]],
-        secondary=[SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False))) for s in merged["secondary"]],
-        signatures=sigs, sources=sources, extra_tags=extra_tags,
+        secondary=[
+            SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False))) for s in merged["secondary"]
+        ],
+        signatures=sigs,
+        sources=sources,
+        extra_tags=extra_tags,
     )
 
 

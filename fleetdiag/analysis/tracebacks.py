@@ -112,8 +112,25 @@ _IDLE, _TB, _EXC, _CHAIN, _NATIVE = range(5)
 class _Stream:
     """The lines of one process + call site, fed in file order."""
 
-    __slots__ = ("key", "rules", "out", "state", "block", "chain_events", "header", "header_line", "exc", "cont",
-                 "blank", "foreign", "last", "last_idle", "pending", "native", "truncated")
+    __slots__ = (
+        "key",
+        "rules",
+        "out",
+        "state",
+        "block",
+        "chain_events",
+        "header",
+        "header_line",
+        "exc",
+        "cont",
+        "blank",
+        "foreign",
+        "last",
+        "last_idle",
+        "pending",
+        "native",
+        "truncated",
+    )
 
     def __init__(self, key: tuple[str | None, str | None], rules: Rules, out: list[Event]) -> None:
         self.key = key
@@ -162,8 +179,15 @@ class _Stream:
         shape = _shape(m, s)
         if self.state == _EXC:
             exc = self.exc
-            if (shape[0] == _S_EXC and exc is not None and self.cont == 0 and not self.blank
-                    and len(self.block) == 1 and len(self.chain_events) == 1 and exc.line.msg == m):
+            if (
+                shape[0] == _S_EXC
+                and exc is not None
+                and self.cont == 0
+                and not self.blank
+                and len(self.block) == 1
+                and len(self.chain_events) == 1
+                and exc.line.msg == m
+            ):
                 exc.count += 1  # a cascade repeating one line: count it, do not rebuild it
                 exc.repeats.append(ln)
                 return
@@ -244,7 +268,9 @@ class _Stream:
         kind, match = shape
         if kind == _S_TB:
             head = m[: TB_START.search(m).start()].strip()  # type: ignore[union-attr]
-            prev = self.last if self.last is not None and self.last is self.last_idle and adjacent(self.last, ln) else None
+            prev = (
+                self.last if self.last is not None and self.last is self.last_idle and adjacent(self.last, ln) else None
+            )
             if prev is not None and prev is self.pending:
                 self.pending = None  # the error line announcing this traceback is its header
             self._flush_pending()
@@ -277,17 +303,31 @@ class _Stream:
         if not quiet:
             sig = self.rules.standalone_for(s)
             if sig is not None:
-                self.out.append(Event("signature", ln, self.key[0], block=[ln], message=s, signature=sig, weak=sig.weak))
+                self.out.append(
+                    Event("signature", ln, self.key[0], block=[ln], message=s, signature=sig, weak=sig.weak)
+                )
                 self.last_idle = ln
                 return
-            if s and not m[0].isspace() and (ln.severity >= SEVERITY["ERROR"] or (ln.level is None and ERROR_WORD.match(s))):
+            if (
+                s
+                and not m[0].isspace()
+                and (ln.severity >= SEVERITY["ERROR"] or (ln.level is None and ERROR_WORD.match(s)))
+            ):
                 self.pending = ln
         self.last_idle = ln
 
     def _exception(self, ln: LogLine, etype: str, msg: str) -> None:
-        ev = Event("exception", ln, self.key[0], exception_type=etype, message=msg, header=self.header if not self.chain_events else None,
-                   header_line=self.header_line if not self.chain_events else None,
-                   chain=len(self.chain_events), truncated=self.truncated and not self.chain_events)
+        ev = Event(
+            "exception",
+            ln,
+            self.key[0],
+            exception_type=etype,
+            message=msg,
+            header=self.header if not self.chain_events else None,
+            header_line=self.header_line if not self.chain_events else None,
+            chain=len(self.chain_events),
+            truncated=self.truncated and not self.chain_events,
+        )
         self.block.append(ln)
         self.chain_events.append(ev)
         self.exc = ev
@@ -307,8 +347,19 @@ class _Stream:
             self.out.append(self.native)
         elif self.state == _TB and not self.chain_events and block:
             last = block[-1]
-            self.out.append(Event("incomplete", last, self.key[0], block=block, message=last.msg.strip(), header=self.header, header_line=self.header_line,
-                                  weak=True, truncated=self.truncated))
+            self.out.append(
+                Event(
+                    "incomplete",
+                    last,
+                    self.key[0],
+                    block=block,
+                    message=last.msg.strip(),
+                    header=self.header,
+                    header_line=self.header_line,
+                    weak=True,
+                    truncated=self.truncated,
+                )
+            )
         for ev in self.chain_events:
             ev.block = block
             self.out.append(ev)

@@ -6,7 +6,8 @@ import functools
 import importlib
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 from rich.text import Text
@@ -141,8 +142,11 @@ def check_logs(hosts: list[Any], log: str | None, need_file: bool = False) -> No
         except InventoryError as exc:
             errors.append(str(exc))
     if errors:
-        err = InventoryError("; ".join(errors) if len(errors) == 1 else
-                             f"{len(errors)} hosts cannot say which log to read:\n  " + "\n  ".join(errors))
+        err = InventoryError(
+            "; ".join(errors)
+            if len(errors) == 1
+            else f"{len(errors)} hosts cannot say which log to read:\n  " + "\n  ".join(errors)
+        )
         raise err
 
 
@@ -160,7 +164,7 @@ def complete_selector(ctx: click.Context, param: click.Parameter, incomplete: st
         head, comma, item = incomplete.rpartition(",")
         head += comma
         op = item[:1] if item[:1] in ("!", "&") else ""
-        word = item[len(op):]
+        word = item[len(op) :]
         given, c = None, ctx  # -i before or after the subcommand
         while c is not None and not given:
             given, c = c.params.get("inventory"), c.parent
@@ -169,7 +173,6 @@ def complete_selector(ctx: click.Context, param: click.Parameter, incomplete: st
         return [CompletionItem(head + op + n) for n in names if n.startswith(word)]
     except Exception:  # noqa: BLE001  (completion must never break the user's shell)
         return []
-
 
 
 def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -183,8 +186,9 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn(*args, **kwargs)
 
     wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
-    wrapper = click.option("--jsonl", "fmt_jsonl", is_flag=True,
-                           help="One JSON record per host per line, as they finish.")(wrapper)
+    wrapper = click.option(
+        "--jsonl", "fmt_jsonl", is_flag=True, help="One JSON record per host per line, as they finish."
+    )(wrapper)
     wrapper = click.option("--json", "fmt_json", is_flag=True, help="One JSON document (schema: README).")(wrapper)
     return wrapper
 
@@ -193,27 +197,58 @@ def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--fanout`` / ``--per-address`` / ``--deadline``, the same on every command that probes a fleet."""
     from ..scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS
 
-    fn = click.option("--deadline", type=Duration(min_open=True),
-                      help="Time (90s, 2m, or seconds) one host may take before it counts as unreachable "
-                           "[default: 2×connect-timeout + timeout + 10].")(fn)
-    fn = click.option("--per-address", type=click.IntRange(0), default=DEFAULT_PER_ADDRESS, show_default=True,
-                      help="Concurrent SSH handshakes per address:port (sshd MaxStartups); 0: no limit.")(fn)
-    fn = click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True,
-                      help="Hosts probed at once.")(fn)
+    fn = click.option(
+        "--deadline",
+        type=Duration(min_open=True),
+        help="Time (90s, 2m, or seconds) one host may take before it counts as unreachable "
+        "[default: 2×connect-timeout + timeout + 10].",
+    )(fn)
+    fn = click.option(
+        "--per-address",
+        type=click.IntRange(0),
+        default=DEFAULT_PER_ADDRESS,
+        show_default=True,
+        help="Concurrent SSH handshakes per address:port (sshd MaxStartups); 0: no limit.",
+    )(fn)
+    fn = click.option(
+        "--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts probed at once."
+    )(fn)
     return fn
 
 
 def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """How to reach hosts; the defaults are safe (checked host keys, timeouts on)."""
     options = [
-        click.option("--accept-new", is_flag=True, help="Trust an unknown host key on first use (never a changed one)."),
-        click.option("--known-hosts", type=click.Path(dir_okay=False), help="known_hosts file (default: ssh config / ~/.ssh/known_hosts)."),
+        click.option(
+            "--accept-new", is_flag=True, help="Trust an unknown host key on first use (never a changed one)."
+        ),
+        click.option(
+            "--known-hosts",
+            type=click.Path(dir_okay=False),
+            help="known_hosts file (default: ssh config / ~/.ssh/known_hosts).",
+        ),
         click.option("--ssh-config", type=click.Path(dir_okay=False), help="ssh config file (default: ~/.ssh/config)."),
-        click.option("--identity", multiple=True, type=click.Path(dir_okay=False), help="Client key file; repeatable (default: agent and ~/.ssh keys)."),
-        click.option("--connect-timeout", type=DURATION, default="10s", show_default=True,
-                     help="Time to connect and log in (10s, 1m, or seconds)."),
-        click.option("--timeout", "command_timeout", type=DURATION, default="60s", show_default=True,
-                     help="Time for the remote funnel (2m, 90s, or seconds)."),
+        click.option(
+            "--identity",
+            multiple=True,
+            type=click.Path(dir_okay=False),
+            help="Client key file; repeatable (default: agent and ~/.ssh keys).",
+        ),
+        click.option(
+            "--connect-timeout",
+            type=DURATION,
+            default="10s",
+            show_default=True,
+            help="Time to connect and log in (10s, 1m, or seconds).",
+        ),
+        click.option(
+            "--timeout",
+            "command_timeout",
+            type=DURATION,
+            default="60s",
+            show_default=True,
+            help="Time for the remote funnel (2m, 90s, or seconds).",
+        ),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -283,9 +318,18 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 # Each command's module, imported only when that command runs (or for --help): `fleetdiag analyze`
 # does not pay for SSH, the scheduler, the store or watch. A module registers its commands on ``main``.
-COMMANDS = {"analyze": "analyze", "demo": "demo", "hosts": "hosts", "check": "hosts", "preflight": "preflight",
-            "probe": "probe", "sweep": "sweep", "history": "sweep", "watch": "watch",
-            "connections": "connections"}
+COMMANDS = {
+    "analyze": "analyze",
+    "demo": "demo",
+    "hosts": "hosts",
+    "check": "hosts",
+    "preflight": "preflight",
+    "probe": "probe",
+    "sweep": "sweep",
+    "history": "sweep",
+    "watch": "watch",
+    "connections": "connections",
+}
 
 
 class LazyGroup(click.Group):
@@ -306,15 +350,31 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="fleetdiag")
-@click.option("-i", "--inventory", envvar="FLEETDIAG_INVENTORY", help="inventory.yaml (default: $FLEETDIAG_INVENTORY, ./inventory.yaml, ~/.config/fleetdiag/inventory.yaml).")
-@click.option("--rules", "rules", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Extra rules file(s), on top of the shipped rules and ~/.config/fleetdiag/rules.yaml.")
+@click.option(
+    "-i",
+    "--inventory",
+    envvar="FLEETDIAG_INVENTORY",
+    help="inventory.yaml (default: $FLEETDIAG_INVENTORY, ./inventory.yaml, ~/.config/fleetdiag/inventory.yaml).",
+)
+@click.option(
+    "--rules",
+    "rules",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Extra rules file(s), on top of the shipped rules and ~/.config/fleetdiag/rules.yaml.",
+)
 @click.option("--color/--no-color", default=None, help="Force colour on or off (NO_COLOR is honoured).")
-@click.option("--redact", is_flag=True, envvar="FLEETDIAG_REDACT",
-              help="Replace IPs, host and user names and secret-looking tokens in all output (to share a report).")
+@click.option(
+    "--redact",
+    is_flag=True,
+    envvar="FLEETDIAG_REDACT",
+    help="Replace IPs, host and user names and secret-looking tokens in all output (to share a report).",
+)
 @click.option("--debug", is_flag=True, help="Show the traceback of an internal error.")
 @click.pass_context
-def main(ctx: click.Context, inventory: str | None, rules: tuple[str, ...], color: bool | None, redact: bool,
-         debug: bool) -> None:
+def main(
+    ctx: click.Context, inventory: str | None, rules: tuple[str, ...], color: bool | None, redact: bool, debug: bool
+) -> None:
     """Find the decisive error on every GPU node of a fleet, over SSH.
 
     \b
@@ -355,10 +415,16 @@ def _global_options() -> list[click.Option]:
     kw: dict[str, Any] = {"expose_value": False, "callback": _set_global, "is_eager": True}
     return [
         click.Option(["-i", "--inventory"], help="inventory.yaml (as before the subcommand).", **kw),
-        click.Option(["--rules"], multiple=True, type=click.Path(exists=True, dir_okay=False),
-                     help="Extra rules file(s) (as before the subcommand).", **kw),
+        click.Option(
+            ["--rules"],
+            multiple=True,
+            type=click.Path(exists=True, dir_okay=False),
+            help="Extra rules file(s) (as before the subcommand).",
+            **kw,
+        ),
         click.Option(["--color/--no-color"], default=None, help="Force colour on or off.", **kw),
-        click.Option(["--redact"], is_flag=True, default=False, help="Redact names, IPs and secrets in all output.",
-                     **kw),
+        click.Option(
+            ["--redact"], is_flag=True, default=False, help="Redact names, IPs and secrets in all output.", **kw
+        ),
         click.Option(["--debug"], is_flag=True, default=False, help="Show the traceback of an internal error.", **kw),
     ]

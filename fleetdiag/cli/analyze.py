@@ -18,8 +18,13 @@ from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
 
 @main.command()
 @click.argument("path", type=click.Path(allow_dash=True))
-@click.option("--stall-after", type=DURATION, default="10m", show_default=True,
-              help="No growth for this long (10m, 600s, or seconds): a starting log counts as stalled.")
+@click.option(
+    "--stall-after",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+    help="No growth for this long (10m, 600s, or seconds): a starting log counts as stalled.",
+)
 @output_options
 @pass_ctx
 @handle_errors

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -23,9 +24,13 @@ def _duration(ctx: click.Context, param: click.Parameter, value: Any) -> float |
 def persist_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--persist DURATION`` (also $FLEETDIAG_PERSIST): keep each host's connection open after the command."""
     return click.option(
-        "--persist", metavar="DURATION", envvar="FLEETDIAG_PERSIST", callback=_duration,
+        "--persist",
+        metavar="DURATION",
+        envvar="FLEETDIAG_PERSIST",
+        callback=_duration,
         help="Keep each host's SSH connection open this long after use, for the next command "
-             "(like ssh ControlPersist) [default: 10m; 0: close at exit; $FLEETDIAG_PERSIST].")(fn)
+        "(like ssh ControlPersist) [default: 10m; 0: close at exit; $FLEETDIAG_PERSIST].",
+    )(fn)
 
 
 def persist_from(kw: dict[str, Any], inv: Any = None) -> float:
@@ -70,6 +75,12 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
     for col in ("host", "address", "age", "idle", "RTT", "uses"):
         table.add_column(col)
     for c in kept:
-        table.add_row(env.shown(c["host"]), env.shown(c["where"]), ago(c["age_s"]), ago(c["idle_s"]),
-                      ms(c["rtt_ms"]), str(c["uses"]))
+        table.add_row(
+            env.shown(c["host"]),
+            env.shown(c["where"]),
+            ago(c["age_s"]),
+            ago(c["idle_s"]),
+            ms(c["rtt_ms"]),
+            str(c["uses"]),
+        )
     env.print(table)

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 
 @main.command()
-@click.option("--serve", is_flag=True, help="Keep the simulated fleet running (Ctrl-C to stop) to try other commands on it.")
+@click.option(
+    "--serve", is_flag=True, help="Keep the simulated fleet running (Ctrl-C to stop) to try other commands on it."
+)
 @pass_ctx
 @handle_errors
 def demo(ctx: Context, serve: bool) -> None:
@@ -36,7 +38,6 @@ def demo(ctx: Context, serve: bool) -> None:
     sweep would give are shown in the output.
     """
     from ..demo import DemoFleet, default_nodes  # the in-process SSH server needs asyncssh; load it only here
-
     from ..inventory import load_inventory, select
 
     out = _MarkupConsole(ctx)
@@ -78,13 +79,19 @@ def demo(ctx: Context, serve: bool) -> None:
                 await _sweeps(ctx, fleet, hosts, settings, Path(tmp))
                 out.print(
                     "\nNext: put your own nodes in inventory.yaml (see the README), run [bold]fleetdiag probe all[/], "
-                    "and put [bold]fleetdiag sweep all[/] in your crontab (README, \"Sweep from cron\")."
+                    'and put [bold]fleetdiag sweep all[/] in your crontab (README, "Sweep from cron").'
                 )
                 if serve:
                     ctx.out.print()
                     ctx.out.print(Text("Try: " + try_command(fleet)), soft_wrap=True)
-                    ctx.out.print(Text("Serving until Ctrl-C or SIGTERM; the fleet's files (and its private key) "
-                                       f"are removed then: {fleet.workdir}", style="dim"), soft_wrap=True)
+                    ctx.out.print(
+                        Text(
+                            "Serving until Ctrl-C or SIGTERM; the fleet's files (and its private key) "
+                            f"are removed then: {fleet.workdir}",
+                            style="dim",
+                        ),
+                        soft_wrap=True,
+                    )
                     loop = asyncio.get_running_loop()
                     task = asyncio.current_task()
                     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop like Ctrl-C: the temp dir goes too
@@ -114,8 +121,10 @@ def demo(ctx: Context, serve: bool) -> None:
 def try_command(fleet: DemoFleet) -> str:
     """A probe of the served fleet that runs as printed (its own key, host keys and no ssh config)."""
     q = shlex.quote
-    return (f"fleetdiag -i {q(str(fleet.inventory))} probe all --known-hosts {q(str(fleet.known_hosts))} "
-            f"--identity {q(str(fleet.client_key))} --ssh-config /dev/null")
+    return (
+        f"fleetdiag -i {q(str(fleet.inventory))} probe all --known-hosts {q(str(fleet.known_hosts))} "
+        f"--identity {q(str(fleet.client_key))} --ssh-config /dev/null"
+    )
 
 
 class _MarkupConsole:
@@ -139,15 +148,16 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
 
     out = _MarkupConsole(ctx)
     db = tmp / "history.sqlite3"
-    job = SweepJob(hosts=hosts, settings=settings, selector="all", db=db, report=tmp / "last-sweep.json",
-                   deadline=30.0)
+    job = SweepJob(hosts=hosts, settings=settings, selector="all", db=db, report=tmp / "last-sweep.json", deadline=30.0)
     cmd = f"fleetdiag -i {fleet.inventory} sweep all --db {db}"
     out.print(Rule("sweep: what cron runs"))
     out.print(f"[bold]{cmd}[/]  (a JSON report, a history, and only the news since the last sweep)\n")
     first = await execute(job)
     print_outcome(ctx.out, first)
-    out.print(f"exit code {int(first.exit)} · took {first.finished - first.started:.1f} s: as long as its "
-              "slowest host; the next sweep starts that one first\n")
+    out.print(
+        f"exit code {int(first.exit)} · took {first.finished - first.started:.1f} s: as long as its "
+        "slowest host; the next sweep starts that one first\n"
+    )
     uk = next(n for n in fleet.nodes if n.name == "uk-node")
     original = uk.path.read_text("utf-8") if uk.path is not None else None
     if uk.path is not None:  # someone fixes the launch on uk-node

@@ -36,8 +36,16 @@ def hosts(ctx: Context, selectors: tuple[str, ...], fmt: str | None) -> None:
         table.add_column(col, no_wrap=col != "groups")
     for h in shown:
         logs = "\n".join(f"{k}: {v}" for k, v in h.logs.items())
-        cells = (h.name, h.target + ("" if h.address else "\n(ssh config)"), str(h.port or ""), h.user or "",
-                 h.jump or "", logs, str(h.gpus if h.gpus is not None else ""), ", ".join(h.groups))
+        cells = (
+            h.name,
+            h.target + ("" if h.address else "\n(ssh config)"),
+            str(h.port or ""),
+            h.user or "",
+            h.jump or "",
+            logs,
+            str(h.gpus if h.gpus is not None else ""),
+            ", ".join(h.groups),
+        )
         table.add_row(*(Text(c) for c in cells))
     if fits(out, table):
         out.print(table)

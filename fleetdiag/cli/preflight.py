@@ -9,11 +9,21 @@ from rich.table import Table
 from rich.text import Text
 
 from ..exitcodes import preflight_exit
+from ..plan import jump_resolver
 from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
 from ..scheduler import DEFAULT_FANOUT
-from ..plan import jump_resolver
-from . import Context, complete_selector, handle_errors, main, output_options, pass_ctx, select_hosts, transport_from, transport_options
+from . import (
+    Context,
+    complete_selector,
+    handle_errors,
+    main,
+    output_options,
+    pass_ctx,
+    select_hosts,
+    transport_from,
+    transport_options,
+)
 
 MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
 
@@ -47,16 +57,33 @@ def result_table(res: PreflightResult) -> Table:
 @main.command(context_settings={"ignore_unknown_options": False})
 @click.argument("selector", shell_complete=complete_selector)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE",
-              help="Environment the launch will run under, e.g. --env CUDA_VISIBLE_DEVICES=0,1 (repeatable).")
-@click.option("--path-prepend", metavar="DIR", help="Remote directory put before PATH (nvidia-smi outside the default PATH).")
-@click.option("--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts checked at once.")
+@click.option(
+    "--env",
+    "env_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Environment the launch will run under, e.g. --env CUDA_VISIBLE_DEVICES=0,1 (repeatable).",
+)
+@click.option(
+    "--path-prepend", metavar="DIR", help="Remote directory put before PATH (nvidia-smi outside the default PATH)."
+)
+@click.option(
+    "--fanout", type=click.IntRange(1), default=DEFAULT_FANOUT, show_default=True, help="Hosts checked at once."
+)
 @output_options
 @transport_options
 @pass_ctx
 @handle_errors
-def preflight(ctx: Context, selector: str, command: tuple[str, ...], env_items: tuple[str, ...],
-              path_prepend: str | None, fanout: int, fmt: str | None, **kw) -> None:
+def preflight(
+    ctx: Context,
+    selector: str,
+    command: tuple[str, ...],
+    env_items: tuple[str, ...],
+    path_prepend: str | None,
+    fanout: int,
+    fmt: str | None,
+    **kw,
+) -> None:
     """Check a planned launch against each selected host's GPUs before it runs.
 
     \b
@@ -104,6 +131,11 @@ def preflight(ctx: Context, selector: str, command: tuple[str, ...], env_items: 
         if len(shown) > 1:
             out.print()
             bad = [r.host for r in shown if r.status != PASS]
-            out.print(Text(f"{len(results) - len(bad)}/{len(results)} hosts ready" + (f"; not: {', '.join(bad)}" if bad else ""),
-                           style="bold"))
+            out.print(
+                Text(
+                    f"{len(results) - len(bad)}/{len(results)} hosts ready"
+                    + (f"; not: {', '.join(bad)}" if bad else ""),
+                    style="bold",
+                )
+            )
     raise SystemExit(int(preflight_exit(results)))

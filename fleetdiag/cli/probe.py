@@ -10,14 +10,24 @@ import click
 from rich.text import Text
 
 from ..exitcodes import exit_for
-from ..probe import ProbeSettings
-from ..records import SCHEMA_VERSION, HostResult, report_json
 from ..inventory import fold
 from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: re-exported)
+from ..probe import ProbeSettings
+from ..records import SCHEMA_VERSION, HostResult, report_json
 from ..render import FleetProgress, fleet_view, host_card
 from ..scheduler import CostMemory, default_deadline, probe_many
-from . import (Context, check_logs, complete_selector, fanout_options, handle_errors, main, output_options, pass_ctx, select_hosts,
-               transport_options)
+from . import (
+    Context,
+    check_logs,
+    complete_selector,
+    fanout_options,
+    handle_errors,
+    main,
+    output_options,
+    pass_ctx,
+    select_hosts,
+    transport_options,
+)
 from .connections import persist_option
 
 
@@ -35,7 +45,9 @@ def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
         try:
             inv = adhoc_inventory(selectors)
         except InventoryError as bad:
-            raise InventoryError(f"{missing}; and '{bad.key}' is not a host to probe without one: {bad.message}") from None
+            raise InventoryError(
+                f"{missing}; and '{bad.key}' is not a host to probe without one: {bad.message}"
+            ) from None
         if ctx.redactor is not None:
             ctx.redactor.seed_inventory(inv)
         return inv, list(inv)
@@ -88,8 +100,13 @@ def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
         env.print(host_card(root))
         if rc.consequences:
             bits = [f"{h} ({k}" + (f", {d:+.1f} s" if d is not None else "") + ")" for h, k, d in rc.consequences]
-            env.print(Text(f"  failed as a consequence of {rc.host}: " + ", ".join(bits)
-                           + " (their cards: --all-cards)", style="bold"), soft_wrap=True)
+            env.print(
+                Text(
+                    f"  failed as a consequence of {rc.host}: " + ", ".join(bits) + " (their cards: --all-cards)",
+                    style="bold",
+                ),
+                soft_wrap=True,
+            )
         done.add(rc.host)
         done.update(rc.affected)
     for g in group_by_cause(r for r in results if r.host not in done):
@@ -98,8 +115,7 @@ def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
         env.print(host_card(g.example))
         if len(g.results) > 1:
             others = fold(g.hosts[1:])
-            env.print(Text(f"  same root cause on {len(g.results) - 1} more: {others}", style="bold"),
-                      soft_wrap=True)
+            env.print(Text(f"  same root cause on {len(g.results) - 1} more: {others}", style="bold"), soft_wrap=True)
 
 
 def cost_memory() -> CostMemory:
@@ -118,21 +134,39 @@ def cost_memory() -> CostMemory:
 
 @main.command()
 @click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
-@click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob [default: the first "
-              "configured log; none configured: found on the host from the job's process].")
-@click.option("--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi.")
+@click.option(
+    "--log",
+    help="Log to read: a name from the inventory's logs, or a path/glob [default: the first "
+    "configured log; none configured: found on the host from the job's process].",
+)
+@click.option(
+    "--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi."
+)
 @fanout_options
 @click.option("--save", type=click.Path(file_okay=False), help="Keep the evidence: raw funnel output per host in DIR.")
 @click.option("--all-cards", is_flag=True, help="With several hosts, print every host's card, not one per root cause.")
-@click.option("--no-stacks", is_flag=True,
-              help="A stalled host: skip the second round trip that reads where its processes wait (py-spy, /proc).")
+@click.option(
+    "--no-stacks",
+    is_flag=True,
+    help="A stalled host: skip the second round trip that reads where its processes wait (py-spy, /proc).",
+)
 @output_options
 @transport_options
 @persist_option
 @pass_ctx
 @handle_errors
-def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int, per_address: int,
-          deadline: float | None, save: str | None, all_cards: bool, no_stacks: bool, **kw) -> None:
+def probe(
+    ctx: Context,
+    selectors: tuple[str, ...],
+    fmt: str | None,
+    fanout: int,
+    per_address: int,
+    deadline: float | None,
+    save: str | None,
+    all_cards: bool,
+    no_stacks: bool,
+    **kw,
+) -> None:
     """Run the funnel on the selected hosts and print one card per host.
 
     SELECTOR: a host, a group, all, a glob (uk-*), a range (gpu[01-04]), a,b or !exclusion.
@@ -161,9 +195,15 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
         nonlocal interrupted
         with FleetProgress(ctx.out.err, len(hosts), enabled=show) as bar:
             try:
-                async for res in probe_many(hosts, settings, fanout, deadline=deadline,
-                                            per_address=per_address or None, memory=cost_memory(),
-                                            progress=bar if show else None):
+                async for res in probe_many(
+                    hosts,
+                    settings,
+                    fanout,
+                    deadline=deadline,
+                    per_address=per_address or None,
+                    memory=cost_memory(),
+                    progress=bar if show else None,
+                ):
                     if not results:  # a bad --rules file stops here, before any output (exit 2)
                         await settings.rules_ready()
                     results.append(res)
@@ -186,8 +226,14 @@ def probe(ctx: Context, selectors: tuple[str, ...], fmt: str | None, fanout: int
     results.sort(key=lambda r: order.get(r.host, 0))
     emit(ctx, results, fmt, all_cards=all_cards)
     if interrupted:
-        ctx.out.error(Text(f"fleetdiag probe: interrupted; {len(unfinished)} host(s) unfinished: "
-                           f"{fold([r.host for r in unfinished])}", style="yellow"), soft_wrap=True)
+        ctx.out.error(
+            Text(
+                f"fleetdiag probe: interrupted; {len(unfinished)} host(s) unfinished: "
+                f"{fold([r.host for r in unfinished])}",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
         raise SystemExit(130)
     raise SystemExit(int(exit_for(results)))
 

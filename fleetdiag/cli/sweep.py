@@ -18,15 +18,15 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
 from .. import units
-from ..units import ago
 from ..exitcodes import Exit
 from ..records import SCHEMA_VERSION, VERDICTS, HostResult
 from ..render import ICON, STYLE, FleetProgress, Output
@@ -52,14 +52,24 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     notify_payload,
     run_notify,
 )
-from . import Context, Duration, complete_selector, check_logs, fanout_options, handle_errors, main, pass_ctx, select_hosts, transport_options
+from ..units import ago
+from . import (
+    Context,
+    Duration,
+    check_logs,
+    complete_selector,
+    fanout_options,
+    handle_errors,
+    main,
+    pass_ctx,
+    select_hosts,
+    transport_options,
+)
 from .connections import persist_option
 
 # --------------------------------------------------------------------------- printing the news
 
 _KIND_STYLE = {"NEW": "bold red", "CHANGED": "bold yellow", "RESOLVED": "bold green", "NOW": "bold"}
-
-
 
 
 _when = units.when
@@ -85,13 +95,23 @@ def _entry(kind: str, hosts: list[str], verdict: str, text: str, width: int, ext
 def _detail(rec: dict[str, Any] | None) -> list[str]:
     """Category and hint of a stored record, one short line."""
     d = (rec or {}).get("decisive") or {}
-    bits = [b for b in (d.get("category") if d.get("category") != "other" else None,
-                        f"hint: {d['hint']}" if d.get("hint") else None) if b]
+    bits = [
+        b
+        for b in (
+            d.get("category") if d.get("category") != "other" else None,
+            f"hint: {d['hint']}" if d.get("hint") else None,
+        )
+        if b
+    ]
     job = ((rec or {}).get("facts") or {}).get("job") or {}
     if job.get("role") == "root":  # the job's one incident (fleetdiag.job)
-        bits.insert(0, "job root cause" + (f" (rank {job['rank']})" if job.get("rank") is not None else "")
-                    + f"; {len(job.get('affected') or [])} other host(s) failed as a consequence: "
-                    + _fold(list(job.get("affected") or [])))
+        bits.insert(
+            0,
+            "job root cause"
+            + (f" (rank {job['rank']})" if job.get("rank") is not None else "")
+            + f"; {len(job.get('affected') or [])} other host(s) failed as a consequence: "
+            + _fold(list(job.get("affected") or [])),
+        )
     elif job.get("role") == "consequence":
         bits.insert(0, f"a consequence of {job.get('root')} (job root cause)")
     return [" · ".join(bits)] if bits else []
@@ -105,16 +125,22 @@ def change_lines(changes: Changes) -> list[Text]:
         groups: dict[Any, list[Change]] = {}
         for c in items:
             groups.setdefault(key(c), []).append(c)
-        return sorted(groups.values(), key=lambda g: (VERDICTS.index(g[0].incident.verdict)
-                                                      if g[0].incident.verdict in VERDICTS else 99, g[0].host))
+        return sorted(
+            groups.values(),
+            key=lambda g: (
+                VERDICTS.index(g[0].incident.verdict) if g[0].incident.verdict in VERDICTS else 99,
+                g[0].host,
+            ),
+        )
 
     for g in grouped(changes.new, lambda c: c.incident.fingerprint):
         inc = g[0].incident
         extra = _detail(inc.record)
         again = [c for c in g if c.recurred]
         if again:
-            extra.append(f"back again: first seen {_when(min(c.incident.first_seen for c in again))}, "
-                         f"resolved in between")
+            extra.append(
+                f"back again: first seen {_when(min(c.incident.first_seen for c in again))}, resolved in between"
+            )
         entries.append(("NEW", [c.host for c in g], inc.verdict, inc.summary, extra))
     for g in grouped(changes.changed, lambda c: (c.previous.fingerprint if c.previous else "", c.incident.fingerprint)):
         inc, prev = g[0].incident, g[0].previous
@@ -125,9 +151,15 @@ def change_lines(changes: Changes) -> list[Text]:
     for g in grouped(changes.resolved, lambda c: (c.incident.fingerprint, c.verdict)):
         inc = g[0].incident
         lasted = max((c.incident.resolved_at or c.incident.last_seen) - c.incident.since for c in g)
-        entries.append(("RESOLVED", [c.host for c in g], g[0].verdict or "ok",
-                        f"was {inc.verdict}: {inc.summary}",
-                        [f"lasted {ago(lasted)}, seen in {max(c.incident.count for c in g)} sweep(s)"]))
+        entries.append(
+            (
+                "RESOLVED",
+                [c.host for c in g],
+                g[0].verdict or "ok",
+                f"was {inc.verdict}: {inc.summary}",
+                [f"lasted {ago(lasted)}, seen in {max(c.incident.count for c in g)} sweep(s)"],
+            )
+        )
     width = max((len(_fold(h)) for _, h, _, _, _ in entries), default=0)
     return [_entry(k, h, v, t, width, x) for k, h, v, t, x in entries]
 
@@ -155,28 +187,42 @@ def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: S
     store_error = env.shown(str(raw.store_error)) if raw.store_error else None
     for note in ([out.report_error] if out.report_error else []) + (
         [f"history not updated: {store_error}" + (f"; this sweep's results are in {out.report}" if out.report else "")]
-        if store_error else []
+        if store_error
+        else []
     ):
         env.err.print(Text(f"fleetdiag sweep: {note}", style="bold red"), soft_wrap=True)
     if out.interrupted:
         unfinished = [r.host for r in out.results if r.facts.get("error_kind") == INTERRUPTED]
-        env.err.print(Text(f"fleetdiag sweep: interrupted; {len(unfinished)} host(s) unfinished: "
-                           f"{_fold(unfinished)}", style="yellow"), soft_wrap=True)
+        env.err.print(
+            Text(
+                f"fleetdiag sweep: interrupted; {len(unfinished)} host(s) unfinished: {_fold(unfinished)}",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
     bugs = [r.host for r in out.results if r.facts.get("error_kind") == INTERNAL]
     if bugs:
-        env.err.print(Text(f"fleetdiag sweep: internal error while probing {_fold(bugs)} (a bug: please report; "
-                           "details in the report)", style="bold red"), soft_wrap=True)
+        env.err.print(
+            Text(
+                f"fleetdiag sweep: internal error while probing {_fold(bugs)} (a bug: please report; "
+                "details in the report)",
+                style="bold red",
+            ),
+            soft_wrap=True,
+        )
     for note in out.notes:
         env.err.print(Text(f"fleetdiag sweep: {note}", style="yellow"), soft_wrap=True)
     if fmt == "json":
-        env.json({
-            "version": SCHEMA_VERSION,
-            "sweep": raw.meta(job) if job else None,
-            "report": str(raw.report) if raw.report else None,
-            "changes": raw.changes.to_json() if raw.changes is not None else None,
-            "error": str(raw.store_error) if raw.store_error else None,
-            "exit": int(raw.exit),
-        })
+        env.json(
+            {
+                "version": SCHEMA_VERSION,
+                "sweep": raw.meta(job) if job else None,
+                "report": str(raw.report) if raw.report else None,
+                "changes": raw.changes.to_json() if raw.changes is not None else None,
+                "error": str(raw.store_error) if raw.store_error else None,
+                "exit": int(raw.exit),
+            }
+        )
         return
     if out.changes is None:
         lines = current_lines(out.results)
@@ -196,26 +242,53 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @main.command()
 @click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
-@click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
-              help="History database [default: the user data dir, see README].")
-@click.option("--report", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Where to write the JSON report, atomically; - for stdout (the news then goes to stderr) "
-                   "[default: the user state dir].")
-@click.option("--prometheus", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Also write the results as a node_exporter textfile-collector file (*.prom), atomically.")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    envvar="FLEETDIAG_DB",
+    help="History database [default: the user data dir, see README].",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Where to write the JSON report, atomically; - for stdout (the news then goes to stderr) "
+    "[default: the user state dir].",
+)
+@click.option(
+    "--prometheus",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write the results as a node_exporter textfile-collector file (*.prom), atomically.",
+)
 @click.option("--notify", metavar="CMD", help="Run CMD (through sh) with the new incidents as JSON on stdin.")
 @click.option("--log", help="Log to read: a name from the inventory's logs, or a path/glob.")
 @fanout_options
-@click.option("--keep-days", type=Duration(unit=86400.0), default=DEFAULT_KEEP_DAYS, show_default=True,
-              help="How long to keep per-sweep results (90d, 12h, or days; incidents are kept); 0: keep all.")
+@click.option(
+    "--keep-days",
+    type=Duration(unit=86400.0),
+    default=DEFAULT_KEEP_DAYS,
+    show_default=True,
+    help="How long to keep per-sweep results (90d, 12h, or days; incidents are kept); 0: keep all.",
+)
 @click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
 @transport_options
 @persist_option
 @pass_ctx
 @handle_errors
-def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str | None, prometheus: str | None,
-          notify: str | None,
-          fanout: int, per_address: int, deadline: float | None, keep_days: float, fmt: str | None, **kw: Any) -> None:
+def sweep(
+    ctx: Context,
+    selectors: tuple[str, ...],
+    db: str | None,
+    report: str | None,
+    prometheus: str | None,
+    notify: str | None,
+    fanout: int,
+    per_address: int,
+    deadline: float | None,
+    keep_days: float,
+    fmt: str | None,
+    **kw: Any,
+) -> None:
     """Probe the selected hosts for cron: report, history, and only what changed.
 
     \b
@@ -242,12 +315,18 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
     settings.persist = persist
     t = settings.transport
     job = SweepJob(
-        hosts=hosts, settings=settings, selector=",".join(selectors),
+        hosts=hosts,
+        settings=settings,
+        selector=",".join(selectors),
         db=Path(db).expanduser() if db else default_db_path(),
         report=Path(report).expanduser() if report else default_report_path(),
         deadline=deadline or default_deadline(t.connect_timeout, t.command_timeout),
-        fanout=fanout, per_address=per_address or None, keep_days=keep_days, notify=notify,
-        progress=ctx.out.err.is_terminal, redactor=ctx.redactor,
+        fanout=fanout,
+        per_address=per_address or None,
+        keep_days=keep_days,
+        notify=notify,
+        progress=ctx.out.err.is_terminal,
+        redactor=ctx.redactor,
         prometheus=Path(prometheus).expanduser() if prometheus else None,
     )
 
@@ -273,7 +352,7 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
         out = asyncio.run(go())
     except LockBusy as exc:
         ctx.out.err.print(Text(f"fleetdiag sweep: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
-        raise SystemExit(int(Exit.BUSY))
+        raise SystemExit(int(Exit.BUSY)) from None
     if spool is not None:
         try:
             text = out.report.read_text() if out.report else None
@@ -291,8 +370,12 @@ def sweep(ctx: Context, selectors: tuple[str, ...], db: str | None, report: str 
 
 @main.command()
 @click.argument("selectors", nargs=-1, shell_complete=complete_selector)
-@click.option("--db", type=click.Path(dir_okay=False), envvar="FLEETDIAG_DB",
-              help="History database [default: the user data dir].")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    envvar="FLEETDIAG_DB",
+    help="History database [default: the user data dir].",
+)
 @click.option("--open", "open_only", is_flag=True, help="Only incidents not resolved yet.")
 @click.option("--json", "fmt", flag_value="json", help="One JSON document.")
 @pass_ctx
@@ -310,7 +393,7 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
             incidents = store.incidents(names, open_only=open_only)
     except StoreError as exc:
         ctx.out.err.print(Text(f"fleetdiag history: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
-        raise SystemExit(int(Exit.USAGE))  # like a bad inventory: input the user controls
+        raise SystemExit(int(Exit.USAGE)) from None  # like a bad inventory: input the user controls
     if ctx.redactor is not None:  # the inventory's numbering first, then hosts only the history knows
         from ..inventory import InventoryError
 
@@ -341,16 +424,31 @@ def history_table(incidents: list[Any], path: Path) -> Table:
     now = time.time()
     n_open = sum(1 for i in incidents if i.open)
     table = Table(title=f"{len(incidents)} incidents ({n_open} open) from {path}", title_justify="left")
-    for col, kw in (("host", {"no_wrap": True, "style": "bold"}), ("state", {"no_wrap": True}),
-                    ("cause", {"overflow": "fold"}), ("first seen", {"no_wrap": True}),
-                    ("last seen", {"no_wrap": True}), ("count", {"justify": "right"}),
-                    ("resolved", {"no_wrap": True})):
+    for col, kw in (
+        ("host", {"no_wrap": True, "style": "bold"}),
+        ("state", {"no_wrap": True}),
+        ("cause", {"overflow": "fold"}),
+        ("first seen", {"no_wrap": True}),
+        ("last seen", {"no_wrap": True}),
+        ("count", {"justify": "right"}),
+        ("resolved", {"no_wrap": True}),
+    ):
         table.add_column(col, **kw)
     for i in incidents:
-        state = Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, "")) if i.open \
+        state = (
+            Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, ""))
+            if i.open
             else Text(f"✓ was {i.verdict}", style="dim")
-        table.add_row(Text(i.host), state, Text(i.summary), _when(i.first_seen), f"{ago(now - i.last_seen)} ago",
-                      str(i.count), _when(i.resolved_at) if i.resolved_at is not None else "open")
+        )
+        table.add_row(
+            Text(i.host),
+            state,
+            Text(i.summary),
+            _when(i.first_seen),
+            f"{ago(now - i.last_seen)} ago",
+            str(i.count),
+            _when(i.resolved_at) if i.resolved_at is not None else "open",
+        )
     return table
 
 
@@ -360,11 +458,18 @@ def history_lines(incidents: list[Any], path: Path) -> list[Text]:
     n_open = sum(1 for i in incidents if i.open)
     lines = [Text(f"{len(incidents)} incidents ({n_open} open) from {path}")]
     for i in incidents:
-        state = Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, "")) if i.open \
+        state = (
+            Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, ""))
+            if i.open
             else Text(f"✓ was {i.verdict}", style="dim")
-        head = Text.assemble((i.host, "bold"), "  ", state,
-                             f"  ×{i.count}  first {_when(i.first_seen)}  last {ago(now - i.last_seen)} ago  "
-                             f"{'resolved ' + _when(i.resolved_at) if i.resolved_at is not None else 'open'}")
+        )
+        head = Text.assemble(
+            (i.host, "bold"),
+            "  ",
+            state,
+            f"  ×{i.count}  first {_when(i.first_seen)}  last {ago(now - i.last_seen)} ago  "
+            f"{'resolved ' + _when(i.resolved_at) if i.resolved_at is not None else 'open'}",
+        )
         lines.append(head)
         lines.append(Text(f"  {i.summary}"))
     return lines

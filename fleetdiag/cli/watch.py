@@ -12,30 +12,73 @@ from typing import Any
 import click
 
 from ..exitcodes import exit_for
-from . import DURATION, Context, complete_selector, check_logs, Duration, handle_errors, main, pass_ctx, select_hosts, transport_from, transport_options  # noqa: F401
+from . import (  # noqa: F401
+    DURATION,
+    Context,
+    Duration,
+    check_logs,
+    complete_selector,
+    handle_errors,
+    main,
+    pass_ctx,
+    select_hosts,
+    transport_from,
+    transport_options,
+)
 
 
 @main.command()
 @click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--log", help="Log to follow: a name from the inventory's logs, or a path/glob.")
-@click.option("--stall-after", type=DURATION, default="10m", show_default=True,
-              help="No log growth for this long: stalled (an inventory funnel.stall_after wins per host).")
-@click.option("--wait-limit", type=DURATION, default="15m", show_default=True,
-              help="Waiting for a server / loading for this long: stalled.")
-@click.option("--process", metavar="PATTERN",
-              help="pgrep -f pattern of the serving process: gone while the log names no error = stalled.")
-@click.option("--grace", type=DURATION, default="10s", show_default=True,
-              help="A dropped connection that stays down this long makes the host unreachable.")
+@click.option(
+    "--stall-after",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+    help="No log growth for this long: stalled (an inventory funnel.stall_after wins per host).",
+)
+@click.option(
+    "--wait-limit",
+    type=DURATION,
+    default="15m",
+    show_default=True,
+    help="Waiting for a server / loading for this long: stalled.",
+)
+@click.option(
+    "--process",
+    metavar="PATTERN",
+    help="pgrep -f pattern of the serving process: gone while the log names no error = stalled.",
+)
+@click.option(
+    "--grace",
+    type=DURATION,
+    default="10s",
+    show_default=True,
+    help="A dropped connection that stays down this long makes the host unreachable.",
+)
 @click.option("--heartbeat", type=DURATION, default="2s", show_default=True, help="Remote heartbeat period.")
 @click.option("--duration", type=DURATION, help="Stop after this long and print the summary [default: until Ctrl-C].")
-@click.option("--jsonl", is_flag=True, help="Stream state-change events as JSON lines (for piping) instead of the table.")
+@click.option(
+    "--jsonl", is_flag=True, help="Stream state-change events as JSON lines (for piping) instead of the table."
+)
 @click.option("--no-facts", is_flag=True, help="Skip the GPU/serving-process facts in the first snapshot.")
 @transport_options
 @pass_ctx
 @handle_errors
-def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after: float, wait_limit: float,
-          process: str | None, grace: float, heartbeat: float, duration: float | None, jsonl: bool,
-          no_facts: bool, **kw: Any) -> None:
+def watch(
+    ctx: Context,
+    selectors: tuple[str, ...],
+    log: str | None,
+    stall_after: float,
+    wait_limit: float,
+    process: str | None,
+    grace: float,
+    heartbeat: float,
+    duration: float | None,
+    jsonl: bool,
+    no_facts: bool,
+    **kw: Any,
+) -> None:
     """Watch hosts live: each keeps one SSH connection and pushes what changes.
 
     \b
@@ -45,16 +88,24 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
     Each change is printed above the table and stays in the scrollback; Ctrl-C
     prints a summary. Exit code as probe, from the final states.
     """
+    from ..plan import jump_resolver
     from ..render import host_card, watch_event_line, watch_table
     from ..watch import FAILED, TROUBLE, Watch, WatchSettings
-    from ..plan import jump_resolver
 
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
     check_logs(hosts, log, need_file=True)
     settings = WatchSettings(
-        log=log, rules=ctx.rules(), transport=transport_from(kw), stall_after=stall_after, wait_limit=wait_limit,
-        process=process, grace=grace, heartbeat=heartbeat, facts=not no_facts, jump_resolver=jump_resolver(inv),
+        log=log,
+        rules=ctx.rules(),
+        transport=transport_from(kw),
+        stall_after=stall_after,
+        wait_limit=wait_limit,
+        process=process,
+        grace=grace,
+        heartbeat=heartbeat,
+        facts=not no_facts,
+        jump_resolver=jump_resolver(inv),
     )
     w = Watch(hosts, settings)
     out = ctx.out
@@ -106,8 +157,9 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
                 return
             from rich.live import Live
 
-            with Live(console=out.out, get_renderable=table,
-                      refresh_per_second=4, transient=False, redirect_stdout=False) as live:
+            with Live(
+                console=out.out, get_renderable=table, refresh_per_second=4, transient=False, redirect_stdout=False
+            ) as live:
                 async for ev in events:
                     on_event(ev, live.console)
 
@@ -142,8 +194,14 @@ def watch(ctx: Context, selectors: tuple[str, ...], log: str | None, stall_after
             from ..job import report
 
             rcs = report(results)
-            summary = {"version": 1, "event": "summary", "time": round(time.time(), 3), "interrupted": interrupted,
-                       "hosts": [{**r.to_json(), "state": states[r.host]} for r in results], "root_causes": rcs}
+            summary = {
+                "version": 1,
+                "event": "summary",
+                "time": round(time.time(), 3),
+                "interrupted": interrupted,
+                "hosts": [{**r.to_json(), "state": states[r.host]} for r in results],
+                "root_causes": rcs,
+            }
             out.jsonl(summary)
     else:
         if not live_table:

@@ -114,8 +114,11 @@ def cadence(parsed: Sequence[LogLine], burst: float = BURST, recent: int = RECEN
     return _quantile(gaps, 0.9), _quantile(gaps, 0.5)
 
 
-def phase(parsed: Sequence[LogLine], is_ready: Callable[[str], bool] | None = None,
-          is_waiting: Callable[[str], bool] | None = None) -> tuple[str, LogLine | None]:
+def phase(
+    parsed: Sequence[LogLine],
+    is_ready: Callable[[str], bool] | None = None,
+    is_waiting: Callable[[str], bool] | None = None,
+) -> tuple[str, LogLine | None]:
     """(phase, the line that decided it). The latest phase line decides; no such line: starting.
 
     ``is_ready`` / ``is_waiting`` add matchers (the rules file's ``ready``/``waiting`` sections).
@@ -131,10 +134,18 @@ def phase(parsed: Sequence[LogLine], is_ready: Callable[[str], bool] | None = No
     return STARTING, None
 
 
-def judge(lines: Sequence[Line] | Sequence[LogLine], mtime: float | None, now: float | None, *,
-          alive: bool | None = None, k: float = K, floor: float = FLOOR, fallback: float = FALLBACK,
-          is_ready: Callable[[str], bool] | None = None,
-          is_waiting: Callable[[str], bool] | None = None) -> Silence:
+def judge(
+    lines: Sequence[Line] | Sequence[LogLine],
+    mtime: float | None,
+    now: float | None,
+    *,
+    alive: bool | None = None,
+    k: float = K,
+    floor: float = FLOOR,
+    fallback: float = FALLBACK,
+    is_ready: Callable[[str], bool] | None = None,
+    is_waiting: Callable[[str], bool] | None = None,
+) -> Silence:
     """Judge one log's silence. ``lines``: the log's latest lines (the funnel's tail; the latest run only).
 
     ``mtime`` and ``now`` are both the remote host's clock (the funnel reports both), so no clock sync is
@@ -155,21 +166,31 @@ def judge(lines: Sequence[Line] | Sequence[LogLine], mtime: float | None, now: f
         return Silence(False, p90, None, ph, "the log's age is unknown (no mtime or remote clock)", None, med)
     if ph == SERVING:
         quote = f" (last: {by.msg.strip()[:80]})" if by is not None else ""
-        return Silence(False, p90, silent, ph,
-                       f"serving and idle: start-up completed{quote}; silent for {_fmt(silent)}, which is normal "
-                       "for a server without requests", None, med)
+        return Silence(
+            False,
+            p90,
+            silent,
+            ph,
+            f"serving and idle: start-up completed{quote}; silent for {_fmt(silent)}, which is normal "
+            "for a server without requests",
+            None,
+            med,
+        )
     threshold = max(k * p90, floor) if p90 is not None else fallback
     if p90 is not None:
         rhythm = f"it wrote every ~{_fmt(med or p90)}" + (f" (p90 {_fmt(p90)})" if med and p90 > 1.5 * med else "")
-        limit = f"limit {_fmt(threshold)} = " + (f"{k:g} × {_fmt(p90)}" if k * p90 >= floor else f"the {_fmt(floor)} floor")
+        limit = f"limit {_fmt(threshold)} = " + (
+            f"{k:g} × {_fmt(p90)}" if k * p90 >= floor else f"the {_fmt(floor)} floor"
+        )
     else:
         rhythm = "too few time-stamped lines to know its cadence"
         limit = f"the fixed {_fmt(fallback)} limit"
     if alive is False:
-        return Silence(False, p90, silent, ph, f"{what}; silent for {_fmt(silent)}, but its process has exited",
-                       threshold, med)
+        return Silence(
+            False, p90, silent, ph, f"{what}; silent for {_fmt(silent)}, but its process has exited", threshold, med
+        )
     if silent > threshold:
-        return Silence(True, p90, silent, ph,
-                       f"{what}, {rhythm}; silent for {_fmt(silent)} ({limit})", threshold, med)
-    return Silence(False, p90, silent, ph, f"{what}, {rhythm}; silent for {_fmt(silent)}, within {limit}",
-                   threshold, med)
+        return Silence(True, p90, silent, ph, f"{what}, {rhythm}; silent for {_fmt(silent)} ({limit})", threshold, med)
+    return Silence(
+        False, p90, silent, ph, f"{what}, {rhythm}; silent for {_fmt(silent)}, within {limit}", threshold, med
+    )

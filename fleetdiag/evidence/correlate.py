@@ -24,11 +24,11 @@ WINDOW_AFTER = 120.0  # kernel clocks (dmesg -T) drift: allow the kernel line to
 
 HINTS = {
     "host-oom": "host memory ran out and the kernel killed the process: lower host memory use "
-                "(fewer data-loader workers, smaller batches or prefetch) or add RAM",
+    "(fewer data-loader workers, smaller batches or prefetch) or add RAM",
     "oom-cgroup": "the container's memory limit was reached and the kernel killed the process: raise the limit "
-                  "or lower the job's host memory use",
+    "or lower the job's host memory use",
     "gpu-init": "the driver could not initialise or needs to reset the GPU: reset the GPU or reboot the node; "
-                "drain and RMA if it persists",
+    "drain and RMA if it persists",
     "segfault": "the process crashed in native code: fix the code or the library version it names",
     "hung-task": "tasks stuck in uninterruptible sleep (a driver or I/O hang): drain the node and reboot it",
     "gpu-lost": "the GPU has left the bus: drain the node, power-cycle it, RMA the GPU if it recurs",
@@ -64,8 +64,16 @@ class KernelDecision:
     event: KernelEvent | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "category": self.category, "line": self.line, "hint": self.hint,
-                "kind": self.kind, "code": self.code, "why": self.why, "consequence": self.consequence}
+        return {
+            "source": self.source,
+            "category": self.category,
+            "line": self.line,
+            "hint": self.hint,
+            "kind": self.kind,
+            "code": self.code,
+            "why": self.why,
+            "consequence": self.consequence,
+        }
 
 
 @dataclass
@@ -112,8 +120,11 @@ def _class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
 
 def _bursts(events: list[KernelEvent]) -> list[list[KernelEvent]]:
     """Events in time order (source order for equal or unknown times), cut where the log fell silent."""
-    evs = sorted(events, key=lambda e: (e.time if e.time is not None else float("-inf"), e.pos)) \
-        if all(e.time is not None for e in events) else sorted(events, key=lambda e: e.pos)
+    evs = (
+        sorted(events, key=lambda e: (e.time if e.time is not None else float("-inf"), e.pos))
+        if all(e.time is not None for e in events)
+        else sorted(events, key=lambda e: e.pos)
+    )
     out: list[list[KernelEvent]] = []
     last: float | None = None
     for e in evs:
@@ -172,16 +183,23 @@ def _in_window(ev: KernelEvent, app: AppError | None) -> bool | None:
     return app.time - WINDOW_BEFORE <= ev.time <= app.time + WINDOW_AFTER
 
 
-def decide(app: AppError | None, events: list[KernelEvent], health: list[GpuHealth] | None = None,
-           table: XidTable | None = None) -> KernelDecision | None:
+def decide(
+    app: AppError | None,
+    events: list[KernelEvent],
+    health: list[GpuHealth] | None = None,
+    table: XidTable | None = None,
+) -> KernelDecision | None:
     """The kernel event that decides this host's failure, or None when the application's error stays decisive."""
     table = table or default_xid_table()
     health = health or []
     by_index, by_uuid = _gpu_maps(events, health)
     app_bus = None
     if app is not None:
-        app_bus = bus_key(app.bus) or (by_uuid.get(app.uuid) if app.uuid else None) or \
-            (by_index.get(app.gpu) if app.gpu is not None else None)
+        app_bus = (
+            bus_key(app.bus)
+            or (by_uuid.get(app.uuid) if app.uuid else None)
+            or (by_index.get(app.gpu) if app.gpu is not None else None)
+        )
     cands = [e for e in events if _class(e, table)[0] is not None]
     if not cands:
         return None
@@ -217,31 +235,72 @@ def decide(app: AppError | None, events: list[KernelEvent], health: list[GpuHeal
         asked = re.search(r"recovery action changed from .*? to \S+ \(([^)]+)\)", ev.message)
         if asked:
             hint = f"the driver asks for: {asked.group(1)}; {hint}"
-    return KernelDecision(source="kernel", category=cat or "hardware", line=ev.line, hint=hint, kind=ev.kind,
-                          code=code, why=why, consequence=app.line if app else None, event=ev)
+    return KernelDecision(
+        source="kernel",
+        category=cat or "hardware",
+        line=ev.line,
+        hint=hint,
+        kind=ev.kind,
+        code=code,
+        why=why,
+        consequence=app.line if app else None,
+        event=ev,
+    )
 
 
-def evidence(app: AppError | None, events: list[KernelEvent], health: list[GpuHealth] | None = None,
-             limit: int = 40) -> list[dict[str, Any]]:
+def evidence(
+    app: AppError | None, events: list[KernelEvent], health: list[GpuHealth] | None = None, limit: int = 40
+) -> list[dict[str, Any]]:
     """The HOST record's ``evidence`` list: the app error, kernel events of interest, GPU faults."""
     out: list[dict[str, Any]] = []
     if app is not None:
-        out.append({"source": "log", "time": app.time, "line": app.line, "pid": app.pid, "gpu": app.gpu,
-                    "kind": "error", "code": None})
+        out.append(
+            {
+                "source": "log",
+                "time": app.time,
+                "line": app.line,
+                "pid": app.pid,
+                "gpu": app.gpu,
+                "kind": "error",
+                "code": None,
+            }
+        )
     idx = {g.bus: g.index for g in (health or []) if g.bus}
     for e in [e for e in events if not e.benign][:limit]:
-        out.append({"source": "kernel", "time": e.time, "line": e.line, "pid": e.pid,
-                    "gpu": idx.get(e.bus, e.bus) if e.bus else None, "kind": e.kind, "code": e.code})
+        out.append(
+            {
+                "source": "kernel",
+                "time": e.time,
+                "line": e.line,
+                "pid": e.pid,
+                "gpu": idx.get(e.bus, e.bus) if e.bus else None,
+                "kind": e.kind,
+                "code": e.code,
+            }
+        )
     for g in health or []:
         for f in g.faults:
-            out.append({"source": "gpu", "time": None, "line": f, "pid": None,
-                        "gpu": g.index if g.index is not None else g.bus_id, "kind": "lost" if g.lost else "health",
-                        "code": None})
+            out.append(
+                {
+                    "source": "gpu",
+                    "time": None,
+                    "line": f,
+                    "pid": None,
+                    "gpu": g.index if g.index is not None else g.bus_id,
+                    "kind": "lost" if g.lost else "health",
+                    "code": None,
+                }
+            )
     return out
 
 
-def correlate(app: AppError | None, events: list[KernelEvent], health: list[GpuHealth] | None = None,
-              table: XidTable | None = None) -> Outcome:
+def correlate(
+    app: AppError | None,
+    events: list[KernelEvent],
+    health: list[GpuHealth] | None = None,
+    table: XidTable | None = None,
+) -> Outcome:
     """Decision, evidence and degraded reasons in one call."""
     from .gpu_health import degraded
+
     return Outcome(decide(app, events, health, table), evidence(app, events, health), degraded(health or []))

@@ -11,11 +11,18 @@ from dataclasses import dataclass, field
 
 from .kernel import bus_key
 
-_LOST = re.compile(r"Unable to determine the device handle for GPU\s*(?P<bus>[0-9A-Fa-f:.]+)?|GPU is lost|"
-                   r"(?P<bus2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)[^\n]*GPU is lost")
+_LOST = re.compile(
+    r"Unable to determine the device handle for GPU\s*(?P<bus>[0-9A-Fa-f:.]+)?|GPU is lost|"
+    r"(?P<bus2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)[^\n]*GPU is lost"
+)
 
 # clocks_event_reasons.active bit mask (nvml.h): the reasons that mean the hardware is holding the clocks down
-_MASK_BITS = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown"}
+_MASK_BITS = {
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+}
 
 
 @dataclass

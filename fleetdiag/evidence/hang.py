@@ -41,8 +41,14 @@ def run_lines(lines: Sequence[Line], run_start: int | None) -> list[Line]:
     return [ln for ln in lines if ln.pos >= run_start]
 
 
-def judge_silence(lines: Sequence[Line] | Sequence[LogLine], mtime: float | None, now: float | None, rules: Rules,
-                  stall_after: float, alive: bool | None = None) -> cadence.Silence:
+def judge_silence(
+    lines: Sequence[Line] | Sequence[LogLine],
+    mtime: float | None,
+    now: float | None,
+    rules: Rules,
+    stall_after: float,
+    alive: bool | None = None,
+) -> cadence.Silence:
     """Is this log's silence a stall? The same judgement for probe, analyze and watch.
 
     ``stall_after``: the host's fixed limit (``--stall-after``, ``funnel.stall_after``), used when the log
@@ -52,8 +58,16 @@ def judge_silence(lines: Sequence[Line] | Sequence[LogLine], mtime: float | None
     floor = min(cadence.FLOOR, stall_after) if stall_after > 0 else cadence.FLOOR
     fallback = stall_after if stall_after > 0 else cadence.FALLBACK
     parsed = lines if all(isinstance(ln, LogLine) for ln in lines) else parse_all(lines)  # type: ignore[arg-type]
-    return cadence.judge(parsed, mtime, now, alive=alive, fallback=fallback, floor=floor,
-                         is_ready=rules.is_ready, is_waiting=rules.is_waiting)
+    return cadence.judge(
+        parsed,
+        mtime,
+        now,
+        alive=alive,
+        fallback=fallback,
+        floor=floor,
+        is_ready=rules.is_ready,
+        is_waiting=rules.is_waiting,
+    )
 
 
 def stall_summary(sil: cadence.Silence, starting: str | None = None) -> str:
@@ -63,11 +77,19 @@ def stall_summary(sil: cadence.Silence, starting: str | None = None) -> str:
 
 def silence_fact(sil: cadence.Silence) -> dict[str, Any]:
     """``facts.silence``: the numbers behind a verdict on a quiet log."""
+
     def r(x: float | None) -> float | None:
         return None if x is None or not math.isfinite(x) else round(x, 1)
 
-    return {"phase": sil.phase, "stalled": sil.stalled, "cadence_s": r(sil.cadence_s), "median_s": r(sil.median_s),
-            "silent_s": r(sil.silent_s), "threshold_s": r(sil.threshold_s), "reason": sil.reason}
+    return {
+        "phase": sil.phase,
+        "stalled": sil.stalled,
+        "cadence_s": r(sil.cadence_s),
+        "median_s": r(sil.median_s),
+        "silent_s": r(sil.silent_s),
+        "threshold_s": r(sil.threshold_s),
+        "reason": sil.reason,
+    }
 
 
 def alive_from_facts(facts: dict[str, Any]) -> bool | None:
@@ -95,8 +117,13 @@ def job_pids(facts: dict[str, Any], log_source: dict[str, Any] | None = None) ->
     return out[:MAX_PROCS]
 
 
-def script_vars(pids: Sequence[int], log: str | None, path_prepend: str | None = None, pyspy: str | None = None,
-                dump_timeout: float = DUMP_TIMEOUT) -> dict[str, object]:
+def script_vars(
+    pids: Sequence[int],
+    log: str | None,
+    path_prepend: str | None = None,
+    pyspy: str | None = None,
+    dump_timeout: float = DUMP_TIMEOUT,
+) -> dict[str, object]:
     """The variables the second trip's script reads (quoted and exported by the builder)."""
     env: dict[str, object] = {
         "FD_STACKS_PIDS": " ".join(str(int(p)) for p in pids),
@@ -110,8 +137,13 @@ def script_vars(pids: Sequence[int], log: str | None, path_prepend: str | None =
     return env
 
 
-def command(pids: Sequence[int], log: str | None, path_prepend: str | None = None, pyspy: str | None = None,
-            dump_timeout: float = DUMP_TIMEOUT) -> str:
+def command(
+    pids: Sequence[int],
+    log: str | None,
+    path_prepend: str | None = None,
+    pyspy: str | None = None,
+    dump_timeout: float = DUMP_TIMEOUT,
+) -> str:
     """The exec request of the second round trip (the one builder, the one wrapper every login shell reads)."""
     return remote.remote_command(remote.script(script_vars(pids, log, path_prepend, pyspy, dump_timeout), SCRIPT))
 

@@ -47,8 +47,9 @@ from .xid import XidTable
 # The remote part: kernel.sh's functions, then the call that prints its sections as K records.
 SCRIPT = remote.load("kernel.sh") + remote.load("kernel_probe.sh")
 QUIET_AFTER = 60.0  # a log silent this long (and naming no error) may have been stopped by a kernel event
-GPU_HINT = ("the failing rank's GPU is faulty now: drain the node and reset the GPU; "
-            "RMA it if the fault persists after a reset")
+GPU_HINT = (
+    "the failing rank's GPU is faulty now: drain the node and reset the GPU; RMA it if the fault persists after a reset"
+)
 
 
 def script_vars(path_prepend: str | None = None) -> dict[str, str]:
@@ -78,8 +79,13 @@ def app_time(text: str | None, now: float | None, tz_offset: int = 0) -> float |
         y, mo, d, hh, mi, ss, frac, z = m.groups()
         if z:
             zz = z.replace(":", "")
-            tz = timezone.utc if z == "Z" else timezone(timedelta(
-                seconds=(1 if zz[0] == "+" else -1) * (int(zz[1:3]) * 3600 + int(zz[3:5]) * 60)))
+            tz = (
+                timezone.utc
+                if z == "Z"
+                else timezone(
+                    timedelta(seconds=(1 if zz[0] == "+" else -1) * (int(zz[1:3]) * 3600 + int(zz[3:5]) * 60))
+                )
+            )
         try:
             dt = datetime(int(y), int(mo), int(d), int(hh), int(mi), int(ss), tzinfo=tz)
         except ValueError:
@@ -156,8 +162,15 @@ def app_error(d: Decisive, facts: dict[str, Any], when: float | None) -> AppErro
                 ordinal += int(dp.group(1)) * size
     uuid = _UUID.search(text)
     pci = _PCI.search(text)
-    return AppError(line=d.line, time=when, pid=pid, process=name, gpu=_host_gpu(ordinal, facts),
-                    uuid=uuid.group(0) if uuid else None, bus=pci.group(0) if pci else None)
+    return AppError(
+        line=d.line,
+        time=when,
+        pid=pid,
+        process=name,
+        gpu=_host_gpu(ordinal, facts),
+        uuid=uuid.group(0) if uuid else None,
+        bus=pci.group(0) if pci else None,
+    )
 
 
 # ------------------------------------------------------------------ the decision, applied
@@ -171,10 +184,19 @@ def _kernel_decisive(dec: KernelDecision, app: Decisive | None, linked: bool) ->
     if ev is not None and (ev.process or ev.pid):
         process = " ".join(p for p in (ev.process, f"pid={ev.pid}" if ev.pid else None) if p)
     return Decisive(
-        line=dec.line, message=message, process=process, time=iso(ev.time) if ev is not None else None,
-        exception_type=kind, category=dec.category, traceback=list(app.traceback) if app else [],
-        hint=dec.hint, fingerprint=fingerprint(kind, message), confidence=0.9 if linked else 0.75,
-        reason=dec.why, rank=app.rank if app else None, source="kernel",
+        line=dec.line,
+        message=message,
+        process=process,
+        time=iso(ev.time) if ev is not None else None,
+        exception_type=kind,
+        category=dec.category,
+        traceback=list(app.traceback) if app else [],
+        hint=dec.hint,
+        fingerprint=fingerprint(kind, message),
+        confidence=0.9 if linked else 0.75,
+        reason=dec.why,
+        rank=app.rank if app else None,
+        source="kernel",
         consequence=app.line if app else None,
     )
 
@@ -183,18 +205,26 @@ def _gpu_decisive(g: GpuHealth, app: Decisive) -> Decisive:
     name = f"GPU {g.index}" if g.index is not None else f"GPU {g.bus_id or '?'}"
     line = f"{name}: {'; '.join(g.degrading)}"
     return Decisive(
-        line=line, message=line, process=None, exception_type="gpu-health", category="hardware",
-        traceback=list(app.traceback), hint=GPU_HINT, fingerprint=fingerprint("gpu-health", "; ".join(g.degrading)),
-        confidence=0.7, reason=f"nvidia-smi: the failing process's GPU ({name}) is faulty", rank=app.rank,
-        source="gpu", consequence=app.line,
+        line=line,
+        message=line,
+        process=None,
+        exception_type="gpu-health",
+        category="hardware",
+        traceback=list(app.traceback),
+        hint=GPU_HINT,
+        fingerprint=fingerprint("gpu-health", "; ".join(g.degrading)),
+        confidence=0.7,
+        reason=f"nvidia-smi: the failing process's GPU ({name}) is faulty",
+        rank=app.rank,
+        source="gpu",
+        consequence=app.line,
     )
 
 
 def _app_gpu(app: AppError, health: list[GpuHealth]) -> GpuHealth | None:
     bus = bus_key(app.bus)
     for g in health:
-        if (bus and g.bus == bus) or (app.uuid and g.uuid == app.uuid) or \
-                (app.gpu is not None and g.index == app.gpu):
+        if (bus and g.bus == bus) or (app.uuid and g.uuid == app.uuid) or (app.gpu is not None and g.index == app.gpu):
             return g
     return None
 
@@ -225,8 +255,12 @@ def apply(res: HostResult, fr: FunnelResult, table: XidTable | None = None) -> H
     if d is not None and res.verdict in (FAILED, STALLED):
         when = app_time(d.time, now, kc.clock.tz_offset) or fr.mtime
         app = app_error(d, res.facts, when)
-    elif fr.status == "ok" and res.verdict in (HEALTHY, STARTING, STALLED) and fr.mtime is not None \
-            and (fr.idle_seconds or 0) >= QUIET_AFTER:
+    elif (
+        fr.status == "ok"
+        and res.verdict in (HEALTHY, STARTING, STALLED)
+        and fr.mtime is not None
+        and (fr.idle_seconds or 0) >= QUIET_AFTER
+    ):
         app = AppError(line="", time=fr.mtime)  # the log's last write: what stopped it?
         silent = True
     dec = decide(app, events, health, table) if app is not None else None

@@ -21,10 +21,14 @@ _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _RE_ISO = re.compile(rf"^(?P<t>{_ISO})\s+(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*\d+\.\d+\]\s*)?")
 _RE_ISO_BARE = re.compile(rf"^(?P<t>{_ISO})\s+")  # dmesg --time-format iso
 _RE_TALOS = re.compile(rf"^kern:\s*\w+:\s*\[(?P<t>{_ISO})\]:\s*")
-_RE_SYSLOG = re.compile(r"^(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
-                        r"(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*(?P<boot>\d+\.\d+)\]\s*)?")
-_RE_CTIME = re.compile(r"^\[(?:[A-Za-z]{3}\s+)?(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
-                       r"(?P<year>\d{4})\]\s?")
+_RE_SYSLOG = re.compile(
+    r"^(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
+    r"(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*(?P<boot>\d+\.\d+)\]\s*)?"
+)
+_RE_CTIME = re.compile(
+    r"^\[(?:[A-Za-z]{3}\s+)?(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
+    r"(?P<year>\d{4})\]\s?"
+)
 _RE_HUMAN_ABS = re.compile(r"^\[(?P<mon>[A-Za-z]{3})(?P<day>\d{1,2})\s+(?P<hm>\d\d:\d\d)\]\s?")  # dmesg -H header
 _RE_HUMAN_REL = re.compile(r"^\[\s*\+(?P<rel>\d+\.\d+)\]\s?")
 _RE_BOOT = re.compile(r"^\[\s*(?P<boot>\d+\.\d+)\]\s?")
@@ -43,7 +47,9 @@ _RE_INIT = re.compile(r"RmInitAdapter failed|NV_ERR_RESET_REQUIRED|GPU Reset Req
 _RE_GSP = re.compile(r"GSP.*(?:[Tt]imeout|timed out|heartbeat|crashed|halt)|[Hh]eartbeat.*GSP")
 _RE_EDAC_UE = re.compile(r"EDAC .*\b(?:UE|[Uu]ncorrected|[Uu]ncorrectable)\b")
 _RE_GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F:.]+):\s*(?P<uuid>GPU-[0-9a-fA-F-]+)")
-_RE_OOM_KILL = re.compile(r"(?i:out of memory)(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]+)\)")
+_RE_OOM_KILL = re.compile(
+    r"(?i:out of memory)(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]+)\)"
+)
 _RE_KILLED = re.compile(r"^Killed process (?P<pid>\d+) \((?P<name>[^)]+)\)")
 _RE_OOM_SUM = re.compile(r"oom-kill:.*?\btask=(?P<name>[^,]+),pid=(?P<pid>\d+)")
 _RE_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<name>[^)]+)\)")
@@ -51,29 +57,48 @@ _RE_INVOKED = re.compile(r"^(?P<name>\S.*?) invoked oom-killer:")
 _RE_SEGV = re.compile(r"^(?P<name>\S+?)\[(?P<pid>\d+)\]: segfault at")
 _RE_GPF = re.compile(r"^(?:traps: )?(?P<name>\S+?)\[(?P<pid>\d+)\].*general protection")
 _RE_HUNG = re.compile(r"INFO: task (?P<name>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
-_RE_AER = re.compile(r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*PCIe Bus Error: severity=(?P<sev>[^,]+)")
+_RE_AER = re.compile(
+    r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*PCIe Bus Error: severity=(?P<sev>[^,]+)"
+)
 _RE_AER_RECV = re.compile(r"AER: (?:Corrected|Uncorrected|Multiple).*error.*received")
 _RE_MCE = re.compile(r"mce: \[Hardware Error\]|[Mm]achine [Cc]heck")
 _RE_MCE_FATAL = re.compile(r"[Uu]ncorrected|[Ff]atal|[Pp]anic|Machine Check Exception")
 _RE_WATCHDOG = re.compile(r"RC watchdog: GPU is probably locked")
 
 # Lines every healthy GPU host prints; never a cause.
-BENIGN = re.compile("|".join([  # noqa: FLY002  (one pattern a line reads better)
-    r"NVRM: loading NVIDIA UNIX", r"nvidia: loading out-of-tree module", r"module license .* taints kernel",
-    r"nvidia-nvlink: Nvlink Core is being initialized", r"NVRM: GPU at PCI:", r"NVRM: GPU Board Serial Number",
-    r"NVRM: .*FBHUB Interrupt detected\. Clearing it", r"Persistence mode is deprecated",
-    r"NVRM: A GPU crash dump has been created", r"NVRM: nvidia-bug-report\.sh as root",
-    r"NVRM: the NVIDIA kernel module is unloaded", r"kbifCacheVFInfo_\w+: Unable to read",
-    r"nvidia-peermem .*detected invalid context", r"GPU serial number is", r"nvidia-uvm: Loaded the UVM driver",
-    r"nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver", r"NVRM: Open Kernel Module",
-    r"entered promiscuous mode", r"workqueue: .* hogged CPU",
-]))
+BENIGN = re.compile(
+    "|".join(
+        [  # noqa: FLY002  (one pattern a line reads better)
+            r"NVRM: loading NVIDIA UNIX",
+            r"nvidia: loading out-of-tree module",
+            r"module license .* taints kernel",
+            r"nvidia-nvlink: Nvlink Core is being initialized",
+            r"NVRM: GPU at PCI:",
+            r"NVRM: GPU Board Serial Number",
+            r"NVRM: .*FBHUB Interrupt detected\. Clearing it",
+            r"Persistence mode is deprecated",
+            r"NVRM: A GPU crash dump has been created",
+            r"NVRM: nvidia-bug-report\.sh as root",
+            r"NVRM: the NVIDIA kernel module is unloaded",
+            r"kbifCacheVFInfo_\w+: Unable to read",
+            r"nvidia-peermem .*detected invalid context",
+            r"GPU serial number is",
+            r"nvidia-uvm: Loaded the UVM driver",
+            r"nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver",
+            r"NVRM: Open Kernel Module",
+            r"entered promiscuous mode",
+            r"workqueue: .* hogged CPU",
+        ]
+    )
+)
 
 # What the remote side greps for (POSIX ERE); kept here so both sides agree.
-INTEREST_ERE = ("NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|"
-                "invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|"
-                "PCIe Bus Error|AER:|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|"
-                "NV_ERR_|RmInitAdapter")
+INTEREST_ERE = (
+    "NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|"
+    "invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|"
+    "PCIe Bus Error|AER:|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|"
+    "NV_ERR_|RmInitAdapter"
+)
 
 
 @dataclass
@@ -145,8 +170,9 @@ def _wall(year: int, mon: str, day: str, hms: str, tz: int) -> float | None:
     if not mo:
         return None
     try:
-        dt = datetime.strptime(f"{year}-{mo:02d}-{int(day):02d} {hms}", "%Y-%m-%d %H:%M:%S" if hms.count(":") == 2
-                               else "%Y-%m-%d %H:%M")
+        dt = datetime.strptime(
+            f"{year}-{mo:02d}-{int(day):02d} {hms}", "%Y-%m-%d %H:%M:%S" if hms.count(":") == 2 else "%Y-%m-%d %H:%M"
+        )
     except ValueError:
         return None
     return dt.replace(tzinfo=timezone(timedelta(seconds=tz))).timestamp()
@@ -167,38 +193,38 @@ def split_time(line: str, clock: Clock, state: dict[str, float | None]) -> tuple
     s = line.rstrip("\n")
     m = _RE_TALOS.match(s)
     if m:
-        return _iso(m["t"], clock.tz_offset), s[m.end():]
+        return _iso(m["t"], clock.tz_offset), s[m.end() :]
     m = _RE_ISO.match(s)
     if m:
-        return _iso(m["t"], clock.tz_offset), s[m.end():]
+        return _iso(m["t"], clock.tz_offset), s[m.end() :]
     m = _RE_SYSLOG.match(s)
     if m:
-        return _wall(_year_for(clock, m["mon"]), m["mon"], m["day"], m["hms"], clock.tz_offset), s[m.end():]
+        return _wall(_year_for(clock, m["mon"]), m["mon"], m["day"], m["hms"], clock.tz_offset), s[m.end() :]
     m = _RE_CTIME.match(s)
     if m:
-        return _wall(int(m["year"]), m["mon"], m["day"], m["hms"], clock.tz_offset), s[m.end():]
+        return _wall(int(m["year"]), m["mon"], m["day"], m["hms"], clock.tz_offset), s[m.end() :]
     m = _RE_HUMAN_ABS.match(s)
     if m:
         t = _wall(_year_for(clock, m["mon"]), m["mon"], m["day"], m["hm"], clock.tz_offset)
         state["human"] = t
-        return t, s[m.end():]
+        return t, s[m.end() :]
     m = _RE_HUMAN_REL.match(s)
     if m:
         base = state.get("human")
         if base is not None:
             base += float(m["rel"])
             state["human"] = base
-        return base, s[m.end():]
+        return base, s[m.end() :]
     m = _RE_BOOT.match(s)
     if m:
         boot = clock.boot
-        return (boot + float(m["boot"]) if boot is not None else None), s[m.end():]
+        return (boot + float(m["boot"]) if boot is not None else None), s[m.end() :]
     m = _RE_ISO_BARE.match(s)
     if m:
-        return _iso(m["t"], clock.tz_offset), s[m.end():]
+        return _iso(m["t"], clock.tz_offset), s[m.end() :]
     m = _RE_KERNEL.match(s)
     if m:
-        return None, s[m.end():]
+        return None, s[m.end() :]
     return None, s
 
 
@@ -237,8 +263,15 @@ def classify(message: str) -> KernelEvent:
             p = _RE_PCI.search(msg)
             ev.kind, ev.bus = kind, bus_key(p["bus"]) if p else None
             return ev
-    for rx, kind in ((_RE_OOM_KILL, "oom-kill"), (_RE_OOM_SUM, "oom-kill"), (_RE_KILLED, "oom-killed"),
-                     (_RE_REAPED, "oom-reaped"), (_RE_SEGV, "segfault"), (_RE_GPF, "gpf"), (_RE_HUNG, "hung-task")):
+    for rx, kind in (
+        (_RE_OOM_KILL, "oom-kill"),
+        (_RE_OOM_SUM, "oom-kill"),
+        (_RE_KILLED, "oom-killed"),
+        (_RE_REAPED, "oom-reaped"),
+        (_RE_SEGV, "segfault"),
+        (_RE_GPF, "gpf"),
+        (_RE_HUNG, "hung-task"),
+    ):
         m = rx.search(msg)
         if m:
             ev.kind, ev.pid, ev.process = kind, int(m["pid"]), m["name"].strip()
@@ -321,10 +354,12 @@ class KernelCollection:
             why.append("kernel.dmesg_restrict=1")
         why.append(f"user {u.get('user') or '?'} is in neither the adm nor the systemd-journal group")
         user = u.get("user") or "$USER"
-        return {"kernel_log": "unreadable",
-                "why": "; ".join(why),
-                "fix": f"sudo usermod -aG adm,systemd-journal {user} (journalctl -k and /var/log/kern.log), "
-                       "or sysctl kernel.dmesg_restrict=0 (dmesg)"}
+        return {
+            "kernel_log": "unreadable",
+            "why": "; ".join(why),
+            "fix": f"sudo usermod -aG adm,systemd-journal {user} (journalctl -k and /var/log/kern.log), "
+            "or sysctl kernel.dmesg_restrict=0 (dmesg)",
+        }
 
 
 def _kv(s: str) -> dict[str, str]:

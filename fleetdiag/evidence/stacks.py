@@ -47,33 +47,69 @@ WHAT = {
 _R = re.compile
 # (kind, pattern on a frame's name, pattern on its file or library or None)
 _RULES: list[tuple[str, re.Pattern[str], re.Pattern[str] | None]] = [
-    (COLLECTIVE, _R(r"(?:^|[.:_])(?:all_reduce|allreduce|all_gather\w*|reduce_scatter\w*|broadcast\w*|barrier"
-                    r"|monitored_barrier|all_to_all\w*|_all_gather_base|reduce|send|recv|isend|irecv"
-                    r"|batch_isend_irecv|wait_tensor|_wait_for_pending_works)$"), _R(r"distributed|c10d|nccl")),
+    (
+        COLLECTIVE,
+        _R(
+            r"(?:^|[.:_])(?:all_reduce|allreduce|all_gather\w*|reduce_scatter\w*|broadcast\w*|barrier"
+            r"|monitored_barrier|all_to_all\w*|_all_gather_base|reduce|send|recv|isend|irecv"
+            r"|batch_isend_irecv|wait_tensor|_wait_for_pending_works)$"
+        ),
+        _R(r"distributed|c10d|nccl"),
+    ),
     (COLLECTIVE, _R(r"nccl\w+|c10d::\w+.*wait|ProcessGroupNCCL|WorkNCCL|ncclGroupEnd|ncclCommInitRank"), None),
-    (COLLECTIVE, _R(r"cuStreamSynchronize|cudaStreamSynchronize|cudaDeviceSynchronize|cuCtxSynchronize"
-                    r"|cudaEventSynchronize|cuEventSynchronize|cudaStreamWaitEvent|_local_scalar_dense"
-                    r"|cudaMemcpy$|cuMemcpyDtoH\w*|hipStreamSynchronize|hipDeviceSynchronize"), None),
+    (
+        COLLECTIVE,
+        _R(
+            r"cuStreamSynchronize|cudaStreamSynchronize|cudaDeviceSynchronize|cuCtxSynchronize"
+            r"|cudaEventSynchronize|cuEventSynchronize|cudaStreamWaitEvent|_local_scalar_dense"
+            r"|cudaMemcpy$|cuMemcpyDtoH\w*|hipStreamSynchronize|hipDeviceSynchronize"
+        ),
+        None,
+    ),
     (COLLECTIVE, _R(r"(?:^|\.)synchronize$"), _R(r"cuda|torch")),
-    (DATA_LOADER, _R(r"_next_data|_get_data|_try_get_data|_next_index|fetch$|__next__"),
-     _R(r"dataloader|_utils/fetch|data/")),
+    (
+        DATA_LOADER,
+        _R(r"_next_data|_get_data|_try_get_data|_next_index|fetch$|__next__"),
+        _R(r"dataloader|_utils/fetch|data/"),
+    ),
     (DATA_LOADER, _R(r"_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter|DataLoader"), None),
-    (CHECKPOINT, _R(r"save_checkpoint|save_state_dict|save_pretrained|save_model|_save$|_legacy_save|_write_file"
-                    r"|save_file$|_save_to_disk"), _R(r"serialization|checkpoint|safetensors|trainer|save")),
+    (
+        CHECKPOINT,
+        _R(
+            r"save_checkpoint|save_state_dict|save_pretrained|save_model|_save$|_legacy_save|_write_file"
+            r"|save_file$|_save_to_disk"
+        ),
+        _R(r"serialization|checkpoint|safetensors|trainer|save"),
+    ),
     (COMPILE, _R(r"compile_fx|_compile|compile_inner|codegen|async_compile"), _R(r"_dynamo|_inductor")),
     (QUEUE, _R(r"(?:^|\.)get$|(?:^|\.)_recv_bytes$|(?:^|\.)poll$"), _R(r"queue|connection\.py|queues\.py")),
     (QUEUE, _R(r"acquire_read|dequeue|recv_pyobj|recv_multipart"), _R(r"shm_broadcast|zmq|message_queue")),
-    (CHILD, _R(r"(?:^|\.)(?:wait|_wait|join|_try_wait|waitpid|communicate)$"),
-     _R(r"subprocess|popen_|multiprocessing/process|process\.py")),
+    (
+        CHILD,
+        _R(r"(?:^|\.)(?:wait|_wait|join|_try_wait|waitpid|communicate)$"),
+        _R(r"subprocess|popen_|multiprocessing/process|process\.py"),
+    ),
     (CHILD, _R(r"^(?:waitpid|wait4|__wait4|waitid)$"), None),
     (EVENT_LOOP, _R(r"(?:^|\.)(?:_run_once|run_forever|run_until_complete)$"), _R(r"asyncio|uvloop")),
-    (SOCKET, _R(r"(?:^|[._])(?:recv|recv_into|recvfrom|recvmsg|accept|connect|readinto|sendall|select|poll"
-                r"|epoll_wait|epoll_pwait|__poll|ppoll|pselect6?)$"), None),
+    (
+        SOCKET,
+        _R(
+            r"(?:^|[._])(?:recv|recv_into|recvfrom|recvmsg|accept|connect|readinto|sendall|select|poll"
+            r"|epoll_wait|epoll_pwait|__poll|ppoll|pselect6?)$"
+        ),
+        None,
+    ),
     (SLEEP, _R(r"^(?:clock_nanosleep|nanosleep|__nanosleep|usleep|sleep|time\.sleep|pysleep|time_sleep)$"), None),
     (SLEEP, _R(r"(?:^|\.)sleep$"), None),
     (LOCK, _R(r"(?:^|\.)(?:wait|acquire|join|_wait_for_tstate_lock)$"), _R(r"threading|synchronize\.py")),
-    (LOCK, _R(r"PyThread_acquire_lock\w*|pthread_cond_\w*wait|__futex_abstimed_wait\w*|futex_wait\w*"
-              r"|sem_(?:timed)?wait|lock_PyThread_acquire_lock|take_gil|PyCOND_WAIT"), None),
+    (
+        LOCK,
+        _R(
+            r"PyThread_acquire_lock\w*|pthread_cond_\w*wait|__futex_abstimed_wait\w*|futex_wait\w*"
+            r"|sem_(?:timed)?wait|lock_PyThread_acquire_lock|take_gil|PyCOND_WAIT"
+        ),
+        None,
+    ),
 ]
 
 # wchan -> kind, for the fallback without py-spy
@@ -87,8 +123,15 @@ _WCHAN: list[tuple[re.Pattern[str], str]] = [
     (_R(r"nvidia|nv_|uvm_|os_acquire|_nv\d"), IO),
 ]
 
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"threading", "queue", "socket", "selectors",
-                                                                "subprocess", "multiprocessing", "asyncio"}
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {
+    "threading",
+    "queue",
+    "socket",
+    "selectors",
+    "subprocess",
+    "multiprocessing",
+    "asyncio",
+}
 
 
 @dataclass
@@ -223,20 +266,28 @@ class StackReport:
         """Facts for the card: py-spy missing, ptrace refused (with the fix), processes gone."""
         out: list[str] = []
         if self.pyspy is None:
-            out.append("py-spy is not installed on this host (pip install py-spy): "
-                       "where each process waits comes from /proc wchan and thread states")
+            out.append(
+                "py-spy is not installed on this host (pip install py-spy): "
+                "where each process waits comes from /proc wchan and thread states"
+            )
         denied = [p.pid for p in self.procs if p.pyspy_status == "denied"]
         if denied:
-            scope = f"kernel.yama.ptrace_scope={self.ptrace_scope}" if self.ptrace_scope not in (None, "-") else \
-                "ptrace"
+            scope = (
+                f"kernel.yama.ptrace_scope={self.ptrace_scope}" if self.ptrace_scope not in (None, "-") else "ptrace"
+            )
             who = f" as {self.user}" if self.user else ""
-            out.append(f"ptrace not permitted{who} for pid {', '.join(map(str, denied))} ({scope}): py-spy cannot "
-                       "read the stacks; run fleetdiag as the job's user with ptrace_scope 0, or as root "
-                       "(CAP_SYS_PTRACE); fell back to /proc wchan and thread states")
+            out.append(
+                f"ptrace not permitted{who} for pid {', '.join(map(str, denied))} ({scope}): py-spy cannot "
+                "read the stacks; run fleetdiag as the job's user with ptrace_scope 0, or as root "
+                "(CAP_SYS_PTRACE); fell back to /proc wchan and thread states"
+            )
         for p in self.procs:
             if p.pyspy_status in ("failed", "timeout"):
-                out.append(f"py-spy {p.pyspy_status} on pid {p.pid}"
-                           + (f": {p.pyspy_error}" if p.pyspy_error else "") + "; fell back to /proc")
+                out.append(
+                    f"py-spy {p.pyspy_status} on pid {p.pid}"
+                    + (f": {p.pyspy_error}" if p.pyspy_error else "")
+                    + "; fell back to /proc"
+                )
         gone = [p.pid for p in self.procs if p.gone]
         if gone:
             out.append(f"pid {', '.join(map(str, gone))} exited before its stack was read")
@@ -258,7 +309,7 @@ def _frame(text: str) -> Frame | None:
     if not text.endswith(")") or " (" not in text:
         return Frame(text) if text else None
     i = text.rfind(" (")
-    name, loc = text[:i], text[i + 2:-1]
+    name, loc = text[:i], text[i + 2 : -1]
     m = _PYLOC.match(loc)
     if m:
         return Frame(name, m.group("file"), int(m.group("line")))
@@ -275,8 +326,9 @@ def parse_pyspy(text: str) -> list[ThreadStack]:
         m = _THREAD.match(raw)
         if m:
             tid = m.group("tid")
-            cur = ThreadStack(int(tid, 16) if tid.startswith("0x") else int(tid), m.group("name"),
-                              m.group("st").startswith("active"))
+            cur = ThreadStack(
+                int(tid, 16) if tid.startswith("0x") else int(tid), m.group("name"), m.group("st").startswith("active")
+            )
             out.append(cur)
             continue
         if cur is None or not raw.startswith("    "):
@@ -303,11 +355,23 @@ def parse_pyspy_json(text: str) -> list[ThreadStack]:
         for f in t.get("frames") or []:
             if isinstance(f, dict) and f.get("name"):
                 line = f.get("line")
-                frames.append(Frame(str(f["name"]), f.get("short_filename") or f.get("filename"),
-                                    int(line) if isinstance(line, int) and line > 0 else None, f.get("filename")))
+                frames.append(
+                    Frame(
+                        str(f["name"]),
+                        f.get("short_filename") or f.get("filename"),
+                        int(line) if isinstance(line, int) and line > 0 else None,
+                        f.get("filename"),
+                    )
+                )
         tid = t.get("os_thread_id") or t.get("thread_id")
-        out.append(ThreadStack(int(tid) if isinstance(tid, int) else None, t.get("thread_name"),
-                               bool(t.get("active")) if t.get("active") is not None else None, frames))
+        out.append(
+            ThreadStack(
+                int(tid) if isinstance(tid, int) else None,
+                t.get("thread_name"),
+                bool(t.get("active")) if t.get("active") is not None else None,
+                frames,
+            )
+        )
     return out
 
 
@@ -332,7 +396,7 @@ def parse_stacks(output: str) -> StackReport:
     buf: list[str] = []
     for raw in output.splitlines():
         if raw.startswith("@@fd_stacks_"):
-            tag, _, rest = raw[len("@@fd_stacks_"):].partition(" ")
+            tag, _, rest = raw[len("@@fd_stacks_") :].partition(" ")
             kv = _kv(rest)
             if tag == "start":
                 rep.now = float(kv["now"]) if _int(kv.get("now")) is not None else None
@@ -343,9 +407,13 @@ def parse_stacks(output: str) -> StackReport:
             elif tag == "found":
                 rep.found = _int(kv.get("count"))
             elif tag == "proc":
-                cur = ProcStack(pid=int(kv["pid"]), state=kv.get("state"), ppid=_int(kv.get("ppid")),
-                                wchan=None if kv.get("wchan") in (None, "-") else kv["wchan"],
-                                gpu_fds=_int(kv.get("gpu_fds")))
+                cur = ProcStack(
+                    pid=int(kv["pid"]),
+                    state=kv.get("state"),
+                    ppid=_int(kv.get("ppid")),
+                    wchan=None if kv.get("wchan") in (None, "-") else kv["wchan"],
+                    gpu_fds=_int(kv.get("gpu_fds")),
+                )
                 rep.procs.append(cur)
             elif tag in ("gpus", "apps"):
                 mode, cur = tag, None
@@ -389,8 +457,14 @@ def parse_stacks(output: str) -> StackReport:
         elif mode == "threads":
             parts = raw.split(" ", 3)
             if len(parts) >= 3 and parts[0].isdigit():
-                cur.tstates.append(ThreadState(int(parts[0]), parts[1], None if parts[2] == "-" else parts[2],
-                                               parts[3] if len(parts) > 3 else ""))
+                cur.tstates.append(
+                    ThreadState(
+                        int(parts[0]),
+                        parts[1],
+                        None if parts[2] == "-" else parts[2],
+                        parts[3] if len(parts) > 3 else "",
+                    )
+                )
     return rep
 
 
@@ -411,6 +485,7 @@ def _gpu_row(rep: StackReport, mode: str, raw: str) -> None:
 
 # ---------------------------------------------------------------- naming the wait
 
+
 def _module_root(f: Frame) -> str:
     name = (f.file or "").replace("\\", "/")
     return name.split("/", 1)[0].removesuffix(".py")
@@ -428,8 +503,9 @@ def _is_own(f: Frame) -> bool:
 def _classify(frames: list[Frame]) -> tuple[str, Frame] | None:
     for kind, name_rx, file_rx in _RULES:
         for f in frames:
-            if name_rx.search(f.name) and (file_rx is None or file_rx.search(f.file or "") or
-                                           file_rx.search(f.path or "")):
+            if name_rx.search(f.name) and (
+                file_rx is None or file_rx.search(f.file or "") or file_rx.search(f.path or "")
+            ):
                 return kind, f
     return None
 
@@ -455,10 +531,12 @@ def _from_wchan(state: str | None, wchan: str | None) -> tuple[str, str | None]:
 def _outer_own(frames: list[Frame], idx: int, f: Frame) -> Frame | None:
     """The program's frame that called into the telling one: outward, outside the telling frame's folder
     (torch's all_reduce wrapper is not where the program waits; the training loop that called it is)."""
+
     def folder(g: Frame) -> str:
         return (g.file or "").rsplit("/", 1)[0]
+
     here = None if f.native else folder(f)
-    later = [g for g in frames[idx + 1:] if _is_own(g)]
+    later = [g for g in frames[idx + 1 :] if _is_own(g)]
     return next((g for g in later if here is None or folder(g) != here), later[0] if later else None)
 
 
@@ -492,8 +570,11 @@ def _threads_summary(p: ProcStack, limit: int = 4) -> str:
     """'40 threads: 33 futex_do_wait, 4 poll_schedule_timeout.constprop.0, 2 running'."""
     counts: dict[str, int] = {}
     for s in p.tstates:
-        key = "running" if s.state.startswith("R") else (f"D {s.wchan}" if s.state.startswith("D") else
-                                                          (s.wchan or s.state))
+        key = (
+            "running"
+            if s.state.startswith("R")
+            else (f"D {s.wchan}" if s.state.startswith("D") else (s.wchan or s.state))
+        )
         counts[key] = counts.get(key, 0) + 1
     if not counts:
         return ""
@@ -522,8 +603,12 @@ def describe(p: ProcStack, w: Wait | None = None) -> str:
         line += f", called from {w.where}" if w.at else f" at {w.where}"
     if w.via == "wchan":
         summ = _threads_summary(p)
-        line += f" (from /proc: main thread {p.state or '?'}" + (f" in {w.at}" if w.at and w.at != "0" else "") + \
-            (f"; {summ}" if summ else "") + ")"
+        line += (
+            f" (from /proc: main thread {p.state or '?'}"
+            + (f" in {w.at}" if w.at and w.at != "0" else "")
+            + (f"; {summ}" if summ else "")
+            + ")"
+        )
     return line
 
 
@@ -543,9 +628,13 @@ def stragglers(procs: list[ProcStack], util_of_pid: dict[int, float] | None = No
     # loop: it is the parent of a listed process, or has no rank where its neighbours have one
     parents = {p.ppid for p in procs if p.ppid is not None}
     any_rank = any(p.rank is not None for p in procs)
-    ranked = [(p, where_waits(p)) for p in procs
-              if not p.gone and p.pid not in parents
-              and (p.rank is not None or (not any_rank and ((p.gpu_fds or 0) > 0 or p.pid in util)))]
+    ranked = [
+        (p, where_waits(p))
+        for p in procs
+        if not p.gone
+        and p.pid not in parents
+        and (p.rank is not None or (not any_rank and ((p.gpu_fds or 0) > 0 or p.pid in util)))
+    ]
     waiting = {p.pid for p, w in ranked if _waits_on_peers(w, util.get(p.pid))}
     if not waiting:
         return []
@@ -568,11 +657,23 @@ def evidence(report: StackReport, gpu_of_pid: dict[int, int] | None = None) -> l
         line = describe(p, w)
         gpu = of_pid.get(p.pid, p.gpu if (p.gpu_fds or 0) > 0 else None)
         if p.pid in util:
-            busy = " (busy: a CUDA sync or an NCCL kernel waiting on a peer)" if _waits_on_peers(w, util[p.pid]) \
-                and w.kind == RUNNING else ""
+            busy = (
+                " (busy: a CUDA sync or an NCCL kernel waiting on a peer)"
+                if _waits_on_peers(w, util[p.pid]) and w.kind == RUNNING
+                else ""
+            )
             line += f"; GPU {gpu} at {util[p.pid]:g} %{busy}"
         if p.pid in late:
             line += " — the straggler: its peers wait for it in a collective"
-        out.append({"source": "stack", "time": report.now, "line": line, "pid": p.pid, "gpu": gpu,
-                    "kind": w.kind, "code": None})
+        out.append(
+            {
+                "source": "stack",
+                "time": report.now,
+                "line": line,
+                "pid": p.pid,
+                "gpu": gpu,
+                "kind": w.kind,
+                "code": None,
+            }
+        )
     return out

@@ -36,8 +36,14 @@ class XidTable:
         """The entry for ``code``; an unknown code is treated as a driver event so it is never silently benign."""
         if code is not None and code in self.codes:
             return self.codes[code]
-        return XidInfo(code or 0, "Unknown Xid", "an Xid this table does not describe", "driver", "driver",
-                       self.hints.get("driver", "reset the GPU"))
+        return XidInfo(
+            code or 0,
+            "Unknown Xid",
+            "an Xid this table does not describe",
+            "driver",
+            "driver",
+            self.hints.get("driver", "reset the GPU"),
+        )
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -80,8 +86,14 @@ def load_xid_table(*user_files: str | Path) -> XidTable:
     for code, e in raw.items():
         action = e["action"]
         category = str(e.get("category") or (action if action != "informational" else "driver"))
-        codes[code] = XidInfo(code, str(e.get("name", f"Xid {code}")), str(e.get("meaning", "")), action, category,
-                              str(e.get("hint") or hints.get(action, "")))
+        codes[code] = XidInfo(
+            code,
+            str(e.get("name", f"Xid {code}")),
+            str(e.get("meaning", "")),
+            action,
+            category,
+            str(e.get("hint") or hints.get(action, "")),
+        )
     return XidTable(codes, hints)
 
 

@@ -69,7 +69,6 @@ def snippet_vars(path_prepend: str | None = None, timeout: int = FACTS_TIMEOUT) 
     }
 
 
-
 def _not_understood(rejected: list[str]) -> str:
     first = rejected[0][:120]  # as read: the output edge escapes it
     return f"output not understood ({len(rejected)} line{'s' if len(rejected) != 1 else ''} not a GPU row): {first}"
@@ -153,4 +152,3 @@ def merge_log_facts(facts: dict[str, Any], log_texts: Iterable[str]) -> dict[str
     if cvd is not None and "cuda_visible_devices" not in facts and "cuda_visible_devices_source" not in facts:
         facts["cuda_visible_devices"], facts["cuda_visible_devices_source"] = cvd, "log"
     return facts
-

@@ -80,4 +80,3 @@ def visibility(cvd: str | None, gpus: Sequence[Mapping[str, Any]] | None) -> Vis
     if invalid:
         text += f" ({'; '.join(why)}: CUDA stops at the first bad entry)"
     return Visibility(count, indices, invalid, text)
-

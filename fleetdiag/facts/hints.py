@@ -96,13 +96,30 @@ def fields(facts: Mapping[str, Any] | None) -> dict[str, Any]:
 
 _ORDINAL = re.compile(r"local rank (\d+) is out of bounds|invalid device ordinal", re.IGNORECASE)
 _SIZE = r"([0-9]+(?:\.[0-9]+)?) ?([KMGT]i?B)"
-_OOM_NEW = re.compile(r"Tried to allocate " + _SIZE + r"\. GPU (\d+) has a total capacity of " + _SIZE
-                      + r" of which " + _SIZE + r" is free")
-_OOM_OLD = re.compile(r"Tried to allocate " + _SIZE + r" \(GPU (\d+); " + _SIZE + r" total capacity;"
-                      r"(?: " + _SIZE + r" already allocated;)? " + _SIZE + r" free")
+_OOM_NEW = re.compile(
+    r"Tried to allocate "
+    + _SIZE
+    + r"\. GPU (\d+) has a total capacity of "
+    + _SIZE
+    + r" of which "
+    + _SIZE
+    + r" is free"
+)
+_OOM_OLD = re.compile(
+    r"Tried to allocate " + _SIZE + r" \(GPU (\d+); " + _SIZE + r" total capacity;"
+    r"(?: " + _SIZE + r" already allocated;)? " + _SIZE + r" free"
+)
 _OOM_PROC = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
-_UNIT = {"KB": 1 / 1024 ** 2, "KiB": 1 / 1024 ** 2, "MB": 1 / 1024, "MiB": 1 / 1024, "GB": 1.0, "GiB": 1.0,
-         "TB": 1024.0, "TiB": 1024.0}
+_UNIT = {
+    "KB": 1 / 1024**2,
+    "KiB": 1 / 1024**2,
+    "MB": 1 / 1024,
+    "MiB": 1 / 1024,
+    "GB": 1.0,
+    "GiB": 1.0,
+    "TB": 1024.0,
+    "TiB": 1024.0,
+}
 
 
 def _gib(value: str, unit: str) -> float:
@@ -124,8 +141,7 @@ def refine_hint(decisive: Any, facts: Mapping[str, Any]) -> str | None:
         text += " " + tb[-1]
     if _ORDINAL.search(text):
         return _ordinal_hint(text, facts)
-    if _OOM_NEW.search(text) or _OOM_OLD.search(text) or (
-            getattr(decisive, "category", "") == "oom" and _host(facts)):
+    if _OOM_NEW.search(text) or _OOM_OLD.search(text) or (getattr(decisive, "category", "") == "oom" and _host(facts)):
         return _oom_hint(text, facts)
     return None
 
@@ -149,17 +165,23 @@ def _ordinal_hint(text: str, facts: Mapping[str, Any]) -> str | None:
         return None
     if n is None:
         if gpus and rank is not None:
-            return (f"local rank {rank} needs at least {rank + 1} GPUs; the host has {len(gpus)}: "
-                    "check CUDA_VISIBLE_DEVICES and the parallel sizes")
+            return (
+                f"local rank {rank} needs at least {rank + 1} GPUs; the host has {len(gpus)}: "
+                "check CUDA_VISIBLE_DEVICES and the parallel sizes"
+            )
         return None
     if gpus and n > len(gpus):
         return f"{arith}, but the host has {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}: lower the parallel sizes"
     if gpus:
-        return (f"{arith} and the host has {len(gpus)} GPUs, so the launch saw fewer than {n}: "
-                "check CUDA_VISIBLE_DEVICES in its environment")
+        return (
+            f"{arith} and the host has {len(gpus)} GPUs, so the launch saw fewer than {n}: "
+            "check CUDA_VISIBLE_DEVICES in its environment"
+        )
     if rank is not None:
-        return (f"{arith}, but local rank {rank} had no GPU, so at most {rank} were visible: "
-                f"expose {n} GPUs in CUDA_VISIBLE_DEVICES or lower the parallel sizes")
+        return (
+            f"{arith}, but local rank {rank} had no GPU, so at most {rank} were visible: "
+            f"expose {n} GPUs in CUDA_VISIBLE_DEVICES or lower the parallel sizes"
+        )
     return f"{arith}, but fewer GPUs were visible: expose {n} GPUs in CUDA_VISIBLE_DEVICES or lower the parallel sizes"
 
 
@@ -188,7 +210,12 @@ def _oom_hint(text: str, facts: Mapping[str, Any]) -> str | None:
     asked = total = free = None
     dev = None
     if m:
-        asked, dev, total, free = _gib(m.group(1), m.group(2)), int(m.group(3)), _gib(m.group(4), m.group(5)), _gib(m.group(6), m.group(7))
+        asked, dev, total, free = (
+            _gib(m.group(1), m.group(2)),
+            int(m.group(3)),
+            _gib(m.group(4), m.group(5)),
+            _gib(m.group(6), m.group(7)),
+        )
     else:
         m = _OOM_OLD.search(text)
         if m:
@@ -201,7 +228,11 @@ def _oom_hint(text: str, facts: Mapping[str, Any]) -> str | None:
             phys = vis.indices[dev] if dev < len(vis.indices) else None
         elif str(facts.get("cuda_visible_devices_source", "")).startswith("unset"):
             phys = dev
-        where = f"GPU {dev}" + (f" (host GPU {phys}, CUDA_VISIBLE_DEVICES={cvd})" if vis is not None and phys is not None and phys != dev else "")
+        where = f"GPU {dev}" + (
+            f" (host GPU {phys}, CUDA_VISIBLE_DEVICES={cvd})"
+            if vis is not None and phys is not None and phys != dev
+            else ""
+        )
         parts.append(f"{where}: {gib(free)} free of {gib(total)}, asked {gib(asked)}")
         others = [f"process {p} holds {gib(_gib(v, u))}" for p, v, u in _OOM_PROC.findall(text)]
         if asked > total:

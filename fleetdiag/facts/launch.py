@@ -24,8 +24,19 @@ from ..redact import redact_argv, redact_env
 VLLM, TORCHRUN, SGLANG = "vllm", "torchrun", "sglang"
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPERS = {"nohup", "exec", "time", "command", "setsid", "stdbuf"}
-_TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module",
-                   "--use-env", "--use_env", "--redirects-all", "--tee-all"}
+_TORCHRUN_FLAGS = {
+    "--standalone",
+    "--no-python",
+    "--no_python",
+    "--run-path",
+    "--run_path",
+    "-m",
+    "--module",
+    "--use-env",
+    "--use_env",
+    "--redirects-all",
+    "--tee-all",
+}
 
 
 @dataclass
@@ -150,13 +161,13 @@ def parse_launch(command: str | Sequence[str], env: Mapping[str, str] | None = N
                 i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
         elif base == "nice":
             i += 1
-            if argv[i:i + 1] == ["-n"]:
+            if argv[i : i + 1] == ["-n"]:
                 i += 2
             elif i < len(argv) and argv[i].startswith("-"):
                 i += 1
-        elif base in ("uv", "poetry", "pipenv") and argv[i + 1:i + 2] == ["run"]:
+        elif base in ("uv", "poetry", "pipenv") and argv[i + 1 : i + 2] == ["run"]:
             i += 2
-        elif base in ("sh", "bash") and argv[i + 1:i + 2] == ["-c"] and i + 2 < len(argv):
+        elif base in ("sh", "bash") and argv[i + 1 : i + 2] == ["-c"] and i + 2 < len(argv):
             inner = parse_launch(argv[i + 2], {**inline, **dict(env or {})})
             inner.argv = list(argv)
             return inner
@@ -180,16 +191,18 @@ def parse_launch(command: str | Sequence[str], env: Mapping[str, str] | None = N
         j = rest.index("-m") if "-m" in rest else -1
         mod = rest[j + 1] if 0 <= j < len(rest) - 1 else ""
         if mod.startswith("vllm.entrypoints"):
-            launch.launcher, body = VLLM, rest[j + 2:]
+            launch.launcher, body = VLLM, rest[j + 2 :]
         elif mod in ("torch.distributed.run", "torch.distributed.launch"):
-            launch.launcher, body = TORCHRUN, rest[j + 2:]
+            launch.launcher, body = TORCHRUN, rest[j + 2 :]
         elif mod.startswith("sglang.launch_server"):
-            launch.launcher, body = SGLANG, rest[j + 2:]
+            launch.launcher, body = SGLANG, rest[j + 2 :]
         else:  # python /venv/bin/vllm serve …: how a console script shows in /proc
-            k = next((k for k in range(1, len(rest) - 1)
-                      if os.path.basename(rest[k]) == "vllm" and rest[k + 1] == "serve"), None)
+            k = next(
+                (k for k in range(1, len(rest) - 1) if os.path.basename(rest[k]) == "vllm" and rest[k + 1] == "serve"),
+                None,
+            )
             if k is not None:
-                launch.launcher, body = VLLM, rest[k + 2:]
+                launch.launcher, body = VLLM, rest[k + 2 :]
                 if body and not body[0].startswith("-"):
                     launch.model = body[0]
     if launch.launcher == TORCHRUN:
@@ -270,7 +283,9 @@ def _int_of(v: Any) -> int | None:
     return None
 
 
-def workers(parallel: Mapping[str, Any], launcher: str | None = None, dp_attention: bool = False) -> tuple[int | None, str]:
+def workers(
+    parallel: Mapping[str, Any], launcher: str | None = None, dp_attention: bool = False
+) -> tuple[int | None, str]:
     """GPU workers one node needs, and the arithmetic that says so.
 
     vLLM: TP × PP × DP (DP-local when set, the DP ranks on this node).
@@ -334,8 +349,16 @@ _SGL_ARGS = re.compile(r"\b(tp_size|dp_size|pp_size|nnodes)=(\d+)")
 _SGL_DPA = re.compile(r"\benable_dp_attention=True\b")
 _VLLM_ARGS = re.compile(r"\b(tensor_parallel_size|data_parallel_size|pipeline_parallel_size)=(\d+)")
 _CVD_LOG = re.compile(r"Setting CUDA_VISIBLE_DEVICES=([0-9A-Za-z,-]*)")
-_KEY = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "pipeline_parallel_size": "pp",
-        "data_parallel_size_local": "dp_local", "tp_size": "tp", "dp_size": "dp", "pp_size": "pp", "nnodes": "nnodes"}
+_KEY = {
+    "tensor_parallel_size": "tp",
+    "data_parallel_size": "dp",
+    "pipeline_parallel_size": "pp",
+    "data_parallel_size_local": "dp_local",
+    "tp_size": "tp",
+    "dp_size": "dp",
+    "pp_size": "pp",
+    "nnodes": "nnodes",
+}
 
 
 def parse_non_default_args(line: str) -> dict[str, Any] | None:
@@ -396,4 +419,3 @@ def parallel_from_log(texts: Iterable[str]) -> tuple[dict[str, int], str | None,
         if mc:
             cvd = mc.group(1)
     return par, source, cvd
-

@@ -54,8 +54,13 @@ class Gpu:
 
 
 _NA = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]"}
-_HEADER_ALIASES = {"used_gpu_memory": "used_memory", "name": "name", "gpu_name": "name", "gpu_uuid": "gpu_uuid",
-                   "process_name": "process_name"}
+_HEADER_ALIASES = {
+    "used_gpu_memory": "used_memory",
+    "name": "name",
+    "gpu_name": "name",
+    "gpu_uuid": "gpu_uuid",
+    "process_name": "process_name",
+}
 _UUID = re.compile(r"^(?:GPU|MIG)-[0-9A-Za-z-]{1,64}$")
 
 
@@ -99,7 +104,7 @@ def _csv_rows(text: str, columns: Sequence[str]) -> list[dict[str, str]]:
             # a process name with ", " in it: pid first, memory and uuid last
             i = names.index("process_name")
             tail = len(names) - i - 1
-            parts = parts[:i] + [", ".join(parts[i:len(parts) - tail])] + parts[len(parts) - tail:]
+            parts = parts[:i] + [", ".join(parts[i : len(parts) - tail])] + parts[len(parts) - tail :]
         rows.append({**dict(zip(names, parts)), "_line": ln})
     return rows
 
@@ -148,8 +153,9 @@ def _gpu_row(row: Mapping[str, str], columns: Sequence[str]) -> Gpu | None:
     name = (row.get("name") or "").strip()
     if "name" in columns and not name:
         return None
-    return Gpu(index=int(idx), name=name, uuid=uuid or None, memory_used_mib=used, memory_total_mib=total,
-               utilization_pct=util)
+    return Gpu(
+        index=int(idx), name=name, uuid=uuid or None, memory_used_mib=used, memory_total_mib=total, utilization_pct=util
+    )
 
 
 def parse_gpu_csv(text: str, columns: Sequence[str] = GPU_QUERY) -> list[Gpu]:
@@ -173,8 +179,14 @@ def parse_apps_csv(text: str, columns: Sequence[str] = APP_QUERY) -> list[GpuPro
             continue
         uuid = (row.get("gpu_uuid") or "").strip()
         ok, used = _strict(row.get("used_memory"), "MiB")
-        out.append(GpuProcess(pid=int(pid), name=row.get("process_name", ""), used_mib=used if ok else None,
-                              gpu_uuid=uuid if _UUID.match(uuid) else None))
+        out.append(
+            GpuProcess(
+                pid=int(pid),
+                name=row.get("process_name", ""),
+                used_mib=used if ok else None,
+                gpu_uuid=uuid if _UUID.match(uuid) else None,
+            )
+        )
     return out
 
 
@@ -186,7 +198,12 @@ def parse_smi_list(text: str) -> list[Gpu]:
     out: list[Gpu] = []
     for ln in text.splitlines():
         m = _L_RE.match(ln.strip())
-        if m and int(m.group(1)) < MAX_GPUS and _UUID.match(m.group(3)) and all(g.index != int(m.group(1)) for g in out):
+        if (
+            m
+            and int(m.group(1)) < MAX_GPUS
+            and _UUID.match(m.group(3))
+            and all(g.index != int(m.group(1)) for g in out)
+        ):
             out.append(Gpu(index=int(m.group(1)), name=m.group(2), uuid=m.group(3)))
     return out
 
@@ -194,7 +211,9 @@ def parse_smi_list(text: str) -> list[Gpu]:
 _T_GPU = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(?:On|Off)\s+\|")
 _T_MEM = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
 _T_UTIL = re.compile(r"\|\s*(\d+)%\s+\S+\s*\|")
-_T_PROC = re.compile(r"^\|\s+(\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(\d+)\s+(?:C\+G|M\+C|C|G|M)\s+(.+?)\s+(\d+)MiB\s*\|")
+_T_PROC = re.compile(
+    r"^\|\s+(\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(\d+)\s+(?:C\+G|M\+C|C|G|M)\s+(.+?)\s+(\d+)MiB\s*\|"
+)
 
 
 def parse_smi_table(text: str) -> list[Gpu]:
@@ -215,7 +234,12 @@ def parse_smi_table(text: str) -> list[Gpu]:
                         g.processes.append(GpuProcess(pid=int(m.group(2)), name=m.group(3), used_mib=int(m.group(4))))
             continue
         m = _T_GPU.match(ln)
-        if m and not ln.startswith("| GPU ") and int(m.group(1)) < MAX_GPUS and all(g.index != int(m.group(1)) for g in gpus):
+        if (
+            m
+            and not ln.startswith("| GPU ")
+            and int(m.group(1)) < MAX_GPUS
+            and all(g.index != int(m.group(1)) for g in gpus)
+        ):
             cur = Gpu(index=int(m.group(1)), name=m.group(2).strip())
             gpus.append(cur)
             continue
@@ -223,7 +247,7 @@ def parse_smi_table(text: str) -> list[Gpu]:
             mm = _T_MEM.search(ln)
             if mm and cur.memory_total_mib is None:
                 cur.memory_used_mib, cur.memory_total_mib = int(mm.group(1)), int(mm.group(2))
-                mu = _T_UTIL.search(ln[mm.end():])
+                mu = _T_UTIL.search(ln[mm.end() :])
                 if mu:
                     cur.utilization_pct = int(mu.group(1))
     return gpus
@@ -238,4 +262,3 @@ def attach_processes(gpus: list[Gpu], procs: Iterable[GpuProcess], cmdlines: Map
         g = by_uuid.get(p.gpu_uuid or "")
         if g is not None:
             g.processes.append(p)
-

@@ -25,8 +25,15 @@ _ANSIBLE_ALIASES = {
     "ansible_private_key_file": "identity_file",
 }
 # Ansible vars fleetdiag reads nothing from on purpose: named in no warning.
-_ANSIBLE_QUIET = ("ansible_connection", "ansible_python_interpreter", "ansible_shell_type", "ansible_ssh_pass",
-                  "ansible_password", "ansible_ssh_common_args", "ansible_ssh_extra_args")
+_ANSIBLE_QUIET = (
+    "ansible_connection",
+    "ansible_python_interpreter",
+    "ansible_shell_type",
+    "ansible_ssh_pass",
+    "ansible_password",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+)
 _ANSIBLE_PLAIN = ("logs", "gpus", "region", "tags", "funnel", "jump")
 _ANSIBLE_GROUP_KEYS = ("hosts", "children", "vars")
 _ANSIBLE_RANGE = re.compile(r"\[([^\]:]*):([^\]:]*)(?::([^\]:]*))?\]")
@@ -71,8 +78,10 @@ class AnsibleParser(FieldParser):
             names = sorted(self.unused, key=lambda k: self.unused[k])
             out.append(f"{self.path}:{self.unused[names[0]]}: ignored vars fleetdiag does not use: " + ", ".join(names))
         if self.become is not None:
-            out.append(f"{self.path}:{self.become}: ansible_become noted: fleetdiag never escalates, "
-                       "it reads logs as the login user")
+            out.append(
+                f"{self.path}:{self.become}: ansible_become noted: fleetdiag never escalates, "
+                "it reads logs as the login user"
+            )
         return out
 
     @staticmethod
@@ -106,7 +115,11 @@ class AnsibleParser(FieldParser):
             if g == ALL:
                 continue
             if g in self.hosts:
-                self.err(gd["line"], gd["key"], f"group '{g}' has the same name as a host; rename one so selectors are unambiguous")
+                self.err(
+                    gd["line"],
+                    gd["key"],
+                    f"group '{g}' has the same name as a host; rename one so selectors are unambiguous",
+                )
                 continue
             raw[g] = (gd["line"], [(m, ln) for m, ln in gd["members"] if m != g], gd["key"])
         resolved = self.resolve_groups(raw)
@@ -225,7 +238,7 @@ class AnsibleParser(FieldParser):
                 continue
             ln, dotted, val = m.lines[k], f"{key}.{k}", m[k]
             if k.startswith("fleetdiag_"):
-                fld, prio = k[len("fleetdiag_"):], 4
+                fld, prio = k[len("fleetdiag_") :], 4
                 if fld not in HOST_KEYS:
                     self.unknown_key(k, allowed, dotted, ln)
                     continue

@@ -58,8 +58,9 @@ def visible(s: str) -> str:
     for c in s:
         if unicodedata.category(c) in _HIDDEN_CATEGORIES or c == "\\":
             o = ord(c)
-            out.append("\\\\" if c == "\\" else f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000
-                       else f"\\U{o:08x}")
+            out.append(
+                "\\\\" if c == "\\" else f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+            )
         else:
             out.append(c)
     return "".join(out)
@@ -98,8 +99,10 @@ def host_problem(v: str) -> str | None:
         return f"is longer than {MAX_HOST_LEN} characters"
     if not _HOSTNAME_RE.fullmatch(v):
         bad = sorted({c for c in v if not (c.isascii() and (c.isalnum() or c in "._-"))})
-        return ("may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); "
-                f"found {' '.join(repr(c) for c in bad) or 'a leading dot'}")
+        return (
+            "may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); "
+            f"found {' '.join(repr(c) for c in bad) or 'a leading dot'}"
+        )
     return None
 
 
@@ -137,8 +140,10 @@ def user_problem(v: str) -> str | None:
         return f"is longer than {MAX_USER_LEN} characters"
     if not _USER_RE.fullmatch(v):
         bad = sorted({c for c in v if not (c.isascii() and (c.isalnum() or c in "._-"))})
-        return ("may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); "
-                f"found {' '.join(repr(c) for c in bad)}")
+        return (
+            "may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); "
+            f"found {' '.join(repr(c) for c in bad)}"
+        )
     return None
 
 
@@ -191,7 +196,6 @@ def parse_size(v: Any) -> int:
             unit = m.group(2).lower() if m.group(2) else None
             return int(float(m.group(1)) * _SIZE_MULT[unit])
     raise ValueError(f"expected a size like 64M, 1G or a number of bytes, got {v!r}")
-
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -311,7 +315,8 @@ class FieldParser:
         if _NAME_RE.fullmatch(name):
             return True
         self.err(
-            line, key,
+            line,
+            key,
             f"invalid {what} name '{name}': use letters, digits and . _ - : (not starting with '-'; "
             "no spaces, commas or ! & * ? @)",
         )
@@ -359,7 +364,8 @@ class FieldParser:
             return None
         if data is None:
             self.err(
-                1, None,
+                1,
+                None,
                 "the inventory is empty: expected 'hosts:' (with optional 'defaults:' and 'groups:') "
                 "or an Ansible inventory starting with 'all:'; see docs/inventory.md",
             )
@@ -378,8 +384,12 @@ class FieldParser:
             first = errs[0]
             first.errors = errs
             raise first
-        return Inventory(path=None if self.path == "<string>" else Path(self.path), hosts=self.hosts, groups=groups,
-                         persist=self.persist)
+        return Inventory(
+            path=None if self.path == "<string>" else Path(self.path),
+            hosts=self.hosts,
+            groups=groups,
+            persist=self.persist,
+        )
 
     def resolve_groups(self, raw: dict[str, tuple[int, list[tuple[str, int]], str]]) -> dict[str, list[str]]:
         """Resolve nested groups (a member may name a group defined anywhere); cycles are errors.
@@ -400,7 +410,7 @@ class FieldParser:
             if g in resolved:
                 return resolved[g]
             if g in stack:
-                cyc = stack[stack.index(g):] + [g]
+                cyc = stack[stack.index(g) :] + [g]
                 self.err(raw[cyc[0]][0], raw[cyc[0]][2], "group cycle: " + " -> ".join(cyc))
                 for c in cyc:
                     resolved[c] = []
@@ -464,8 +474,11 @@ class FieldParser:
                 why = host_problem(h.name)
                 if why:
                     key, line = self.origin[h.name]
-                    self.err(line, f"hosts.{key}",
-                             f"host '{h.name}' has no 'address:', so its name is the ssh target, and it {why}")
+                    self.err(
+                        line,
+                        f"hosts.{key}",
+                        f"host '{h.name}' has no 'address:', so its name is the ssh target, and it {why}",
+                    )
 
     def check_jumps(self) -> None:
         """A host must not jump through itself (easy to get via ``defaults.jump``) or a jump cycle."""
@@ -473,8 +486,11 @@ class FieldParser:
         for name, via in graph.items():
             if name in via:
                 key, line = self.origin[name]
-                self.err(line, f"hosts.{key}.jump",
-                         f"host '{name}' would jump through itself (inherited from defaults? set 'jump: null' on it)")
+                self.err(
+                    line,
+                    f"hosts.{key}.jump",
+                    f"host '{name}' would jump through itself (inherited from defaults? set 'jump: null' on it)",
+                )
         seen: set[str] = set()
         for start in graph:
             path: list[str] = []
@@ -484,7 +500,7 @@ class FieldParser:
                 nxt = [n for n in graph[cur] if n != cur]
                 cur = nxt[0] if nxt else None
             if cur is not None and cur in path:
-                cyc = path[path.index(cur):] + [cur]
+                cyc = path[path.index(cur) :] + [cur]
                 key, line = self.origin[cyc[0]]
                 self.err(line, f"hosts.{key}.jump", "jump cycle: " + " -> ".join(cyc))
             seen.update(path)
@@ -545,8 +561,11 @@ class FieldParser:
         if isinstance(v, str) and hidden_char(v) is not None:
             return _BAD  # reported by check_hidden
         if not isinstance(v, str):
-            self.err(line, key, "expected a jump host like user@bastion:22, an inventory host or an ssh alias, "
-                                f"got {_describe(v)}")
+            self.err(
+                line,
+                key,
+                f"expected a jump host like user@bastion:22, an inventory host or an ssh alias, got {_describe(v)}",
+            )
             return _BAD
         try:
             parse_jump_hops(v)
@@ -600,16 +619,25 @@ class FieldParser:
                 if src is not None:
                     out[name] = src
             elif not isinstance(p, str):
-                self.err(ln, f"{key}.{name}", f"expected a log path or glob, or one of "
-                         f"{{journal: UNIT}}, {{docker: CONTAINER}}, {{command: ...}}, got {_describe(p)}")
+                self.err(
+                    ln,
+                    f"{key}.{name}",
+                    f"expected a log path or glob, or one of "
+                    f"{{journal: UNIT}}, {{docker: CONTAINER}}, {{command: ...}}, got {_describe(p)}",
+                )
         return out
 
     def _log_stream(self, m: YMap, key: str, line: int) -> Any:
         """``{journal: UNIT}``, ``{docker: CONTAINER}``, ``{command: "..."}`` or ``{file: PATH}``: one key."""
         keys = list(m)
         if len(keys) != 1:
-            self.err(line, key, "a log source has exactly one of the keys " + ", ".join(SOURCE_KINDS)
-                     + (f", got {len(keys)}" if keys else ", got none"))
+            self.err(
+                line,
+                key,
+                "a log source has exactly one of the keys "
+                + ", ".join(SOURCE_KINDS)
+                + (f", got {len(keys)}" if keys else ", got none"),
+            )
             return None
         kind = keys[0]
         ln, k2 = m.lines.get(kind, line), f"{key}.{kind}"

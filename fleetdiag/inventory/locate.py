@@ -42,8 +42,7 @@ def find_inventory(explicit: str | None = None) -> Path:
         str(user),
     ]
     raise InventoryNotFound(
-        "no inventory found; looked at: " + "; ".join(looked)
-        + ". Create one (see docs/inventory.md) or pass -i PATH",
+        "no inventory found; looked at: " + "; ".join(looked) + ". Create one (see docs/inventory.md) or pass -i PATH",
         looked=looked,
     )
 

@@ -21,8 +21,12 @@ class NativeParser(FieldParser):
             if k not in TOP_KEYS:
                 line = data.lines[k]
                 if k == ALL:
-                    self.err(line, str(k), "unknown key 'all': an Ansible inventory's 'all:' needs 'hosts:', "
-                                           "'children:' or 'vars:'; in this format 'all' is implicit")
+                    self.err(
+                        line,
+                        str(k),
+                        "unknown key 'all': an Ansible inventory's 'all:' needs 'hosts:', "
+                        "'children:' or 'vars:'; in this format 'all' is implicit",
+                    )
                 else:
                     self.unknown_key(str(k), TOP_KEYS, str(k), line)
         for k, ln, first in data.dups:

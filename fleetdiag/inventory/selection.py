@@ -159,7 +159,7 @@ def _evaluate(
     first = True
     for term, ctx in terms:
         op = term[0] if term[0] in "!&" else ""
-        body = term[len(op):].strip()
+        body = term[len(op) :].strip()
         if first and op:
             chosen = set(hosts)
         first = False

@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 
-
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 # The name the decoded script runs under ($0): remote processes that carry a
 # fleetdiag script are recognised by it (the follower's liveness check skips them).
@@ -34,9 +33,7 @@ _DECODER = (
     " printf f, b % 256; b = 0; k = 0 } } } }"
     " if (k == 3) { printf f, int(b / 1024); printf f, int(b / 4) % 256 } else if (k == 2) printf f, int(b / 16) }"
 )
-WRAPPER = (
-    "exec sh -c 'eval \"$(printf %s \"$1\" | LC_ALL=C awk -v a=" + B64 + " -v f=%c \"" + _DECODER + "\")\"' " + ARG0
-)
+WRAPPER = 'exec sh -c \'eval "$(printf %s "$1" | LC_ALL=C awk -v a=' + B64 + ' -v f=%c "' + _DECODER + '")"\' ' + ARG0
 # Linux refuses one argument over 128 KiB (MAX_ARG_STRLEN); stay well below.
 MAX_PAYLOAD = 120 * 1024
 

@@ -75,7 +75,7 @@ class LineBuffer:
             return
         order = sorted(self._by_pos)
         head, tail = self.cap // 2, self.cap - self.cap // 2
-        for p in order[head:len(order) - tail]:
+        for p in order[head : len(order) - tail]:
             del self._by_pos[p]
             self.dropped += 1
 

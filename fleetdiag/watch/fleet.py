@@ -28,7 +28,9 @@ class Watch:
         self.session = secrets.token_hex(6)
         self._queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
         self._seq = 0
-        gate = HandshakeGate(max(1, settings.per_address), settings.jump_resolver, total=max(1, settings.connect_fanout))
+        gate = HandshakeGate(
+            max(1, settings.per_address), settings.jump_resolver, total=max(1, settings.connect_fanout)
+        )
         self.watchers = [HostWatcher(h, settings, self._on_change, self.session, gate) for h in hosts]
         self.views: dict[str, HostView] = {w.view.host: w.view for w in self.watchers}
 
@@ -36,8 +38,9 @@ class Watch:
         self._seq += 1
         v = w.view
         d = v.result.decisive if (v.state == FAILED and v.result is not None) else None
-        self._queue.put_nowait(WatchEvent(self._seq, time.time(), v.host, v.state, previous, v.reason, d,
-                                          w.idle(), v.rtt_ms, v.log))
+        self._queue.put_nowait(
+            WatchEvent(self._seq, time.time(), v.host, v.state, previous, v.reason, d, w.idle(), v.rtt_ms, v.log)
+        )
 
     def tick(self) -> None:
         """Re-evaluate the time-based conditions (stall, grace) of every host."""

@@ -70,8 +70,14 @@ class _Watchdog:
 class HostWatcher:
     """One host: connect, follow, reconnect; analyse each burst; let the state machine decide."""
 
-    def __init__(self, host: HostLike, settings: WatchSettings, emit: Callable[[HostWatcher, str | None], None],
-                 session: str, gate: Callable[[HostLike], Any] | None = None):
+    def __init__(
+        self,
+        host: HostLike,
+        settings: WatchSettings,
+        emit: Callable[[HostWatcher, str | None], None],
+        session: str,
+        gate: Callable[[HostLike], Any] | None = None,
+    ):
         self.host = host
         self.settings = settings
         self.rules = settings.get_rules()
@@ -81,8 +87,9 @@ class HostWatcher:
         self.view = HostView(host.name, address=host.target)
         self.buffer = LineBuffer(settings.buffer_lines)
         own = (host.funnel or {}).get("stall_after")  # the inventory's per-host value wins, as in probe
-        self.state = HostState(settings, self.view, self.buffer, float(own) if own else settings.stall_after,
-                               rules=self.rules)
+        self.state = HostState(
+            settings, self.view, self.buffer, float(own) if own else settings.stall_after, rules=self.rules
+        )
         self.facts: dict[str, Any] = {}
         self.raw_facts: dict[str, Any] = {}
         self.remote_pids: list[int] = []  # this session's followers on the host (their sh pids)
@@ -146,8 +153,9 @@ class HostWatcher:
     async def _connect(self) -> Any:
         opts = self.settings.transport
         if not opts.keepalive:  # watch connections live for hours: notice a dead peer (DESIGN §4)
-            opts = replace(opts, keepalive=max(5.0, 2 * self.settings.heartbeat),
-                           extra={"keepalive_count_max": 3, **opts.extra})
+            opts = replace(
+                opts, keepalive=max(5.0, 2 * self.settings.heartbeat), extra={"keepalive_count_max": 3, **opts.extra}
+            )
         ps = ProbeSettings(transport=opts, jump_resolver=self.settings.jump_resolver)
         if self._gate is None:
             return await open_host(self.host, ps)
@@ -162,9 +170,16 @@ class HostWatcher:
             fs.extra += facts_mod.SNIPPET
             fs.extra_vars.update(facts_mod.snippet_vars(None))
         return follow_mod.FollowSpec(
-            funnel=fs, waiting=self.rules.waiting_ere(), ready=self.rules.ready_ere(), process=self.settings.process,
-            session=self.session, kill=list(self.remote_pids), poll=self.settings.poll,
-            heartbeat=self.settings.heartbeat, mode=self.settings.mode, shell=self.settings.shell,
+            funnel=fs,
+            waiting=self.rules.waiting_ere(),
+            ready=self.rules.ready_ere(),
+            process=self.settings.process,
+            session=self.session,
+            kill=list(self.remote_pids),
+            poll=self.settings.poll,
+            heartbeat=self.settings.heartbeat,
+            mode=self.settings.mode,
+            shell=self.settings.shell,
         )
 
     async def _follow(self, conn: Any, path: str) -> None:
@@ -300,8 +315,12 @@ class HostWatcher:
     def _analyze(self) -> None:
         st = self.state
         status = st.log_status
-        fr = FunnelResult(path=st.log_path, status="ok" if status in ("ok", "missing", "empty") else status,
-                          tail=self.buffer.lines(), facts=self.raw_facts)
+        fr = FunnelResult(
+            path=st.log_path,
+            status="ok" if status in ("ok", "missing", "empty") else status,
+            tail=self.buffer.lines(),
+            facts=self.raw_facts,
+        )
         if status == "missing" and not len(self.buffer):
             fr.status = "missing"
         timing = Timing(rtt_ms=self.view.rtt_ms, round_trips=1)

@@ -188,8 +188,9 @@ class HostState:
 
     def silence(self, idle: float) -> Silence:
         """Probe's judgement (``hang.judge_silence``) of a silence this long after the buffered lines."""
-        return hang_mod.judge_silence(self.parsed, 0.0, idle, self.rules, self.stall_after,
-                                      alive=self.view.process_alive)
+        return hang_mod.judge_silence(
+            self.parsed, 0.0, idle, self.rules, self.stall_after, alive=self.view.process_alive
+        )
 
     def analysed(self, res: HostResult, now: float) -> None:
         """A new analysis of the buffer; the wait-limit clock runs while it says "starting"."""
@@ -247,7 +248,11 @@ class HostState:
             if sil.stalled:
                 starting = one_line(res.summary, 160) if res.verdict == Verdict.STARTING else None
                 return STALLED, hang_mod.stall_summary(sil, starting)
-        if res.verdict == Verdict.STARTING and self.waiting_since is not None and now - self.waiting_since >= s.wait_limit:
+        if (
+            res.verdict == Verdict.STARTING
+            and self.waiting_since is not None
+            and now - self.waiting_since >= s.wait_limit
+        ):
             return STALLED, f"still not ready after {ago(now - self.waiting_since)} ({one_line(res.summary, 160)})"
         if missing:
             if self.seen_log:
