@@ -15,8 +15,6 @@ the collector never picks it up.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,19 +137,6 @@ def write_textfile(path: Path | str, text: str) -> Path:
     a name that does not end in ``.prom``; the directory's own mode is left alone (the collector's
     directory belongs to the operator).
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
-            os.fchmod(fh.fileno(), PROM_MODE)
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    from .store import write_atomic
+
+    return write_atomic(path, text, mode=PROM_MODE, own_dir=False)

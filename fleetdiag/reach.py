@@ -11,19 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Status kinds, stable strings used in JSON and tests.
-REFUSED = "refused"
-DNS = "dns"
-TIMEOUT = "timeout"
-AUTH = "auth"
-HOSTKEY_UNKNOWN = "hostkey-unknown"
-HOSTKEY_CHANGED = "hostkey-changed"
-CLOSED = "closed"
-JUMP = "jump"
-NETWORK = "network"
-KEY = "client-key"
-LOCAL = "local"  # a limit of this machine (file descriptors), never the host's status by choice
-OVERSIZE = "output-cap"  # the host sent more than MAX_OUTPUT: reading stopped
+from .records import ErrorKind
+
+# Status kinds: the one list is records.ErrorKind (stable strings in JSON); the short names here are its members.
+REFUSED = ErrorKind.REFUSED
+DNS = ErrorKind.DNS
+TIMEOUT = ErrorKind.TIMEOUT
+AUTH = ErrorKind.AUTH
+HOSTKEY_UNKNOWN = ErrorKind.HOSTKEY_UNKNOWN
+HOSTKEY_CHANGED = ErrorKind.HOSTKEY_CHANGED
+CLOSED = ErrorKind.CLOSED
+JUMP = ErrorKind.JUMP
+NETWORK = ErrorKind.NETWORK
+KEY = ErrorKind.KEY
+LOCAL = ErrorKind.LOCAL
+OVERSIZE = ErrorKind.OVERSIZE
 
 # The most fleetdiag reads from one host for one command (the funnel's own
 # output is tens of KB by design). A host that prints without end (a login

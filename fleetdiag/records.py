@@ -74,6 +74,8 @@ class ErrorKind(StrEnum):
     JUMP = "jump"
     NETWORK = "network"
     KEY = "client-key"
+    LOCAL = "local"  # a limit of this machine (file descriptors), never the host's status by choice
+    OVERSIZE = "output-cap"  # the host sent more than reach.MAX_OUTPUT: reading stopped
     DEADLINE = "deadline"
     INTERRUPTED = "interrupted"
     INTERNAL = "internal"

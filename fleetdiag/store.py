@@ -779,17 +779,26 @@ class SweepLock:
 # --------------------------------------------------------------------------- the report file
 
 
-def write_atomic(path: Path | str, text: str) -> Path:
-    """Write a file so readers see the old or the new content, never half of it."""
+def write_atomic(path: Path | str, text: str, mode: int = 0o600, own_dir: bool = True) -> Path:
+    """Write a file so readers see the old or the new content, never half of it.
+
+    The temp file sits beside it (same filesystem: the rename is atomic), named ``.NAME.PID.tmp``
+    so a collector globbing ``*.prom`` or ``*.json`` never reads it. ``mode``: 0600 unless the file
+    holds nothing from a log (the Prometheus textfile); ``own_dir``: a directory fleetdiag creates
+    is 0700, one that belongs to the operator (a collector's) is left as it is.
+    """
     path = Path(path)
-    private_dir(path.parent)
+    if own_dir:
+        private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         try:  # a stale temp file of a dead sweep with our pid: replace it (never through a link)
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        with open(tmp, "w", encoding="utf-8", opener=_new_private) as fh:
+        with open(tmp, "w", encoding="utf-8", errors="backslashreplace", opener=_new_private) as fh:
+            if mode != 0o600:
+                os.fchmod(fh.fileno(), mode)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
