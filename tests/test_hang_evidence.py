@@ -593,3 +593,21 @@ def test_recorded_hang_log_is_stalled_45s_later_with_a_lower_floor() -> None:
 )
 def test_phase_of_a_last_line(line: str, phase: str) -> None:
     assert judge(split_text(line + "\n"), mtime=0.0, now=10.0).phase == phase
+
+
+def test_a_log_of_request_answers_is_serving_not_starting() -> None:
+    """No start-up line in view, only a server answering (even 4xx): idle for an hour is healthy, not a stall."""
+    from fleetdiag.analysis import load_rules
+    from fleetdiag.analysis.lines import parse_all
+    from fleetdiag.evidence.hang import judge_silence
+    from fleetdiag.records import Line
+
+    text = [
+        'INFO:     10.0.0.5:1886 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request',
+        'INFO:     10.0.0.5:1887 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    ]
+    lines = [Line(pos=i * 100, text=t, lineno=i + 1) for i, t in enumerate(text)]
+    sil = judge_silence(parse_all(lines), 1000.0, 1000.0 + 3600, load_rules(), 600.0)
+    assert sil.phase == "serving" and not sil.stalled, sil
+    waiting = [Line(pos=0, text="INFO 05-09 15:15:08 Loading model weights took 3.1 GB", lineno=1)]
+    assert judge_silence(parse_all(waiting), 1000.0, 1000.0 + 3600, load_rules(), 600.0).stalled

@@ -65,7 +65,8 @@ def judge_silence(
         alive=alive,
         fallback=fallback,
         floor=floor,
-        is_ready=rules.is_ready,
+        # a line that answers a request (the analyzer's ``serving`` section) says the server is up, like ``ready``
+        is_ready=lambda raw: rules.is_ready(raw) or rules.is_serving(raw),
         is_waiting=rules.is_waiting,
     )
 
