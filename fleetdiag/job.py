@@ -658,10 +658,26 @@ def summary_line(rc: RootCause, width: int = 60) -> str:
     if not rc.consequences:
         return head
     n = len(rc.consequences)
-    bits = []
-    for host, kind, d in rc.consequences:
-        bits.append(f"{host} ({kind}" + (f", {d:+.1f} s" if d is not None else "") + ")")
+    bits = [consequence_text(host, kind, d) for host, kind, d in rc.consequences]
     return head + f" · {n} other host{'s' if n != 1 else ''} failed as a consequence: " + ", ".join(bits)
+
+
+def consequence_text(host: str, kind: str, delay: float | None) -> str:
+    """``node0 (NCCL remote error, 30.0 s later)``: a victim and when its error came, against the root's.
+
+    Words, not a sign: a victim's line is often stamped *before* the root's (the root's traceback has no
+    stamp of its own and takes its process's exit time), and "-0.4 s" read as a typo. Such a victim says
+    ``stamped 0.4 s earlier``: its kind, not its time, made it a consequence.
+    """
+    if delay is None:
+        return f"{host} ({kind})"
+    if abs(delay) < 0.05:
+        when = "at the same time"
+    elif delay > 0:
+        when = f"{delay:.1f} s later"
+    else:
+        when = f"stamped {-delay:.1f} s earlier"
+    return f"{host} ({kind}, {when})"
 
 
 # ---------------------------------------------------------------- wiring: what a probe keeps, what a report says

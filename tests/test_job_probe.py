@@ -125,7 +125,7 @@ def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path):
     job = "job root cause: node1 · rank 1 · RuntimeError: mat1 and mat2 shapes"
     assert out.count(job) == 2, out  # over the root's card, and as the fleet view's opening line
     assert "1 other host failed as a consequence: node0 (NCCL remote error, " in out
-    assert "failed as a consequence of node1: node0 (NCCL remote error" in out
+    assert "failed as a consequence of node1: node0 (NCCL remote error, stamped 0.4 s earlier)" in out
     assert "consequence of node1 (job root cause)" in out  # the victim's row, folded under the root's
     assert "node1  FAILED" in out and "node0  FAILED" not in out, out  # the victim's card folds under the root
     assert out.index(job) < out.index("node1  FAILED")
@@ -472,6 +472,9 @@ def test_device_job_recording_names_rank1_through_sshd(sshd, tmp_path, order):
     assert (rc["host"], rc["rank"], rc["affected"]) == ("node1", 1, ["node0"])
     assert "mat1 and mat2 shapes cannot be multiplied" in rc["line"]
     assert rc["time"].startswith("2026-11-30T19:34:5")
+    r = cli(sshd, write_inventory(sshd, tmp_path / "text", texts), "probe", "all")
+    flat = " ".join(r.output.split())  # node0's first consequence-kind line: the watchdog, 30 s after the root's
+    assert "failed as a consequence: node0 (collective timeout, 29." in flat or "(collective timeout, 30." in flat, flat
 
 
 def test_device_hang_recording_makes_no_claim_through_sshd(sshd, tmp_path):
