@@ -57,6 +57,11 @@ class FunnelSpec:
     window_bytes: int = 1024 * 1024
     context_lines: int = 400
     timeout: int = 30  # seconds, per pass, on the remote side
+    # The head pass: lines naming the job's rendezvous (one ERE, ``fleetdiag.job.endpoint_ere``; ""
+    # skips it), at most ``head_lines`` of them in the first ``head_bytes`` of the latest run.
+    endpoints: str = ""
+    head_bytes: int = 64 * 1024
+    head_lines: int = 4
     extra: str = ""  # more script (facts), appended before the end marker
     extra_vars: dict[str, str] = field(default_factory=dict)
     # Where the log is (remote/discover.sh): file (``log``), journal/docker/command (``source_value``),
@@ -109,6 +114,9 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_WIN": spec.window_bytes,
         "FD_CTX": spec.context_lines,
         "FD_TMO": spec.timeout,
+        "FD_EP": spec.endpoints,
+        "FD_HEADB": spec.head_bytes,
+        "FD_HEADN": spec.head_lines,
         "FD_SRC": spec.source,
         "FD_SRCV": spec.source_value,
         "FD_FALLBACK": "1" if spec.fallback else "",

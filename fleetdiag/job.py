@@ -281,7 +281,10 @@ def _find(ev: HostEvidence) -> int | None:
     return None
 
 
-_RANK_SEEN = re.compile(r"\[rank(\d+)\]|\brank (\d+)/(\d+)\b|\brank (\d+) in world size (\d+)|\[Rank (\d+)\]")
+# [rank1] (torch's prefix), rank 1/2, rank 1 in world size 2, [Rank 1], and a script's own "rank 1: " at a line's start.
+_RANK_SEEN = re.compile(
+    r"\[rank(\d+)\]|\brank (\d+)/(\d+)\b|\brank (\d+) in world size (\d+)|\[Rank (\d+)\]|^\s*[Rr]ank (\d+): "
+)
 _WORLD = re.compile(r"\brank \d+/(\d+)\b|\bin world size (\d+)|\bWORLD_SIZE=(\d+)|--nnodes[= ](\d+)")
 
 
@@ -291,7 +294,7 @@ def ranks_of(ev: HostEvidence) -> tuple[set[int], int | None]:
     world: int | None = None
     for ln in ev.lines:
         for m in _RANK_SEEN.finditer(ln):
-            for g in (m.group(1), m.group(2), m.group(4), m.group(6)):
+            for g in (m.group(1), m.group(2), m.group(4), m.group(6), m.group(7)):
                 if g is not None:
                     ranks.add(int(g))
         wm = _WORLD.search(ln)
@@ -324,6 +327,57 @@ def endpoints(ev: HostEvidence, rules: JobRules) -> set[str]:
                 port = m.groupdict().get("port")
                 out.add(f"{addr}:{port}" if port else addr)
     return out
+
+
+_ERE_CLASS = {"s": "[:space:]", "S": None, "d": "0-9", "w": "[:alnum:]_"}
+
+
+def endpoint_ere(rules: JobRules | None = None) -> str:
+    """One POSIX ERE that every line an ``endpoints`` rule can match also matches (a prefilter).
+
+    The funnel greps the head of the latest run with it (torchrun, vLLM and Ray print the
+    rendezvous near the start, which the end-of-log passes do not bring back); the rules
+    themselves, in Python ``re``, decide afterwards. Word boundaries are dropped (wider, never
+    narrower); ``\\s``/``\\d``/``\\w`` become POSIX classes. "" when there are no rules.
+    """
+    rules = rules or default_job_rules()
+    return "|".join(f"({_to_ere(r.regex.pattern)})" for r in rules.endpoints)
+
+
+def _to_ere(pat: str) -> str:
+    out: list[str] = []
+    i, inside = 0, False
+    while i < len(pat):
+        c = pat[i]
+        if c == "\\" and i + 1 < len(pat):
+            n = pat[i + 1]
+            i += 2
+            if n == "b":
+                continue
+            if n in "sdw":
+                out.append(_ERE_CLASS[n] if inside else f"[{_ERE_CLASS[n]}]")
+            elif n == "S":
+                out.append("[^[:space:]]" if not inside else "[:graph:]")
+            else:
+                out.append("\\" + n if n in ".[]()*+?{}|^$\\/" else n)
+            continue
+        if c == "(" and pat.startswith("(?P<", i):
+            i = pat.index(">", i) + 1
+            out.append("(")
+            continue
+        if c == "(" and pat.startswith("(?:", i):
+            i += 3
+            out.append("(")
+            continue
+        if c == "[" and not inside:
+            inside = True
+        elif c == "]" and inside and out and out[-1] not in ("[", "[^"):
+            inside = False
+        out.append(c)
+        if c == "^" and inside and out[-2] == "[":
+            out[-2:] = ["[^"]
+        i += 1
+    return "".join(out)
 
 
 def _collective(ev: HostEvidence, rules: JobRules) -> list[tuple[int, int | None]]:
@@ -604,10 +658,26 @@ def summary_line(rc: RootCause, width: int = 60) -> str:
     if not rc.consequences:
         return head
     n = len(rc.consequences)
-    bits = []
-    for host, kind, d in rc.consequences:
-        bits.append(f"{host} ({kind}" + (f", {d:+.1f} s" if d is not None else "") + ")")
+    bits = [consequence_text(host, kind, d) for host, kind, d in rc.consequences]
     return head + f" · {n} other host{'s' if n != 1 else ''} failed as a consequence: " + ", ".join(bits)
+
+
+def consequence_text(host: str, kind: str, delay: float | None) -> str:
+    """``node0 (NCCL remote error, 30.0 s later)``: a victim and when its error came, against the root's.
+
+    Words, not a sign: a victim's line is often stamped *before* the root's (the root's traceback has no
+    stamp of its own and takes its process's exit time), and "-0.4 s" read as a typo. Such a victim says
+    ``stamped 0.4 s earlier``: its kind, not its time, made it a consequence.
+    """
+    if delay is None:
+        return f"{host} ({kind})"
+    if abs(delay) < 0.05:
+        when = "at the same time"
+    elif delay > 0:
+        when = f"{delay:.1f} s later"
+    else:
+        when = f"stamped {-delay:.1f} s earlier"
+    return f"{host} ({kind}, {when})"
 
 
 # ---------------------------------------------------------------- wiring: what a probe keeps, what a report says

@@ -115,6 +115,7 @@ def spec_for(log: str, rules: Rules, overrides: dict[str, Any] | None = None) ->
         keywords=rules.keyword_ere(),
         run_start=run_start,
         tags=rules.tag_ere(),
+        endpoints=job_mod.endpoint_ere(),
     )
     for key in ("tail_lines", "scan_bytes", "timeout"):
         if overrides.get(key):

@@ -96,7 +96,7 @@ def test_m1_victim_stamped_earlier_is_demoted() -> None:
     assert delta is not None and delta < 0  # stamped before the root: only its peer-caused kind demotes it
     line = summary_line(rc)
     assert line.startswith("job root cause: node1 · rank 1 · RuntimeError: mat1 and mat2 shapes")
-    assert "1 other host failed as a consequence: node0 (NCCL remote error, -0.4 s)" in line
+    assert "1 other host failed as a consequence: node0 (NCCL remote error, stamped 0.4 s earlier)" in line
     assert set(rc.to_json()) == {"host", "rank", "line", "time", "fingerprint", "affected", "why"}
     assert rc.to_json()["time"].startswith("2026-11-30T16:46:04")
 
@@ -216,6 +216,16 @@ def test_victim_naming_the_root_by_address() -> None:
     # all three peer-caused, each naming a peer: b is named by a and c, c by b only, a by nobody
     (rc,) = root_causes(hosts)
     assert rc.host == "b" and rc.affected == ["a", "c"] and "names b" in rc.why
+
+
+def test_consequence_delay_reads_in_words() -> None:
+    """No bare sign for the operator: later, earlier (only stamped so), or the same time."""
+    from fleetdiag.job import consequence_text
+
+    assert consequence_text("node0", "collective timeout", 30.04) == "node0 (collective timeout, 30.0 s later)"
+    assert consequence_text("node0", "NCCL remote error", -0.4) == "node0 (NCCL remote error, stamped 0.4 s earlier)"
+    assert consequence_text("node0", "k", 0.01) == "node0 (k, at the same time)"
+    assert consequence_text("node0", "k", None) == "node0 (k)"
 
 
 def test_user_rules_extend_peer_kinds(tmp_path: Path) -> None:

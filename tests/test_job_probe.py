@@ -8,6 +8,7 @@ plays a host whose clock is off).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -124,7 +125,7 @@ def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path):
     job = "job root cause: node1 · rank 1 · RuntimeError: mat1 and mat2 shapes"
     assert out.count(job) == 2, out  # over the root's card, and as the fleet view's opening line
     assert "1 other host failed as a consequence: node0 (NCCL remote error, " in out
-    assert "failed as a consequence of node1: node0 (NCCL remote error" in out
+    assert "failed as a consequence of node1: node0 (NCCL remote error, stamped 0.4 s earlier)" in out
     assert "consequence of node1 (job root cause)" in out  # the victim's row, folded under the root's
     assert "node1  FAILED" in out and "node0  FAILED" not in out, out  # the victim's card folds under the root
     assert out.index(job) < out.index("node1  FAILED")
@@ -360,3 +361,140 @@ def test_watch_table_view_prints_the_job_line_once(sshd, tmp_path):
     r = cli(sshd, inv, "watch", "all", "--duration", "3", "--grace", "0", "--no-facts")
     assert r.exit_code == 1, r.output
     assert r.output.count("job root cause: node1 · rank 1 · torch.OutOfMemoryError: CUDA out of memory") == 1, r.output
+
+
+# --------------------------------------------------------------------------- the rendezvous from the log's head
+
+DEVICE = Path(__file__).resolve().parent / "fixtures" / "device"
+
+
+def launched(node: str, addr: str, steps: int = 1500) -> str:
+    """A real recorded node log (tests/fixtures/device/job) as a launch script writes it: its torchrun
+    command first (``set -x``), then enough training chatter that the end-of-log passes do not reach it."""
+    rank = node[-1]
+    cmd = f"+ torchrun --nnodes 2 --node_rank {rank} --nproc_per_node 1 --master_addr {addr} --master_port 29500 fail.py\n"
+    chatter = "".join(f"rank {rank}: step {i} loss 0.{i % 97:02d}31 lr 3.0e-4 tokens/s 81234\n" for i in range(steps))
+    return cmd + chatter + (DEVICE / "job" / f"{node}.log").read_text()
+
+
+def test_funnel_head_pass_brings_back_the_endpoint(tmp_path):
+    """The head pass through GNU tools, dash and a busybox-only PATH: the command line from the start of
+    the run, at most ``head_lines`` lines, nothing past ``head_bytes``; without it the passes miss it."""
+    import shutil
+    import subprocess
+
+    from fleetdiag import funnel
+    from fleetdiag.analysis import load_rules
+    from fleetdiag.job import endpoint_ere
+    from fleetdiag.probe import spec_for
+
+    text = launched("node0", "10.4.0.1")
+    log = tmp_path / "train.log"
+    log.write_text(text)
+    spec = spec_for(str(log), load_rules(user_default=False))
+    assert spec.endpoints == endpoint_ere() and spec.endpoints
+    box = tmp_path / "bb"
+    box.mkdir()
+    bb = shutil.which("busybox")
+    assert bb, "busybox is installed on the test machine"
+    for a in subprocess.run([bb, "--list"], capture_output=True, text=True, check=True).stdout.split():
+        (box / a).symlink_to(bb)
+    shells = [
+        (["sh", "-c"], dict(os.environ)),
+        (["dash", "-c"], dict(os.environ)),
+        ([str(box / "sh"), "-c"], {"PATH": str(box)}),
+    ]
+    want = text.splitlines()[0]
+    for argv, env in shells:
+        mark = funnel.new_mark()
+        out = subprocess.run(
+            [*argv, funnel.build_script(spec, mark)], capture_output=True, env=env, timeout=120, check=False
+        ).stdout.decode()
+        fr = funnel.parse_output(out, mark)
+        texts = [ln.text for ln in fr.lines()]
+        assert want in texts, (argv, fr.markers)
+        assert next(ln for ln in fr.lines() if ln.text == want).pos == 0
+        assert not any("rejected the endpoint" in m for m in fr.markers)
+    off = funnel.parse_output(
+        subprocess.run(
+            ["sh", "-c", funnel.build_script(dataclasses.replace(spec, endpoints=""), mark := funnel.new_mark())],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        ).stdout.decode(),
+        mark,
+    )
+    assert want not in [ln.text for ln in off.lines()]  # the end-of-log passes alone do not reach it
+    # The bounds: the first head_lines lines only, and none past head_bytes.
+    many = "".join(f"MASTER_ADDR=10.9.0.{i} x\n" for i in range(10)) + text
+    log.write_text(many)
+    fr = funnel.run_local(spec, timeout=60)
+    assert [ln.text for ln in fr.context if "MASTER_ADDR" in ln.text] == [f"MASTER_ADDR=10.9.0.{i} x" for i in range(4)]
+    log.write_text("x" * 70_000 + "\n" + text)
+    fr = funnel.run_local(spec, timeout=60)
+    assert want not in [ln.text for ln in fr.lines()]
+
+
+def test_two_jobs_in_one_time_window_told_apart_by_endpoint(sshd, tmp_path):
+    """Two independent two-node jobs (the real recording, twice) failing in the same seconds: only their
+    rendezvous, read from each log's head through the funnel, tells them apart."""
+    hosts = {
+        "a0": launched("node0", "10.4.0.1"),
+        "a1": launched("node1", "10.4.0.1"),
+        "b0": launched("node0", "10.7.0.1"),
+        "b1": launched("node1", "10.7.0.1"),
+    }
+    doc = probe_json(sshd, write_inventory(sshd, tmp_path, hosts))
+    got = sorted((rc["host"], rc["rank"], tuple(rc["affected"])) for rc in doc["root_causes"])
+    assert got == [("a1", 1, ("a0",)), ("b1", 1, ("b0",))], doc["root_causes"]
+    for rc in doc["root_causes"]:
+        assert "mat1 and mat2 shapes cannot be multiplied" in rc["line"]
+    for h in doc["hosts"]:  # the endpoint line survives into the kept facts (a sweep re-analyses them)
+        assert any("--master_addr 10." in ln for ln in h["facts"]["job"]["lines"]), h["host"]
+    # Without the endpoints (the same logs, their command line left out) time alone joins all four:
+    # one root, the other job's root demoted to "affected" (the shape the endpoints fix).
+    plain = {n: t.split("\n", 1)[1] for n, t in hosts.items()}
+    doc = probe_json(sshd, write_inventory(sshd, tmp_path / "plain", plain))
+    (rc,) = doc["root_causes"]
+    assert len(rc["affected"]) == 3, rc
+
+
+# --------------------------------------------------------------------------- the device recordings through sshd
+
+
+@pytest.mark.parametrize("order", [["node0", "node1"], ["node1", "node0"]])
+def test_device_job_recording_names_rank1_through_sshd(sshd, tmp_path, order):
+    """The real two-node torchrun failure (H200 host): node1's RuntimeError is the root, node0's watchdog
+    timeout 30 s later and its SIGABRT are the consequence."""
+    texts = {n: (DEVICE / "job" / f"{n}.log").read_text() for n in order}
+    doc = probe_json(sshd, write_inventory(sshd, tmp_path, texts))
+    (rc,) = doc["root_causes"]
+    assert (rc["host"], rc["rank"], rc["affected"]) == ("node1", 1, ["node0"])
+    assert "mat1 and mat2 shapes cannot be multiplied" in rc["line"]
+    assert rc["time"].startswith("2026-11-30T19:34:5")
+    r = cli(sshd, write_inventory(sshd, tmp_path / "text", texts), "probe", "all")
+    flat = " ".join(r.output.split())  # node0's first consequence-kind line: the watchdog, 30 s after the root's
+    assert "failed as a consequence: node0 (collective timeout, 29." in flat or "(collective timeout, 30." in flat, flat
+
+
+def test_device_hang_recording_makes_no_claim_through_sshd(sshd, tmp_path):
+    """The real hang was ended by a SIGTERM to both agents before any watchdog fired: both hosts show
+    only the agent's SIGTERM, so nothing names the straggler (by design, docs/job.md)."""
+    texts = {n: (DEVICE / "hang" / f"{n}.log").read_text() for n in ("node0", "node1")}
+    doc = probe_json(sshd, write_inventory(sshd, tmp_path, texts))
+    assert doc["root_causes"] == []
+
+
+@pytest.mark.parametrize("order", [["node0", "node1"], ["node1", "node0"]])
+def test_straggler_named_from_real_watchdog_lines_through_sshd(sshd, tmp_path, order):
+    """A hang whose NCCL timeout fired: node0 is the real recording's watchdog side (SeqNum=2 timed out,
+    last completed work 1, the abort), node1 the real hang recording's silent rank (step 0 done, then only
+    the agent's SIGTERM when the job was torn down, restamped to node0's abort). node1 never reached
+    SeqNum 2: it is named, with rank 1."""
+    n0 = (DEVICE / "job" / "node0.log").read_text()
+    n1 = (DEVICE / "hang" / "node1.log").read_text().replace("W1130 19:36:57.13", "W1130 19:36:35.73")
+    texts = {"node0": n0, "node1": n1}
+    doc = probe_json(sshd, write_inventory(sshd, tmp_path, {n: texts[n] for n in order}))
+    (rc,) = doc["root_causes"]
+    assert (rc["host"], rc["rank"], rc["affected"]) == ("node1", 1, ["node0"]), rc
+    assert "SeqNum=2" in rc["why"] and "never reached" in rc["why"], rc["why"]

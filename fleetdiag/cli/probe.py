@@ -87,7 +87,7 @@ def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
     folded under it), then one card per group of the other hosts in trouble."""
     from rich.text import Text
 
-    from ..job import summary_line
+    from ..job import consequence_text, summary_line
     from ..store import group_by_cause, incident_key
 
     by_host = {r.host: r for r in results}
@@ -99,7 +99,7 @@ def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
         env.print(Text(summary_line(rc), style="bold red"), soft_wrap=True)
         env.print(host_card(root))
         if rc.consequences:
-            bits = [f"{h} ({k}" + (f", {d:+.1f} s" if d is not None else "") + ")" for h, k, d in rc.consequences]
+            bits = [consequence_text(h, k, d) for h, k, d in rc.consequences]
             env.print(
                 Text(
                     f"  failed as a consequence of {rc.host}: " + ", ".join(bits) + " (their cards: --all-cards)",

@@ -164,6 +164,11 @@ fd_scan() {
   t0=$(secs)
   fd_tailpass
   late "$t0" "tail pass"
+  if [ -n "$FD_EP" ]; then
+    t0=$(secs)
+    fd_headpass
+    late "$t0" "head pass"
+  fi
   fd_ctxpasses
   fd_changed
   fd_close
@@ -212,6 +217,25 @@ fd_tailpass() {
     END { s = (k > N) ? k - N : 0
       if (s > 0) printf "X\ttail: last %d lines shown\n", N
       for (i = s; i < k; i++) print "L\t" buf[i % N] }'
+}
+# The rendezvous endpoint (torchrun, vLLM and Ray print it near the start, which the passes
+# above, reading the end, seldom reach): at most FD_HEADN lines matching FD_EP in the first FD_HEADB
+# bytes of the latest run (of the cap when no run start was found). A line the byte cap cuts is dropped.
+fd_headpass() {
+  if printf 'x\n' | grep -E -e "$FD_EP" >/dev/null 2>&1; [ $? -gt 1 ]; then
+    x "the remote grep rejected the endpoint pattern: the job rendezvous is not read"; return
+  fi
+  hs=$rp; [ "$hs" -lt "$cap" ] && hs=$cap
+  echo "S${T}head"
+  fd_from "$hs" | head -c "$FD_HEADB" | fd_nl | tr '\000' ' ' | awk -v base="$hs" -v cut=$(( hs != rp )) "$FD_AWKLIB"'
+    BEGIN { B = ENVIRON["FD_HEADB"] + 0; pos = base }
+    { p = pos; pos += length($0) + 1
+      if (cut && NR == 1) next
+      if (pos - base > B) exit
+      t = $0; sub(/\r$/, "", t); print fd_int(p) "\t" t }' |
+    $TO grep -E -e "$FD_EP" | head -n "$FD_HEADN" | awk -v T="$T" "$FD_AWKLIB"'
+    BEGIN { ML = ENVIRON["FD_MAXLINE"] + 0 }
+    { i = index($0, T); print "L\t" substr($0, 1, i - 1) "\t-\t" fd_clip(substr($0, i + 1)) }'
 }
 # Every line of the earliest failing tags from their first error on.
 fd_ctxpasses() {
