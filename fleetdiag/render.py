@@ -466,7 +466,11 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
 
 
 def _rtt_range(results: list[HostResult]) -> str:
-    rtts = sorted(r.timing.rtt_ms for r in results if r.timing.rtt_ms is not None)
+    return _ms_range([r.timing.rtt_ms for r in results if r.timing.rtt_ms is not None])
+
+
+def _ms_range(values: list[float]) -> str:
+    rtts = sorted(values)
     if not rtts:
         return "-"
     if len(rtts) == 1 or fmt_ms(rtts[0]) == fmt_ms(rtts[-1]):
@@ -557,12 +561,49 @@ def watch_state_text(state: str, connected: bool = True) -> Text:
     return text
 
 
-def watch_table(views: Any, title: str | None = None) -> Table:
-    """The live dashboard: one row per host, in inventory order (rows never jump).
+# Lines a watch table spends besides its rows: title, top border, header, header rule, bottom border.
+WATCH_TABLE_CHROME = 5
+# States whose hosts each keep a row of their own for as long as the screen allows; the others fold first.
+_WATCH_QUIET = (WatchState.HEALTHY, WatchState.RECOVERED, WatchState.CONNECTING, WatchState.STARTING)
 
-    ``views`` are ``watch.HostView``s. The reason column is one line; the
-    whole decisive error is on the host card printed when the host failed.
+
+def watch_rows(views: list[Any], budget: int | None) -> list[tuple[str, list[Any]]]:
+    """Which hosts get a row: ``(state, views)`` pairs, worst state first, inventory order within one.
+
+    Every host has its own row when ``budget`` (rows the screen has) allows; else the quiet
+    states fold into one row each (``gpu[01-29] ✓ healthy``), healthy first, then, if still
+    too many, every state does. Trouble is never what falls off the screen.
     """
+    rank = {s: i for i, s in enumerate(WatchState)}
+    ordered = sorted(views, key=lambda v: rank.get(v.state, len(rank)))  # stable: inventory order within a state
+    rows: list[tuple[str, list[Any]]] = [(v.state, [v]) for v in ordered]
+    if budget is None or len(rows) <= budget:
+        return rows
+    by_state: dict[str, list[Any]] = {}
+    for v in ordered:
+        by_state.setdefault(v.state, []).append(v)
+    folded: set[str] = set()
+    for quiet in (*_WATCH_QUIET, *reversed(list(WatchState))):
+        if quiet in by_state and len(by_state[quiet]) > 1:
+            folded.add(quiet)
+        rows = []
+        for state, vs in sorted(by_state.items(), key=lambda kv: rank.get(kv[0], len(rank))):
+            rows += [(state, vs)] if state in folded else [(state, [v]) for v in vs]
+        if len(rows) <= budget:
+            break
+    return rows
+
+
+def watch_table(views: Any, title: str | None = None, height: int | None = None) -> Table:
+    """The live dashboard: worst state first, one row per host while the screen has room.
+
+    ``views`` are ``watch.HostView``s. With ``height`` (the terminal's lines) the table fits
+    it: healthy hosts, then the other quiet states, fold into one row per state
+    (``gpu[01-29]``) so that a failed host is never below the bottom edge. The reason
+    column is one line; the whole decisive error is on the card printed when a host failed.
+    """
+    from .inventory import fold
+
     views = list(views)
     counts = Counter(v.state for v in views)
     head = " · ".join(f"{counts[s]} {s}" for s in WatchState if counts[s])
@@ -572,7 +613,21 @@ def watch_table(views: Any, title: str | None = None) -> Table:
     table.add_column("log age", justify="right", no_wrap=True)
     table.add_column("decisive error / reason", no_wrap=True, overflow="ellipsis", ratio=1)
     table.add_column("rtt", justify="right", no_wrap=True)
-    for v in views:
+    budget = None if height is None else max(1, height - WATCH_TABLE_CHROME)
+    for state, vs in watch_rows(views, budget):
+        if len(vs) > 1:
+            idles = [i for i in (v.idle() for v in vs) if i is not None]
+            rtts = [v.rtt_ms for v in vs if v.rtt_ms is not None]
+            reasons = {" ".join((v.reason or "").split()) for v in vs}
+            table.add_row(
+                fold(v.host for v in vs),
+                watch_state_text(state),
+                ago(max(idles)) if idles else "-",
+                Text(f"{len(vs)} hosts" + (f": {reasons.pop()}" if len(reasons) == 1 else ""), style="dim"),
+                _ms_range(rtts),
+            )
+            continue
+        v = vs[0]
         idle = v.idle()
         reason = Text(" ".join((v.reason or "").split()))
         if not v.connected and v.state not in (UNREACHABLE, WatchState.CONNECTING) and v.error:
