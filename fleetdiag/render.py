@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -17,8 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.markup import escape as rich_escape
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.progress import (
     BarColumn,
@@ -268,6 +271,87 @@ def source_text(src: dict[str, str] | None) -> str:
     return f"{by} → {what}" if by else what
 
 
+# A path as logs print it: absolute or relative with at least one separator, up to a quote, space or bracket.
+_PATH_RE = re.compile(r"(?:~|\.{1,2})?(?:/[^\s\"'()<>\[\],:;]+)+|[\w.+-]+(?:/[^\s\"'()<>\[\],:;]+)+")
+
+
+def shorten_path(path: str, width: int) -> str:
+    """``path`` shortened from the left at a ``/`` to at most ``width`` cells: ``…/vllm/v1/x.py``.
+
+    Never cut inside a segment: the last segment stays whole even when it alone is wider."""
+    if cell_len(path) <= width:
+        return path
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        tail = "/".join(parts[i:])
+        if not tail or (i == 1 and not parts[0]):
+            continue
+        if cell_len("…/" + tail) <= width or i == len(parts) - 1:
+            return "…/" + tail
+    return path
+
+
+def fit_paths(line: str, width: int, whole_line: bool) -> str:
+    """``line`` with its paths shortened from the left so it fits ``width``: the whole line
+    (``whole_line``, a traceback frame kept on one line) or else each space-separated word,
+    so that wrapping at spaces never has to cut a path."""
+    if cell_len(line) <= width:
+        return line
+    if whole_line:
+        out = line
+        for m in sorted(_PATH_RE.finditer(line), key=lambda m: -len(m.group())):
+            over = cell_len(out) - width
+            if over <= 0:
+                break
+            path = m.group()
+            out = out.replace(path, shorten_path(path, max(1, cell_len(path) - over)), 1)
+        if cell_len(out) <= width:
+            return out
+        line = out  # still too wide: wrap it at spaces, each word fitting
+    words = re.split(r"(\s+)", line)
+    for i, word in enumerate(words):
+        over = cell_len(word) - width
+        if over > 0:
+            for m in sorted(_PATH_RE.finditer(word), key=lambda m: -len(m.group())):
+                path = m.group()
+                word = word.replace(path, shorten_path(path, max(1, cell_len(path) - over)), 1)
+                over = cell_len(word) - width
+                if over <= 0:
+                    break
+            words[i] = word
+    return "".join(words)
+
+
+class PathSafe:
+    """Lines of text that keep every path whole at any width: too wide, a path is shortened
+    from the left at a ``/`` (``…/site-packages/vllm/x.py``) and the line wraps only at
+    spaces. The full text stays in ``--json``; a cut path could not be copied."""
+
+    def __init__(self, text: str, style: str = "", whole_lines: bool = False, after: Text | None = None) -> None:
+        self.lines = text.split("\n")
+        self.style = style
+        self.whole_lines = whole_lines
+        self.after = after  # a styled word or two after the last line (a category)
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines) + (self.after.plain if self.after is not None else "")
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        width = max(1, options.max_width)
+        for i, line in enumerate(self.lines):
+            text = Text(fit_paths(line, width, self.whole_lines), style=self.style, overflow="fold")
+            if self.after is not None and i == len(self.lines) - 1:
+                text.append_text(self.after)
+            yield text
+
+    def __rich_measure__(self, console: Console, options: Any) -> Measurement:
+        after = cell_len(self.after.plain) if self.after is not None else 0
+        longest = max((cell_len(ln) for ln in self.lines), default=0) + after
+        words = [w for ln in self.lines for w in ln.split()]
+        shortest = max((cell_len(shorten_path(w, 1)) for w in words), default=1)
+        return Measurement(min(shortest, longest), longest).clamp(max_width=options.max_width)
+
+
 def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
     """The card for one host: everything needed to act, nothing to scroll."""
     style = STYLE.get(res.verdict, "white")
@@ -286,8 +370,8 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             loc = f"{loc} of {res.log}" if loc else res.log
         if loc:
             where.append(loc)
-        grid.add_row("where", Text(" · ".join(where)))
-        grid.add_row("log line", Text(d.line, style="dim"))
+        grid.add_row("where", PathSafe(" · ".join(where)))
+        grid.add_row("log line", PathSafe(d.line, style="dim"))
         kind = " · ".join(x for x in (d.exception_type, d.category) if x)
         grid.add_row(
             "kind", Text(f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}")
@@ -304,11 +388,11 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             grid.add_row("log says", Text(res.summary))
     src = source_text(res.log_source)
     if src:
-        grid.add_row("log from", Text(src))
+        grid.add_row("log from", PathSafe(src))
     if res.idle_seconds is not None and res.verdict != UNREACHABLE:
         grid.add_row(
             "log age",
-            Text(f"last written {ago(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")),
+            PathSafe(f"last written {ago(res.idle_seconds)} ago" + (f" · {res.log}" if d is None and res.log else "")),
         )
     cascade = cascade_text(res.secondary)
     if cascade:
@@ -336,7 +420,7 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
         if len(tb) > traceback_lines:
             keep = traceback_lines // 2
             tb = tb[:keep] + [f"… {len(tb) - 2 * keep} frames (see --json for all) …"] + tb[-keep:]
-        body = Text("\n".join(tb), style="white", overflow="fold")
+        body = PathSafe("\n".join(tb), style="white", whole_lines=True)
         owner = "the consequence" if d.source != "log" else (d.process or "the failing process")
         parts.append(
             Panel(body, title=Text(f"traceback of {owner}"), title_align="left", border_style="dim", padding=(0, 1))
@@ -380,7 +464,7 @@ def _below_the_log(grid: Table, res: HostResult) -> None:
     if d.hint:
         grid.add_row("hint", Text(d.hint, style="green"))
     if d.consequence:
-        grid.add_row("consequence", Text(d.consequence + (f"  (in {res.log})" if res.log else "")))
+        grid.add_row("consequence", PathSafe(d.consequence + (f"  (in {res.log})" if res.log else "")))
 
 
 def found_text(res: HostResult) -> str:
@@ -405,6 +489,49 @@ def one_line(res: HostResult) -> str:
     return res.error or res.summary or EXPLAIN.get(res.verdict, "")
 
 
+class FittingTable(Table):
+    """A table that, too wide for the screen, drops its least important columns (``rtt``, then
+    ``n``) before it would crop a host name: ``cn…`` names no host anyone can ssh to."""
+
+    drop_first = ("rtt", "n")
+    icons_only = "verdict"  # then this column keeps only its first word, the icon (``✗``)
+    min_text = 16  # the narrowest the wrapping column is allowed to get
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        table: Table = self
+        for name in (*self.drop_first, self.icons_only):
+            if self._needed(console, options, table) <= options.max_width:
+                break
+            table = copy.copy(table)
+            if name == self.icons_only:
+                table.columns = [_icons_only(c) if c.header == name else c for c in table.columns]
+            else:
+                table.columns = [c for c in table.columns if c.header != name]
+        yield from Table.__rich_console__(table, console, options)
+
+    @staticmethod
+    def _needed(console: Console, options: Any, table: Table) -> int:
+        """Cells the table needs with every no-wrap column whole and the others at ``min_text``."""
+        total = len(table.columns) + 1 + 2 * len(table.columns) * table.padding[1]  # borders and padding
+        for col in table.columns:
+            cells = [Measurement.get(console, options, c) for c in (col.header, *col.cells)]
+            if col.no_wrap:
+                total += max((m.maximum for m in cells), default=0)
+            else:  # its longest word (a path as short as it can get), and never under min_text
+                total += max(FittingTable.min_text, *(m.minimum for m in cells))
+        return total
+
+
+def _icons_only(col: Any) -> Any:
+    """A copy of ``col`` whose cells keep their first word: ``✗ failed`` → ``✗`` (the title counts verdicts)."""
+    col = copy.copy(col)
+    col.header = ""
+    col._cells = [
+        Text(c.plain.split()[0], style=c.style) if isinstance(c, Text) and c.plain.split() else c for c in col._cells
+    ]
+    return col
+
+
 def fleet_view(results: list[HostResult], title: str | None = None, root_causes: list[Any] | None = None) -> Table:
     """One row per root cause, hosts folded into a range (``gpu[01-04,07]``).
 
@@ -427,8 +554,8 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
     heading = Text(title or f"{len(results)} hosts: {head}")
     for rc in rcs:
         heading.append("\n" + summary_line(rc), style="bold")
-    table = Table(title=heading, title_justify="left", expand=False)
-    table.add_column("hosts", overflow="fold", style="bold")
+    table = FittingTable(title=heading, title_justify="left", expand=False)
+    table.add_column("hosts", no_wrap=True, style="bold")
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     table.add_column("decisive error / reason", overflow="fold")
@@ -436,10 +563,11 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
     by_host = {r.host: r for r in results}
     for g in groups:
         ex = g.example
-        cause = Text(one_line(ex))
         d = ex.decisive
-        if d is not None and d.category and d.category != "other":
-            cause.append(f"  {d.category}", style="dim")
+        category = (
+            Text(f"  {d.category}", style="dim") if d is not None and d.category not in (None, "", "other") else None
+        )
+        cause = PathSafe(one_line(ex), after=category)
         table.add_row(
             Text(g.folded),
             str(len(g.results)),
@@ -466,7 +594,11 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
 
 
 def _rtt_range(results: list[HostResult]) -> str:
-    rtts = sorted(r.timing.rtt_ms for r in results if r.timing.rtt_ms is not None)
+    return _ms_range([r.timing.rtt_ms for r in results if r.timing.rtt_ms is not None])
+
+
+def _ms_range(values: list[float]) -> str:
+    rtts = sorted(values)
     if not rtts:
         return "-"
     if len(rtts) == 1 or fmt_ms(rtts[0]) == fmt_ms(rtts[-1]):
@@ -557,12 +689,49 @@ def watch_state_text(state: str, connected: bool = True) -> Text:
     return text
 
 
-def watch_table(views: Any, title: str | None = None) -> Table:
-    """The live dashboard: one row per host, in inventory order (rows never jump).
+# Lines a watch table spends besides its rows: title, top border, header, header rule, bottom border.
+WATCH_TABLE_CHROME = 5
+# States whose hosts each keep a row of their own for as long as the screen allows; the others fold first.
+_WATCH_QUIET = (WatchState.HEALTHY, WatchState.RECOVERED, WatchState.CONNECTING, WatchState.STARTING)
 
-    ``views`` are ``watch.HostView``s. The reason column is one line; the
-    whole decisive error is on the host card printed when the host failed.
+
+def watch_rows(views: list[Any], budget: int | None) -> list[tuple[str, list[Any]]]:
+    """Which hosts get a row: ``(state, views)`` pairs, worst state first, inventory order within one.
+
+    Every host has its own row when ``budget`` (rows the screen has) allows; else the quiet
+    states fold into one row each (``gpu[01-29] ✓ healthy``), healthy first, then, if still
+    too many, every state does. Trouble is never what falls off the screen.
     """
+    rank = {s: i for i, s in enumerate(WatchState)}
+    ordered = sorted(views, key=lambda v: rank.get(v.state, len(rank)))  # stable: inventory order within a state
+    rows: list[tuple[str, list[Any]]] = [(v.state, [v]) for v in ordered]
+    if budget is None or len(rows) <= budget:
+        return rows
+    by_state: dict[str, list[Any]] = {}
+    for v in ordered:
+        by_state.setdefault(v.state, []).append(v)
+    folded: set[str] = set()
+    for quiet in (*_WATCH_QUIET, *reversed(list(WatchState))):
+        if quiet in by_state and len(by_state[quiet]) > 1:
+            folded.add(quiet)
+        rows = []
+        for state, vs in sorted(by_state.items(), key=lambda kv: rank.get(kv[0], len(rank))):
+            rows += [(state, vs)] if state in folded else [(state, [v]) for v in vs]
+        if len(rows) <= budget:
+            break
+    return rows
+
+
+def watch_table(views: Any, title: str | None = None, height: int | None = None) -> Table:
+    """The live dashboard: worst state first, one row per host while the screen has room.
+
+    ``views`` are ``watch.HostView``s. With ``height`` (the terminal's lines) the table fits
+    it: healthy hosts, then the other quiet states, fold into one row per state
+    (``gpu[01-29]``) so that a failed host is never below the bottom edge. The reason
+    column is one line; the whole decisive error is on the card printed when a host failed.
+    """
+    from .inventory import fold
+
     views = list(views)
     counts = Counter(v.state for v in views)
     head = " · ".join(f"{counts[s]} {s}" for s in WatchState if counts[s])
@@ -572,7 +741,21 @@ def watch_table(views: Any, title: str | None = None) -> Table:
     table.add_column("log age", justify="right", no_wrap=True)
     table.add_column("decisive error / reason", no_wrap=True, overflow="ellipsis", ratio=1)
     table.add_column("rtt", justify="right", no_wrap=True)
-    for v in views:
+    budget = None if height is None else max(1, height - WATCH_TABLE_CHROME)
+    for state, vs in watch_rows(views, budget):
+        if len(vs) > 1:
+            idles = [i for i in (v.idle() for v in vs) if i is not None]
+            rtts = [v.rtt_ms for v in vs if v.rtt_ms is not None]
+            reasons = {" ".join((v.reason or "").split()) for v in vs}
+            table.add_row(
+                fold(v.host for v in vs),
+                watch_state_text(state),
+                ago(max(idles)) if idles else "-",
+                Text(f"{len(vs)} hosts" + (f": {reasons.pop()}" if len(reasons) == 1 else ""), style="dim"),
+                _ms_range(rtts),
+            )
+            continue
+        v = vs[0]
         idle = v.idle()
         reason = Text(" ".join((v.reason or "").split()))
         if not v.connected and v.state not in (UNREACHABLE, WatchState.CONNECTING) and v.error:

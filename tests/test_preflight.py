@@ -160,7 +160,13 @@ def _inventory_file(tmp_path: Path, sshd, hosts: dict[str, int]) -> Path:
 
 
 def _run(
-    sshd, tmp_path, launch: list[str], *opts: str, hosts: dict[str, int] | None = None, bindir: Path | None = None
+    sshd,
+    tmp_path,
+    launch: list[str],
+    *opts: str,
+    hosts: dict[str, int] | None = None,
+    bindir: Path | None = None,
+    selectors: list[str] | None = None,
 ):
     inv = _inventory_file(tmp_path, sshd, hosts or {"uk-node": sshd.port})
     bindir = bindir or fake_nvidia_smi(tmp_path / "bin")
@@ -169,7 +175,7 @@ def _run(
         str(inv),
         "--no-color",
         "preflight",
-        ",".join(hosts or {"uk-node": 0}),
+        *(selectors or [",".join(hosts or {"uk-node": 0})]),
         "--path-prepend",
         str(bindir),
         "--known-hosts",
@@ -245,6 +251,25 @@ def test_cli_unreachable_host_exits_3(sshd, tmp_path):
     )
     assert result.exit_code == 3, result.output
     assert "refused" in result.output and "1/2 hosts ready" in result.output
+
+
+def test_cli_several_selectors_like_probe(sshd, tmp_path):
+    """``preflight gpu01 gpu02 -- vllm serve …``: every selector before ``--`` is checked."""
+    hosts = {"gpu01": sshd.port, "gpu02": sshd.port, "gpu03": sshd.port}
+    result = _run(
+        sshd,
+        tmp_path,
+        FIXED_LAUNCH,
+        "--env",
+        "CUDA_VISIBLE_DEVICES=0,1",
+        "--json",
+        hosts=hosts,
+        selectors=["gpu01", "gpu03"],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [h["host"] for h in doc["hosts"]] == ["gpu01", "gpu03"]
+    assert doc["launch"]["workers"] == 2
 
 
 def test_cli_usage_errors_exit_2(sshd, tmp_path):

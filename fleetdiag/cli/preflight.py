@@ -54,9 +54,23 @@ def result_table(res: PreflightResult) -> Table:
     return table
 
 
-@main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("selector", shell_complete=complete_selector)
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+class _LaunchAfterDashes(click.Command):
+    """Selectors before ``--``, the launch after it (``preflight gpu01 gpu02 -- vllm serve …``).
+
+    click drops the ``--`` itself, so two variadic arguments cannot be told apart
+    after parsing: the launch is split off here first. Without ``--`` the first
+    argument is the selector and the rest the launch, as before."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["preflight.launch"] = tuple(args[i + 1 :])
+            args = args[:i]
+        return super().parse_args(ctx, args)
+
+
+@main.command(cls=_LaunchAfterDashes, context_settings={"ignore_unknown_options": False})
+@click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option(
     "--env",
     "env_items",
@@ -76,8 +90,7 @@ def result_table(res: PreflightResult) -> Table:
 @handle_errors
 def preflight(
     ctx: Context,
-    selector: str,
-    command: tuple[str, ...],
+    selectors: tuple[str, ...],
     env_items: tuple[str, ...],
     path_prepend: str | None,
     fanout: int,
@@ -89,6 +102,7 @@ def preflight(
     \b
     fleetdiag preflight uk-node --env CUDA_VISIBLE_DEVICES=0,1 -- vllm serve MODEL -tp 2 -dp 2
     fleetdiag preflight 'gpu[01-04]' -- torchrun --nproc_per_node 8 train.py
+    fleetdiag preflight gpu01 gpu02 -- vllm serve MODEL -tp 8
 
     Put the launch command after --. Checks, per host: workers needed
     (TP × PP × DP, nproc_per_node) against the GPUs visible under the given
@@ -97,12 +111,15 @@ def preflight(
     a local model path. Exit 0: every check passed (warnings allowed); 1: a
     check failed; 2: usage; 3: a host was unreachable.
     """
+    command = click.get_current_context().meta.get("preflight.launch")
+    if command is None:  # no --: the first argument selects, the rest is the launch
+        selectors, command = selectors[:1], selectors[1:]
     try:
         launch = plan(command, parse_env(env_items))
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
     inv = ctx.inventory()
-    hosts = select_hosts(inv, (selector,))
+    hosts = select_hosts(inv, selectors)
     settings = ProbeSettings(transport=transport_from(kw), jump_resolver=jump_resolver(inv), path_prepend=path_prepend)
     results: list[PreflightResult] = []
     out = ctx.out

@@ -111,8 +111,9 @@ def watch(
     out = ctx.out
     live_table = out.is_tty and not jsonl
 
-    def table() -> Any:
-        return watch_table([out.shown(v) for v in w.views.values()])
+    def table(live: bool = False) -> Any:
+        """The dashboard; live, it fits the terminal's height (healthy hosts fold, failures stay on screen)."""
+        return watch_table([out.shown(v) for v in w.views.values()], height=out.out.height if live else None)
 
     jobs_told: set[tuple[str, tuple[str, ...]]] = set()
 
@@ -158,7 +159,11 @@ def watch(
             from rich.live import Live
 
             with Live(
-                console=out.out, get_renderable=table, refresh_per_second=4, transient=False, redirect_stdout=False
+                console=out.out,
+                get_renderable=lambda: table(live=True),
+                refresh_per_second=4,
+                transient=False,
+                redirect_stdout=False,
             ) as live:
                 async for ev in events:
                     on_event(ev, live.console)
