@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from importlib import resources
+from pathlib import Path
 
 from fleetdiag import job as job_mod
 from fleetdiag import render
@@ -38,7 +39,7 @@ def _print(*renderables: object) -> str:
     out = render.Output(stdout=buf, color=False, width=WIDTH)
     for r in renderables:
         out.print(r)
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 def host_card() -> str:
@@ -67,6 +68,24 @@ def job_view() -> str:
     return _print(render.fleet_view(results, root_causes=roots))
 
 
+def preflight() -> str:
+    """The seeds' launch checked before it runs: the recorded 2× H200 nvidia-smi, one GPU busy."""
+    from fleetdiag import preflight as pf
+
+    smi = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "nvidia-smi"
+    launch = pf.plan(["vllm", "serve", "Qwen/Qwen3.6-27B", "-tp", "2", "-dp", "2"], {"CUDA_VISIBLE_DEVICES": "0,1"})
+    raw = {
+        "nvidia_smi": ["/usr/bin/nvidia-smi"],
+        "gpu": (smi / "nvidia-smi-query-busy.csv").read_text().splitlines(),
+        "app": (smi / "nvidia-smi-apps.csv").read_text().splitlines(),
+    }
+    checks, facts = pf.evaluate(launch, raw)
+    status = pf.FAIL if any(c.status == pf.FAIL for c in checks) else pf.PASS
+    res = pf.PreflightResult(host="uk-node", status=status, checks=checks, facts=facts)
+    return _print(*render.preflight_view(launch, [res], launch.to_dict()))
+
+
 if __name__ == "__main__":  # a quick look: python docs/examples.py
     print(host_card())
     print(job_view())
+    print(preflight())

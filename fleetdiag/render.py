@@ -48,6 +48,7 @@ from .records import (
     STARTING,
     UNREACHABLE,
     VERDICTS,
+    CheckStatus,
     HostResult,
     WatchState,
 )
@@ -780,3 +781,40 @@ def watch_event_line(ev: Any) -> Text:
     if ev.reason:
         line.append("  " + " ".join(ev.reason.split()))
     return line
+
+
+# --------------------------------------------------------------------------- preflight
+
+PASS, WARN, FAIL, SKIP = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL, CheckStatus.SKIP
+PREFLIGHT_MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
+
+
+def preflight_table(res: Any) -> Table:
+    """One host: a row per check, status first, the arithmetic in full."""
+    icon, style = {PASS: ("✓", "bold green"), FAIL: ("✗", "bold red")}.get(res.status, ("⚠", "bold magenta"))
+    title = Text.assemble((f"{icon} {res.host} ", "bold"), (res.status.upper(), style))
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1), expand=False)
+    table.add_column(no_wrap=True)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold")
+    if res.error:
+        table.add_row(Text("⚠", style="bold magenta"), "reach", Text(res.error, style="magenta"))
+    for c in res.checks:
+        mark, st = PREFLIGHT_MARK.get(c.status, ("?", ""))
+        table.add_row(Text(mark, style=st), c.name, Text(c.detail, style="bold" if c.status == FAIL else ""))
+    return table
+
+
+def preflight_view(launch: Any, results: list[Any], launch_shown: dict[str, Any]) -> list[Any]:
+    """``fleetdiag preflight``'s text: the launch's arithmetic, a table per host, and how many are ready."""
+    head = f"launch: {launch.launcher}" + (f" · {launch_shown['arithmetic']}" if launch_shown["arithmetic"] else "")
+    if launch.cuda_visible_devices is not None:
+        head += f" · CUDA_VISIBLE_DEVICES={launch_shown.get('cuda_visible_devices', launch.cuda_visible_devices)}"
+    items: list[Any] = [Text(head, style="dim")]
+    for res in results:
+        items += ["", preflight_table(res)]
+    if len(results) > 1:
+        bad = [r.host for r in results if r.status != PASS]
+        ready = f"{len(results) - len(bad)}/{len(results)} hosts ready" + (f"; not: {', '.join(bad)}" if bad else "")
+        items += ["", Text(ready, style="bold")]
+    return items

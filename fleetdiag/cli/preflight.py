@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import click
-from rich.table import Table
-from rich.text import Text
 
 from ..exitcodes import preflight_exit
 from ..plan import jump_resolver
-from ..preflight import FAIL, PASS, SKIP, WARN, LaunchError, PreflightResult, plan, preflight_many, report_json
+from ..preflight import LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
+from ..render import preflight_view
 from ..scheduler import DEFAULT_FANOUT
 from . import (
     Context,
@@ -24,34 +23,6 @@ from . import (
     transport_from,
     transport_options,
 )
-
-MARK = {PASS: ("✓", "green"), WARN: ("!", "yellow"), FAIL: ("✗", "bold red"), SKIP: ("–", "dim")}
-
-
-def parse_env(items: tuple[str, ...]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
-            raise click.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--env")
-        env[key] = value
-    return env
-
-
-def result_table(res: PreflightResult) -> Table:
-    """One host: a row per check, status first, the arithmetic in full."""
-    icon, style = {PASS: ("✓", "bold green"), FAIL: ("✗", "bold red")}.get(res.status, ("⚠", "bold magenta"))
-    title = Text.assemble((f"{icon} {res.host} ", "bold"), (res.status.upper(), style))
-    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1), expand=False)
-    table.add_column(no_wrap=True)
-    table.add_column(style="dim", no_wrap=True)
-    table.add_column(overflow="fold")
-    if res.error:
-        table.add_row(Text("⚠", style="bold magenta"), "reach", Text(res.error, style="magenta"))
-    for c in res.checks:
-        mark, st = MARK.get(c.status, ("?", ""))
-        table.add_row(Text(mark, style=st), c.name, Text(c.detail, style="bold" if c.status == FAIL else ""))
-    return table
 
 
 class _LaunchAfterDashes(click.Command):
@@ -67,6 +38,16 @@ class _LaunchAfterDashes(click.Command):
             ctx.meta["preflight.launch"] = tuple(args[i + 1 :])
             args = args[:i]
         return super().parse_args(ctx, args)
+
+
+def parse_env(items: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise click.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--env")
+        env[key] = value
+    return env
 
 
 @main.command(cls=_LaunchAfterDashes, context_settings={"ignore_unknown_options": False})
@@ -136,23 +117,6 @@ def preflight(
     if fmt == "json":
         out.json(report_json(launch, results))
     elif fmt is None:
-        ld = out.shown(launch.to_dict())
-        head = f"launch: {launch.launcher}" + (f" · {ld['arithmetic']}" if ld["arithmetic"] else "")
-        if launch.cuda_visible_devices is not None:
-            head += f" · CUDA_VISIBLE_DEVICES={out.shown(launch.cuda_visible_devices)}"
-        out.print(Text(head, style="dim"))
-        shown = [out.shown(r) for r in results]
-        for res in shown:
-            out.print()
-            out.print(result_table(res))
-        if len(shown) > 1:
-            out.print()
-            bad = [r.host for r in shown if r.status != PASS]
-            out.print(
-                Text(
-                    f"{len(results) - len(bad)}/{len(results)} hosts ready"
-                    + (f"; not: {', '.join(bad)}" if bad else ""),
-                    style="bold",
-                )
-            )
+        for item in preflight_view(launch, [out.shown(r) for r in results], out.shown(launch.to_dict())):
+            out.print(item)
     raise SystemExit(int(preflight_exit(results)))
