@@ -36,6 +36,7 @@
       printf "R\t%s\t%s\t%s\n", a[2], a[3], substr(c, length(a[1] a[2] a[3]) + 4); fflush(); return }
     if (a[1] == "k") { batch_end(0); pend = ""; pos = a[2] + 0; ln = -1
       printf "X\tfollow: the log grew by more than %s bytes at once: skipped to byte %.0f\n", SK, pos; fflush(); return }
+    if (a[1] == "n") { batch_end(0); printf "X\t%s\n", substr(c, 3); fflush(); return }
     if (a[1] == "g") { batch_end(0); printf "G\t%s\n", a[2]; fflush(); return }
   }
   BEGIN { MK = ENVIRON["FW_MARK"] " "; kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]
