@@ -89,9 +89,10 @@ class FollowSpec:
     tail_lines: int = 20  # last lines of every burst, so the analyzer sees where the log is
     chunk_bytes: int = 1024 * 1024  # bytes read per step (a burst is read in steps)
     skip_bytes: int = 64 * 1024 * 1024  # a bigger jump is skipped with a marker, as the funnel caps its scan
-    # A stream source (journal, docker, command) is followed with ``journalctl -f -n N`` / ``docker logs -f
-    # --tail N``: 0, since the snapshot already holds the earlier lines (positions go on from its size).
-    stream_lines: int = 0
+    # A journal or docker stream is followed with ``journalctl -f -n N`` / ``docker logs -f --tail N``: the
+    # N lines overlap the snapshot's end, and the awk drops that overlap, so the lines written between the
+    # snapshot and the follow's start (up to N) are not lost. Positions go on from the snapshot's size.
+    stream_lines: int = 100
 
 
 def build_script(spec: FollowSpec, mark: str) -> str:

@@ -31,6 +31,7 @@ f=; n=all; fol=
 {parse}
 [ -n "$f" ] || {{ echo "{cmd}: no such unit or container" >&2; exit 1; }}
 if [ -n "$fol" ]; then
+  sleep {delay}  # a follow that starts late: what the log got meanwhile must not be lost
   if [ "$n" = all ]; then exec tail -n +1 -f "$f"; fi
   exec tail -n "$n" -f "$f"
 fi
@@ -56,9 +57,9 @@ done
 [ "$1" = {name} ] && f={src}"""
 
 
-def standin(bin_dir: Path, cmd: str, parse: str) -> None:
+def standin(bin_dir: Path, cmd: str, parse: str, delay: float = 0) -> None:
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / cmd).write_text(STANDIN.format(cmd=cmd, parse=parse))
+    (bin_dir / cmd).write_text(STANDIN.format(cmd=cmd, parse=parse, delay=delay))
     (bin_dir / cmd).chmod(0o755)
 
 
@@ -69,13 +70,15 @@ def host_inv(sshd: Any, logs: str) -> Any:
     return parse_inventory(text, "streams.yaml")
 
 
-def watch_until_failed(sshd: Any, inv: Any, src: Path, bin_dir: Path | None = None) -> Any:
+def watch_until_failed(
+    sshd: Any, inv: Any, src: Path, bin_dir: Path | None = None, shell: str = "auto", settle: float = 0.5
+) -> Any:
     async def go() -> Run:
-        s = settings(sshd, path_prepend=str(bin_dir) if bin_dir else None)
+        s = settings(sshd, path_prepend=str(bin_dir) if bin_dir else None, shell=shell)
         async with Run(Watch(list(inv.hosts.values()), s)) as run:
             await run.state("gpu01", HEALTHY, STARTING)
             assert run.watch.views["gpu01"].state != FAILED
-            await asyncio.sleep(0.5)  # the follower is past its snapshot: the line arrives through it
+            await asyncio.sleep(settle)  # the follower is past its snapshot: the line arrives through it
             append(src, SEED_FAILURE)
             await run.state("gpu01", FAILED)
             return run
@@ -83,11 +86,13 @@ def watch_until_failed(sshd: Any, inv: Any, src: Path, bin_dir: Path | None = No
     return asyncio.run(go())
 
 
-def test_journal_source_is_followed_with_journalctl_f(sshd, tmp_path):
+@pytest.mark.parametrize("shell", ["auto", "sh"])  # bash's fork-free naps, and plain sh with sleep
+def test_journal_source_is_followed_with_journalctl_f(sshd, tmp_path, shell):
     src = tmp_path / "unit.log"
     src.write_text(SEED_HEAD)
-    standin(tmp_path / "bin", "journalctl", JOURNAL_PARSE.format(unit="vllm.service", src=src))
-    run = watch_until_failed(sshd, host_inv(sshd, "{journal: vllm.service}"), src, tmp_path / "bin")
+    standin(tmp_path / "bin", "journalctl", JOURNAL_PARSE.format(unit="vllm.service", src=src), delay=1)
+    # appended right after the snapshot, while `journalctl -f` is still starting (its -n N lines bring it)
+    run = watch_until_failed(sshd, host_inv(sshd, "{journal: vllm.service}"), src, tmp_path / "bin", shell, 0)
     v = run.watch.views["gpu01"]
     assert DECISIVE in v.result.decisive.line
     assert v.result.log_source["kind"] == "journal"
@@ -95,8 +100,10 @@ def test_journal_source_is_followed_with_journalctl_f(sshd, tmp_path):
     assert any("idle time counts from the last line received" in m for m in v.to_result().markers)
     failed = [e for e in run.events if e.state == FAILED]
     assert failed[0].to_json()["idle_from"] == "last line received"
-    # the snapshot's healthy head is not read twice: every decisive-line position is past it
-    assert run.watch.watchers[0]._pos >= len(SEED_HEAD.encode())
+    # nothing twice: the -n N lines that repeat the snapshot's end were dropped
+    texts = [ln.text for ln in run.watch.watchers[0].buffer.lines()]
+    assert texts and len(texts) == len(set(texts)), [t for t in texts if texts.count(t) > 1][:3]
+    assert run.watch.watchers[0]._pos == len((SEED_HEAD + SEED_FAILURE).encode())
 
 
 def test_docker_source_is_followed_with_docker_logs_f(sshd, tmp_path):

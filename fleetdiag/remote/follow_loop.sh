@@ -149,6 +149,7 @@ fw_stream() {
     esac
   ) </dev/null 2>/dev/null &
   sp=$!; ended=; n=$FW_HBN
+  trap 'kill "$sp" 2>/dev/null; exit 0' PIPE TERM HUP INT
   while :; do
     n=$((n + 1))
     if [ "$n" -ge "$FW_HBN" ]; then

@@ -1,7 +1,7 @@
 # shellcheck shell=sh disable=SC2086,SC2154,SC2209
 # SC2086: $TO/$FTO and stat fields are split on purpose
 # SC2209: a plain word, not a command
-# SC2154: set by the funnel that runs before this part (size, ino, fd_k, fd_d, fd_ju)
+# SC2154: set by the funnel that runs before this part (size, ino, fd_k, fd_d, fd_ju, fd_buf)
 # After the funnel: end stale followers, then the loop piped into one awk.
 
 renice -n 19 -p $$ >/dev/null 2>&1
@@ -23,6 +23,14 @@ case ${fd_k:-$FD_SRC} in
   file|slurm|cri)
     if [ -n "$fd_k" ]; then FW_LOG=$fd_d; fw_f=$fd_d; fw_off0=${size:-0}; fw_ino0=$ino; fi ;;
 esac
-export FW_LOG fw_f fw_off0 fw_ino0 fw_sk fw_sv fd_ju
+# journalctl -n / docker logs --tail repeat the snapshot's last lines: the awk drops that overlap.
+FW_HOLD=0; FW_SNAPTAIL=
+case $fw_sk in
+  journal|docker)
+    if [ "$FW_SLINES" -gt 0 ] && [ -n "$fd_buf" ]; then
+      FW_HOLD=$FW_SLINES; FW_SNAPTAIL=$(printf '%s\n' "$fd_buf" | tail -n "$FW_SLINES" | tail -c 65536)
+    fi ;;
+esac
+export FW_LOG fw_f fw_off0 fw_ino0 fw_sk fw_sv fd_ju FW_HOLD FW_SNAPTAIL
 exec 9<&0
 "$fw_sh" -c "$FW_LOOP" 2>/dev/null | awk $fw_ai "$FW_AWK"
