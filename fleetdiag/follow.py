@@ -15,6 +15,12 @@ script on the host; it stays running and *pushes*:
    lines); a heartbeat every ``heartbeat`` seconds carries the remote clock,
    size, mtime, inode and whether the serving process is alive.
 
+A stream source (``journalctl -u UNIT -f``, ``docker logs -f``, a command's
+stdout), named in the inventory or found by the snapshot's discovery, is
+piped into the same awk filter: the records are the same, but heartbeats
+carry no size, mtime or inode, so idle time is the time since the last line
+arrived.
+
 Wake-ups come from a ``tail -F`` *doorbell* where GNU tail exists (inotify,
 so an idle log starts no processes at all; offsets never come from tail),
 else from a stat every ``poll`` seconds. Truncation (size < offset) and
@@ -83,6 +89,10 @@ class FollowSpec:
     tail_lines: int = 20  # last lines of every burst, so the analyzer sees where the log is
     chunk_bytes: int = 1024 * 1024  # bytes read per step (a burst is read in steps)
     skip_bytes: int = 64 * 1024 * 1024  # a bigger jump is skipped with a marker, as the funnel caps its scan
+    # A journal or docker stream is followed with ``journalctl -f -n N`` / ``docker logs -f --tail N``: the
+    # N lines overlap the snapshot's end, and the awk drops that overlap, so the lines written between the
+    # snapshot and the follow's start (up to N) are not lost. Positions go on from the snapshot's size.
+    stream_lines: int = 100
 
 
 def build_script(spec: FollowSpec, mark: str) -> str:
@@ -109,6 +119,7 @@ def build_script(spec: FollowSpec, mark: str) -> str:
         "FW_CHUNK": spec.chunk_bytes,
         "FW_SKIP": spec.skip_bytes,
         "FW_LNMAX": fs.scan_bytes,
+        "FW_SLINES": max(0, int(spec.stream_lines)),
     }
     # the constants go in as quoted assignments too: nothing is ever spliced into code
     env.update(FW_FUNCS=_FUNCS, FW_LOOP=_LOOP, FW_AWK=remote.awk_lib() + _AWK)

@@ -94,7 +94,7 @@ def watch(
 
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
-    check_logs(hosts, log, need_file=True)
+    check_logs(hosts, log)
     settings = WatchSettings(
         log=log,
         rules=ctx.rules(),

@@ -7,12 +7,11 @@ the port range) so a typo or a shell metacharacter never reaches ssh.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import TextIO
 
 from .fields import host_problem, user_problem
 from .model import Host, Inventory, InventoryError
+from .selection import is_list, read_list
 
 
 def parse_target(text: str) -> Host:
@@ -52,17 +51,8 @@ def _port(p: str, text: str) -> int:
 
 def _terms(sel: str, stdin: TextIO | None) -> list[tuple[str, str]]:
     """(where, term) pairs: a comma list, ``^FILE`` (one host a line, ``#`` comments) or ``-`` (stdin)."""
-    if sel == "-" or sel.startswith("^"):
-        name = "<stdin>" if sel == "-" else sel[1:]
-        try:
-            text = (stdin or sys.stdin).read() if sel == "-" else Path(name).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InventoryError(f"cannot read the host list: {e}", key=sel) from None
-        out = []
-        for n, line in enumerate(text.splitlines(), 1):
-            for term in line.split("#", 1)[0].split():
-                out.append((f"{name}:{n}", term))
-        return out
+    if is_list(sel):
+        return read_list(sel, stdin)
     return [(sel, t.strip()) for t in sel.split(",") if t.strip()]
 
 

@@ -1,19 +1,24 @@
 """Selectors: which hosts ``gpu[01-04],!gpu03,&prod`` names, over an inventory or a plain list of names.
 
 Terms apply left to right: a plain term adds, ``!x`` removes, ``&x``
-intersects; a term is ``all``, a group, a host, a glob or a ClusterShell range.
+intersects; a term is ``all``, a group, a host, a glob or a ClusterShell range,
+or ClusterShell's ``@group`` (``@rack[1-2]`` for several groups, ``@all``:
+every host), so ``@serving&@uk,!gpu03`` reads as it does for ``nodeset``.
+A selector ``^hosts.txt`` or ``-`` (stdin) is a list of terms, a few a line.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
-from .model import ALL, Host, Inventory, SelectorError, close_matches, quote_list
+from .model import ALL, Host, Inventory, InventoryError, SelectorError, close_matches, quote_list
 
 # A typo like gpu[1-1000000] must not eat the machine.
 MAX_RANGE = 65536
@@ -92,6 +97,21 @@ def split_selector(selector: str) -> list[str]:
     return [t for t in terms if t]
 
 
+def split_ops(term: str) -> list[str]:
+    """nodeset's inline operators, outside brackets: ``@a&@b!c`` -> ``@a``, ``&@b``, ``!c``."""
+    parts: list[str] = []
+    depth = 0
+    cur = ""
+    for c in term:
+        depth += (c == "[") - (c == "]")
+        if c in "&!" and depth == 0 and cur.strip() not in ("", "!", "&"):
+            parts.append(cur.strip())
+            cur = ""
+        cur += c
+    parts.append(cur.strip())
+    return [p for p in parts if p]
+
+
 class _NoMatch(Exception):
     def __init__(self, message: str, suggestions: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -105,7 +125,9 @@ def _match(
     group_of: Callable[[str], list[str] | None],
     group_names: Callable[[], Iterable[str]],
 ) -> list[str]:
-    """Host names one positive term stands for: all, group, host, glob or range."""
+    """Host names one positive term stands for: all, @group, group, host, glob or range."""
+    if term.startswith("@"):
+        return _groups(term[1:], hosts, group_of, group_names)
     if term == ALL:
         return list(hosts)
     members = group_of(term)
@@ -141,6 +163,35 @@ def _match(
     if sugg:
         msg += f"; did you mean {quote_list(sugg)}?"
     raise _NoMatch(msg, sugg)
+
+
+def _groups(
+    name: str,
+    hosts: dict[str, int],
+    group_of: Callable[[str], list[str] | None],
+    group_names: Callable[[], Iterable[str]],
+) -> list[str]:
+    """``@name`` (ClusterShell group syntax): a group of the inventory, never a host; ``@all`` is every host."""
+    if name == ALL:
+        return list(hosts)
+    if not name:
+        raise _NoMatch("'@' names no group")
+    try:
+        names = _expand_range(name) if "[" in name else [name]
+    except ValueError as e:
+        raise _NoMatch(str(e)) from None
+    out: list[str] = []
+    for n in names:
+        members = group_of(n)
+        if members is None:
+            hint = f" ('{n}' is a host: drop the '@')" if n in hosts else ""
+            sugg = [f"@{g}" for g in close_matches(n, group_names())]
+            msg = f"unknown group '@{n}'{hint}"
+            if sugg and not hint:
+                msg += f"; did you mean {quote_list(sugg)}?"
+            raise _NoMatch(msg, sugg)
+        out.extend(members)
+    return out
 
 
 def _evaluate(
@@ -180,26 +231,55 @@ def _evaluate(
     return sorted(chosen, key=hosts.__getitem__)
 
 
-def _terms(selectors: Sequence[str] | str) -> list[tuple[str, None]]:
+def is_list(sel: str) -> bool:
+    """``^FILE`` or ``-``: a selector that is a list of hosts to read."""
+    return sel == "-" or (sel.startswith("^") and len(sel) > 1)
+
+
+def read_list(sel: str, stdin: TextIO | None = None) -> list[tuple[str, str]]:
+    """(``file:line``, word) pairs of ``^FILE`` or ``-`` (stdin): words split on blanks, ``#`` comments."""
+    name = "<stdin>" if sel == "-" else sel[1:]
+    try:
+        text = (stdin or sys.stdin).read() if sel == "-" else Path(name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InventoryError(f"cannot read the host list: {e}", key=sel) from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for term in line.split("#", 1)[0].split():
+            out.append((f"{name}:{n}", term))
+    return out
+
+
+def _terms(selectors: Sequence[str] | str, stdin: TextIO | None = None) -> list[tuple[str, str | None]]:
+    """(term, where) pairs; ``where`` is ``file:line`` for a term read from ``^FILE`` or ``-``."""
     if isinstance(selectors, str):
         selectors = [selectors]
-    terms: list[tuple[str, None]] = []
+    terms: list[tuple[str, str | None]] = []
+    read: dict[str, list[tuple[str, str]]] = {}  # stdin is read once, however often '-' is named
     for sel in selectors:
+        if is_list(sel):
+            if sel not in read:
+                read[sel] = read_list(sel, stdin)
+            if not read[sel]:
+                raise SelectorError(f"no host in {'<stdin>' if sel == '-' else sel[1:]}", term=sel)
+            terms.extend((o, where) for where, word in read[sel] for p in split_selector(word) for o in split_ops(p))
+            continue
         parts = split_selector(sel)
         if not parts:
             raise SelectorError("empty selector", term=sel)
-        terms.extend((p, None) for p in parts)
+        terms.extend((o, None) for p in parts for o in split_ops(p))
     return terms
 
 
-def _fail(term: str, _ctx: Any, e: _NoMatch) -> None:
-    raise SelectorError(e.message, term=term, suggestions=e.suggestions)
+def _fail(term: str, where: Any, e: _NoMatch) -> None:
+    raise SelectorError(f"{where}: {e.message}" if where else e.message, term=term, suggestions=e.suggestions)
 
 
 def select_names(
     names: Sequence[str],
     selectors: Sequence[str] | str,
     groups: Mapping[str, Sequence[str]] | None = None,
+    stdin: TextIO | None = None,
 ) -> list[str]:
     """The names the selectors pick from a plain list of names, in list order.
 
@@ -207,7 +287,8 @@ def select_names(
     ``!x`` (remove), ``&x`` (intersect), a leading ``!``/``&`` starting from
     all. Each selector may hold comma-separated terms. A term that names
     nothing raises SelectorError with close matches: a typo must never
-    silently shrink (or, after ``!``, grow) the set.
+    silently shrink (or, after ``!``, grow) the set. ``@g`` is group ``g``
+    only; ``^FILE`` and ``-`` (``stdin``, else sys.stdin) are lists of terms.
     """
     order = {name: i for i, name in enumerate(dict.fromkeys(names))}
     grp = groups or {}
@@ -216,9 +297,9 @@ def select_names(
         g = grp.get(name)
         return list(g) if g is not None else None
 
-    return _evaluate(_terms(selectors), order, group_of, lambda: grp, _fail)
+    return _evaluate(_terms(selectors, stdin), order, group_of, lambda: grp, _fail)
 
 
-def select(inv: Inventory, selectors: Sequence[str] | str) -> list[Host]:
+def select(inv: Inventory, selectors: Sequence[str] | str, stdin: TextIO | None = None) -> list[Host]:
     """Hosts the selectors name, deduplicated, in file order (see :func:`select_names`)."""
-    return [inv.hosts[n] for n in select_names(list(inv.hosts), selectors, inv.groups)]
+    return [inv.hosts[n] for n in select_names(list(inv.hosts), selectors, inv.groups, stdin)]

@@ -136,6 +136,38 @@ fw_read() {
     done
   fi
 }
+# A stream (journalctl -f, docker logs -f, a command's stdout): no size or mtime, so a sync mark
+# every nap (the awk counts the bytes) and a heartbeat with '-' for them; the controller's idle time
+# is the time since the last line arrived. The stream writes into the same pipe as the marks.
+fw_stream() {
+  echo "$FW_MARK a $fw_off0 -"
+  (
+    case $fw_sk in
+      journal) exec journalctl $fd_ju "$fw_sv" -f -n "$FW_SLINES" -o cat --no-pager ;;
+      docker) exec docker logs -f --tail "$FW_SLINES" "$fw_sv" 2>&1 ;;
+      *) FLEETDIAG_FOLLOW=1; export FLEETDIAG_FOLLOW; exec sh -c "$fw_sv" ;;
+    esac
+  ) </dev/null 2>/dev/null &
+  sp=$!; ended=; n=$FW_HBN
+  trap 'kill "$sp" 2>/dev/null; exit 0' PIPE TERM HUP INT
+  while :; do
+    n=$((n + 1))
+    if [ "$n" -ge "$FW_HBN" ]; then
+      n=0
+      if [ -z "$ended" ] && ! kill -0 "$sp" 2>/dev/null; then
+        ended=1; echo "$FW_MARK n follow: the stream ($fw_sk) ended: idle from its last line"
+      fi
+      fw_alive; fw_now
+      echo "$FW_MARK h $fw_t - - - $fw_a"
+    else
+      echo "$FW_MARK s"
+    fi
+    fw_nap "$sl" || break
+  done
+  kill "$sp" 2>/dev/null
+  exit 0
+}
+[ -n "$fw_sk" ] && fw_stream
 fw_mode=poll
 if [ "$FW_MODE" != poll ] && tail --version 2>/dev/null | grep -q GNU; then fw_mode=wake; fi
 if [ "$fw_mode" = wake ]; then

@@ -39,7 +39,9 @@ class Watch:
         v = w.view
         d = v.result.decisive if (v.state == FAILED and v.result is not None) else None
         self._queue.put_nowait(
-            WatchEvent(self._seq, time.time(), v.host, v.state, previous, v.reason, d, w.idle(), v.rtt_ms, v.log)
+            WatchEvent(
+                self._seq, time.time(), v.host, v.state, previous, v.reason, d, w.idle(), v.rtt_ms, v.log, v.idle_from
+            )
         )
 
     def tick(self) -> None:

@@ -22,8 +22,19 @@ from typing import Any
 
 from .. import follow as follow_mod
 from .. import funnel as funnel_mod
+from ..inventory.model import LogSource
 from ..job import clock_sample as job_clock_sample
-from ..probe import HostLike, ProbeSettings, add_job_facts, finish, open_host, spec_for
+from ..probe import (
+    HostLike,
+    ProbeSettings,
+    add_job_facts,
+    apply_source,
+    finish,
+    given_source,
+    open_host,
+    source_of,
+    spec_for,
+)
 from ..reach import (
     AUTH,
     CLOSED,
@@ -40,6 +51,8 @@ from .buffer import LineBuffer
 from .settings import WatchSettings
 from .state import HostState, HostView
 
+# Sources followed as a stream (no size or mtime: idle is the time since the last line arrived).
+STREAMS = ("journal", "docker", "command")
 # No retry fixes these, and repeating a refused login can get the client banned.
 PERMANENT = (AUTH, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, KEY, OVERSIZE)
 
@@ -90,8 +103,11 @@ class HostWatcher:
         self.state = HostState(
             settings, self.view, self.buffer, float(own) if own else settings.stall_after, rules=self.rules
         )
+        self.log_name = ""
+        self.source = LogSource("file")
         self.facts: dict[str, Any] = {}
         self.raw_facts: dict[str, Any] = {}
+        self.log_source: dict[str, str] | None = None
         self.remote_pids: list[int] = []  # this session's followers on the host (their sh pids)
         self._pos = 0
         self.analyses = 0
@@ -115,14 +131,15 @@ class HostWatcher:
         """Follow the host until cancelled; never raises for a host-side problem."""
         s = self.settings
         try:
-            _name, path = self.host.log_path(s.log)
+            self.log_name, self.source = source_of(self.host, s.log)
         except Exception as exc:  # noqa: BLE001  (an inventory problem for this host only)
             self.state.log_status = "config"
             self.view.error = str(exc)
             self.state.fatal = True
             self.evaluate()
             return
-        self.view.log = path
+        source = self.source
+        self.view.log = source.value if source.kind == "file" else str(source)
         backoff = s.backoff_min
         while True:
             started = self._now()
@@ -130,7 +147,7 @@ class HostWatcher:
             try:
                 conn = await self._connect()
                 try:
-                    await self._follow(conn, path)
+                    await self._follow(conn, source)
                 finally:
                     conn.close()
                 err = "the follower stopped"
@@ -162,8 +179,9 @@ class HostWatcher:
         async with self._gate(self.host):
             return await open_host(self.host, ps)
 
-    def _spec(self, path: str) -> follow_mod.FollowSpec:
-        fs = spec_for(path, self.rules, self.host.funnel)
+    def _spec(self, source: LogSource) -> follow_mod.FollowSpec:
+        fs = spec_for(source.value if source.kind == "file" else "", self.rules, self.host.funnel)
+        apply_source(fs, source, self.host, self.settings.path_prepend)
         if self.settings.facts:
             from .. import facts as facts_mod  # lazily: facts are optional
 
@@ -182,7 +200,7 @@ class HostWatcher:
             shell=self.settings.shell,
         )
 
-    async def _follow(self, conn: Any, path: str) -> None:
+    async def _follow(self, conn: Any, source: LogSource) -> None:
         """One exec: the snapshot, then records until the connection ends or goes silent.
 
         Deadlines are kept by a watchdog that closes the connection, not by
@@ -192,7 +210,7 @@ class HostWatcher:
         """
         s = self.settings
         mark = funnel_mod.new_mark()
-        command = funnel_mod.remote_command(follow_mod.build_script(self._spec(path), mark))
+        command = funnel_mod.remote_command(follow_mod.build_script(self._spec(source), mark))
         dog = _Watchdog(self._now, conn.close)
         dog.arm(s.transport.connect_timeout + s.transport.command_timeout, "no answer to the follower's exec request")
         dog_task = asyncio.ensure_future(dog.run())
@@ -260,6 +278,13 @@ class HostWatcher:
 
             self.facts = facts_mod.build(fr.facts.get("raw"))
         self.view.markers = list(fr.markers)
+        # which source the snapshot read (discovery names its own), and what idle time means for it
+        self.log_source = fr.facts.get("log_source") or given_source(self.log_name, self.source, self.settings.log)
+        if (self.log_source or {}).get("kind") in STREAMS:
+            self.view.idle_from = "last line received"
+            self.view.markers.append("a stream has no size or mtime: idle time counts from the last line received")
+        else:
+            self.view.idle_from = "log mtime"
         self.buffer.reset(fr.lines() if fr.status == "ok" else ())
         self.state.run_start = fr.run_start
         self._pos = fr.size or 0
@@ -325,6 +350,7 @@ class HostWatcher:
             fr.status = "missing"
         timing = Timing(rtt_ms=self.view.rtt_ms, round_trips=1)
         res = finish(self.host.name, fr, self.rules, math.inf, timing, self.facts)
+        res.log_source = self.log_source
         add_job_facts(res, fr)  # the lines a job-level root cause needs (fleetdiag.job)
         if self.clock is not None:
             res.facts["clock"] = dict(self.clock)

@@ -36,6 +36,7 @@ class WatchSettings:
     per_address: int = 8  # ... per address:port (sshd MaxStartups is 10 by default)
     jump_resolver: Callable[[str], tuple[str, int | None, str | None]] | None = None
     clock: Callable[[], float] = time.monotonic  # the rules' clock; injectable for tests
+    path_prepend: str | None = None  # a remote dir before PATH (journalctl, docker in odd places), as probe
     silence: float | None = None  # no record for this long: the connection is dead [max(15, 5 × heartbeat)]
 
     def get_rules(self) -> Rules:

@@ -65,6 +65,7 @@ class WatchEvent:
     idle_seconds: float | None = None
     rtt_ms: float | None = None
     log: str | None = None
+    idle_from: str | None = None  # what idle_seconds counts from: "log mtime" or "last line received" (a stream)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +82,7 @@ class WatchEvent:
             "idle_seconds": None if self.idle_seconds is None else round(self.idle_seconds, 1),
             "rtt_ms": self.rtt_ms,
             "log": self.log,
+            "idle_from": self.idle_from,
         }
 
 
@@ -102,6 +104,7 @@ class HostView:
     result: HostResult | None = None  # the latest analysis, as probe would report it
     process_alive: bool | None = None
     markers: list[str] = field(default_factory=list)
+    idle_from: str | None = None  # "log mtime", or "last line received" for a stream source
 
     def idle(self, now: float | None = None) -> float | None:
         if self.last_activity is None:
