@@ -144,7 +144,7 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
 
     from ..store import Store
     from ..sweep import SweepJob, execute
-    from .sweep import history_table, print_outcome
+    from .sweep import print_history, print_outcome
 
     out = _MarkupConsole(ctx)
     db = tmp / "history.sqlite3"
@@ -175,4 +175,4 @@ async def _sweeps(ctx: Context, fleet: DemoFleet, hosts: list, settings: ProbeSe
     out.print(f"exit code {int(second.exit)} (failures remain on other nodes)\n")
     out.print(f"[bold]fleetdiag history --db {db}[/]")
     with Store(db, readonly=True) as store:
-        out.print(history_table([ctx.out.shown(i) for i in store.incidents()], db))
+        print_history(ctx.out, store.incidents(), db)

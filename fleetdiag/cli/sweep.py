@@ -408,15 +408,21 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
     if not incidents:
         ctx.out.print(f"no incidents{' open' if open_only else ''} in {path}")
         return
-    shown = [ctx.out.shown(i) for i in incidents]
-    table = history_table(shown, ctx.out.shown(str(path)))
+    print_history(ctx.out, incidents, path)
+
+
+def print_history(out: Output, incidents: list[Any], path: Path) -> None:
+    """The incidents as a table when it fits; narrow (a pipe is 80 columns): one block per incident,
+    nothing squeezed to nothing."""
     from .hosts import fits
 
-    if fits(ctx.out, table):
-        ctx.out.print(table)
-    else:  # narrow (a pipe is 80 columns): one block per incident, nothing squeezed to nothing
-        for line in history_lines(shown, ctx.out.shown(str(path))):
-            ctx.out.print(line, soft_wrap=True)
+    shown = [out.shown(i) for i in incidents]
+    table = history_table(shown, out.shown(str(path)))
+    if fits(out, table):
+        out.print(table)
+    else:
+        for line in history_lines(shown, out.shown(str(path))):
+            out.print(line, soft_wrap=True)
 
 
 def history_table(incidents: list[Any], path: Path) -> Table:
