@@ -643,34 +643,6 @@ def clock_sample(text: str | None, local_receive: float, rtt: float | None) -> d
     }
 
 
-_PEER_ANY: dict[int, tuple[JobRules, re.Pattern[str] | None]] = {}
-
-
-def _peer_any(rules: JobRules) -> re.Pattern[str] | None:
-    """The peer-caused patterns as one alternation, compiled once per rule set (None: search each).
-
-    keep_lines tests every kept log line of every host against all of them: one
-    search per line instead of one per rule. Patterns that cannot be joined
-    (different flags, back-references, inline global flags) are searched one by one.
-    """
-    hit = _PEER_ANY.get(id(rules))
-    if hit is not None and hit[0] is rules:
-        return hit[1]
-    pats = [r.regex for r in rules.peer_caused]
-    joined: re.Pattern[str] | None = None
-    if (
-        pats
-        and len({p.flags for p in pats}) == 1
-        and not any(re.search(r"\\\d|\(\?P=|\(\?[aiLmsux]", p.pattern) for p in pats)
-    ):
-        try:
-            joined = re.compile("|".join(f"(?:{p.pattern})" for p in pats), pats[0].flags)
-        except re.error:
-            joined = None
-    _PEER_ANY[id(rules)] = (rules, joined)
-    return joined
-
-
 def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_LINES) -> list[str]:
     """The few log lines the job analysis reads, in log order: what a probe keeps in ``facts["job"]``.
 
@@ -694,7 +666,6 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
     eps: set[str] = set()
     seen_coll: set[tuple[int, int | None]] = set()
     killed = False
-    peer = _peer_any(rules)
     for i, ln in enumerate(lines):
         one = HostEvidence(host=ev.host, line="", lines=[ln])
         coll = [c for c in _collective(one, rules) if c not in seen_coll]
@@ -717,9 +688,7 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
             eps |= e
             must.add(i)
             continue
-        if (peer.search(ln) if peer is not None else any(r.regex.search(ln) for r in rules.peer_caused)) or (
-            _PEERISH.search(ln)
-        ):
+        if any(rule.regex.search(ln) for rule in rules.peer_caused) or _PEERISH.search(ln):
             extra.append(i)
     chosen = sorted(must)[:cap]
     room = cap - len(chosen)
