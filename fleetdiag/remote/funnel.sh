@@ -119,22 +119,18 @@ fd_scan() {
   # The cap: the last FD_SCAN bytes (start 0 when the whole log fits).
   cap=0
   if [ "$size" -gt "$FD_SCAN" ]; then cap=$((size - FD_SCAN)); fi
-  # One grep checks both patterns and the GNU options (-a -b -n); only when it fails, each alone.
+  # One grep checks the keyword pattern and the GNU options (-a -b -n); only when it fails, each alone.
   gnu=
-  if [ -n "$FD_RS" ]; then
-    printf 'x\n' | grep -a -b -n -E -e "$FD_KW" -e "$FD_RS" >/dev/null 2>&1
-  else
-    printf 'x\n' | grep -a -b -n -E -e "$FD_KW" >/dev/null 2>&1
-  fi
+  printf 'x\n' | grep -a -b -n -E -e "$FD_KW" >/dev/null 2>&1
   if [ $? -le 1 ]; then gnu=1
   else
     if printf 'x\n' | grep -E -e "$FD_KW" >/dev/null 2>&1; [ $? -gt 1 ]; then
       x "the remote grep rejected the keyword pattern: error lines may be missing"
     fi
-    if [ -n "$FD_RS" ] && { printf 'x\n' | grep -E -e "$FD_RS" >/dev/null 2>&1; [ $? -gt 1 ]; }; then
-      x "the remote grep rejected the run_start pattern: the latest run may not be found"
-    fi
     printf 'x\n' | grep -a -b -n -E x >/dev/null 2>&1 && gnu=1
+  fi
+  if [ -n "$FD_RS" ] && { printf 'x\n' | grep -E -e "$FD_RS" >/dev/null 2>&1; [ $? -gt 1 ]; }; then
+    x "the remote grep rejected the run_start pattern: the latest run may not be found"
   fi
   if [ -n "$gnu" ]; then
     if [ -n "$FD_RS" ]; then
