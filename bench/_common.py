@@ -364,7 +364,7 @@ def write_inventory(path: Path, lab: Lab, hosts: Sequence[tuple[str, int]], log:
 
 
 def fleetdiag_transport_args(lab: Lab) -> list[str]:
-    return ["--known-hosts", str(lab.sshd.known_hosts), "-k", str(lab.sshd.client_key)]
+    return ["--known-hosts", str(lab.sshd.known_hosts), "--identity", str(lab.sshd.client_key)]
 
 
 # --------------------------------------------------------------------------- logs

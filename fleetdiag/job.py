@@ -293,6 +293,15 @@ def ranks_of(ev: HostEvidence) -> tuple[set[int], int | None]:
     ranks: set[int] = set()
     world: int | None = None
     for ln in ev.lines:
+        # Both patterns need one of these words: a substring test skips the regexes on most lines.
+        if (
+            "rank" not in ln
+            and "Rank" not in ln
+            and "world size" not in ln
+            and "WORLD_SIZE" not in ln
+            and ("--nnodes" not in ln)
+        ):
+            continue
         for m in _RANK_SEEN.finditer(ln):
             for g in (m.group(1), m.group(2), m.group(4), m.group(6), m.group(7)):
                 if g is not None:

@@ -275,3 +275,22 @@ def test_normalise_year_nearest_mtime_and_offset() -> None:
     assert normalise("no time here", "UTC", jan, 0.0) is None
     assert normalise(None) is None
     assert clock_offset(100.0, 0.2, 69.9) == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "ranks", "world"),
+    [
+        ("[rank3]: Watchdog caught collective operation timeout", {3}, None),
+        ("INFO rank 5/16 ready", {5}, 16),
+        ("initialized rank 2 in world size 8", {2}, 8),
+        ("[Rank 7] NCCL error", {7}, None),
+        ("env WORLD_SIZE=32 MASTER_PORT=29500", set(), 32),
+        ("torchrun --nnodes=4 --nproc-per-node=8 serve.py", set(), None),  # nodes, not ranks
+        ("INFO 10-22 12:00:01 throughput 12.3 tokens/s", set(), None),
+    ],
+)
+def test_ranks_of_each_form(line, ranks, world):
+    """ranks_of skips lines without its words before the regexes: every form it reads still counts."""
+    from fleetdiag.job import HostEvidence, ranks_of
+
+    assert ranks_of(HostEvidence(host="h", line="", lines=[line])) == (ranks, world)

@@ -25,6 +25,8 @@ secs() { date +%s; }
 late() { [ -n "$TO" ] && [ $(( $(secs) - $1 )) -ge "$FD_TMO" ] && x "$2: stopped by the ${FD_TMO}s remote time limit, so it may be incomplete"; }
 # The pinned log from byte $1 on. busybox tail takes no offset past 2 GiB: dd seeks there.
 fd_nl() { if [ -n "$fd_cr" ]; then tr '\r' '\n'; else cat; fi; }
+# The same, with NUL bytes read as spaces (awk implementations differ on NUL): one tr either way.
+fd_nz() { if [ -n "$fd_cr" ]; then tr '\r\000' '\n '; else tr '\000' ' '; fi; }
 # A stream source (journal, docker, command) was read once into $fd_buf (bounded): the passes read that.
 fd_all() { if [ -n "$fd_s" ]; then printf '%s\n' "$fd_buf"; else $TO cat "$r"; fi; }
 fd_last() { if [ -n "$fd_s" ]; then fd_all | tail -c "$1"; else $TO tail -c "$1" "$r"; fi; }
@@ -98,27 +100,39 @@ fd_scan() {
   if [ "$size" -eq 0 ]; then m status empty; fd_close; return; fi
   # Binary (a .gz a glob caught, a core file): control bytes beyond tab, newline, CR and ESC
   # in the last 8 KB. NUL padding after a crash is not held against a text log.
-  samp=$(fd_last 8192 | tr -d '\000' | wc -c | tr -d ' ')
-  ctl=$(fd_last 8192 | tr -d '\000\011\012\015\033\040-\176\200-\377' | wc -c | tr -d ' ')
+  # Counts in one pass over the last 8 KB (od: awk implementations differ on NUL bytes): bytes other
+  # than NUL, control bytes, LF, CR.
+  # shellcheck disable=SC2046
+  set -- $(fd_last 8192 | od -An -v -tu1 | awk '{ for (i = 1; i <= NF; i++) { b = $i + 0; if (b == 0) continue; n++
+      if (b == 10) lf++; else if (b == 13) cr++
+      else if (b != 9 && b != 27 && (b < 32 || b == 127)) ctl++ } }
+    END { printf "%d %d %d %d\n", n, ctl, lf, cr }')
+  samp=${1:-0}; ctl=${2:-0}
   if [ "$samp" -eq 0 ]; then m status binary; m reason "its last 8 KB are all NUL bytes"; fd_close; return; fi
   if [ $((ctl * 20)) -gt "$samp" ]; then m status binary; m reason "$ctl control bytes in the last $samp"; fd_close; return; fi
   m status ok
   # CR-only line ends (old Mac style, some progress writers): read CR as the line end, byte for byte.
   fd_cr=
-  if [ "$(fd_last 8192 | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ] &&
-     [ "$(fd_last 8192 | tr -cd '\r' | wc -c | tr -d ' ')" -gt 0 ]; then
+  if [ "${3:-0}" -eq 0 ] && [ "${4:-0}" -gt 0 ]; then
     fd_cr=1; m note "the log ends its lines with CR only: CR read as the line end"
   fi
   # The cap: the last FD_SCAN bytes (start 0 when the whole log fits).
   cap=0
   if [ "$size" -gt "$FD_SCAN" ]; then cap=$((size - FD_SCAN)); fi
-  if printf 'x\n' | grep -E -e "$FD_KW" >/dev/null 2>&1; [ $? -gt 1 ]; then
-    x "the remote grep rejected the keyword pattern: error lines may be missing"
+  # One grep checks the keyword pattern and the GNU options (-a -b -n); only when it fails, each alone.
+  gnu=
+  printf 'x\n' | grep -a -b -n -E -e "$FD_KW" >/dev/null 2>&1
+  if [ $? -le 1 ]; then gnu=1
+  else
+    if printf 'x\n' | grep -E -e "$FD_KW" >/dev/null 2>&1; [ $? -gt 1 ]; then
+      x "the remote grep rejected the keyword pattern: error lines may be missing"
+    fi
+    printf 'x\n' | grep -a -b -n -E x >/dev/null 2>&1 && gnu=1
   fi
   if [ -n "$FD_RS" ] && { printf 'x\n' | grep -E -e "$FD_RS" >/dev/null 2>&1; [ $? -gt 1 ]; }; then
     x "the remote grep rejected the run_start pattern: the latest run may not be found"
   fi
-  if printf 'x\n' | grep -a -b -n -E x >/dev/null 2>&1; then
+  if [ -n "$gnu" ]; then
     if [ -n "$FD_RS" ]; then
       fd_grep() { $TO grep -a -n -b -E -e "$FD_KW" -e "$FD_RS"; }
     else
@@ -157,8 +171,8 @@ fd_scan() {
   fi
   printf '%s\n' "$p1"
   late "$t0" "keyword pass"
-  rp=$(printf '%s\n' "$p1" | awk -F "$T" '$1 == "M" && $2 == "run_start" { print $3 }')
-  [ -n "$rp" ] || rp=0
+  rp=0
+  case "$NL$p1" in *"${NL}M${T}run_start${T}"*) rp=${p1#*M"$T"run_start"$T"}; rp=${rp%%"$NL"*} ;; esac
   echo "S${T}tail"
   tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
   t0=$(secs)
@@ -173,9 +187,10 @@ fd_scan() {
   fd_changed
   fd_close
 }
+fd_win() { if [ "$start" -gt 0 ]; then fd_from "$start"; else fd_all; fi; }
 # The keyword pass over the window from $start (cut at the latest run start): sets $p1.
 fd_pass() {
-  p1=$( { if [ "$start" -gt 0 ]; then fd_from "$start"; else fd_all; fi; } | fd_nl | fd_grep | tr '\000' ' ' | awk -v start="$start" -v cap="$cap" -v lnb="$lnb" "$FD_AWKLIB"'
+  p1=$( { if [ -n "$fd_cr" ]; then fd_win | tr '\r' '\n'; else fd_win; fi; } | fd_grep | tr '\000' ' ' | awk -v start="$start" -v cap="$cap" -v lnb="$lnb" "$FD_AWKLIB"'
     function reset() { nh = 0; nr = 0; hb = 0; dropped = 0; nt = 0; split("", first); split("", firstln); split("", order); split("", ring) }
     BEGIN { kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
       H1 = ENVIRON["FD_H1"] + 0; H2 = ENVIRON["FD_H2"] + 0; HB = ENVIRON["FD_HB"] + 0; runpos = -1; reset() }
@@ -206,7 +221,7 @@ fd_pass() {
 }
 # The last lines from the latest run start ($rp) on.
 fd_tailpass() {
-  fd_last "$tb" | fd_nl | tr '\000' ' ' | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
+  fd_last "$tb" | fd_nz | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
     BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
     { p = pos; pos += length($0) + 1
       if (base > 0 && NR == 1) next
@@ -242,7 +257,7 @@ fd_ctxpasses() {
   printf '%s\n' "$p1" | awk -F "$T" '$1 == "T"' | head -n "$FD_NTAGS" | while IFS="$T" read -r kind apos aln atag; do
     echo "S${T}ctx${T}$atag"
     t0=$(secs)
-    fd_from "$apos" | head -c "$FD_WIN" | fd_nl | tr '\000' ' ' | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" "$FD_AWKLIB"'
+    fd_from "$apos" | head -c "$FD_WIN" | fd_nz | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" "$FD_AWKLIB"'
       BEGIN { tag = ENVIRON["FD_TAG"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
         W = ENVIRON["FD_WIN"] + 0; C = ENVIRON["FD_CTX"] + 0; pos = apos; k = 0; prev = 0 }
       { p = pos; pos += length($0) + 1
