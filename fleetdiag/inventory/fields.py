@@ -98,11 +98,7 @@ def host_problem(v: str) -> str | None:
     if len(v) > MAX_HOST_LEN:
         return f"is longer than {MAX_HOST_LEN} characters"
     if not _HOSTNAME_RE.fullmatch(v):
-        bad = sorted({c for c in v if not (c.isascii() and (c.isalnum() or c in "._-"))})
-        return (
-            "may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); "
-            f"found {' '.join(repr(c) for c in bad) or 'a leading dot'}"
-        )
+        return _charset_problem(v, "a leading dot")
     return None
 
 
@@ -139,12 +135,15 @@ def user_problem(v: str) -> str | None:
     if len(v) > MAX_USER_LEN:
         return f"is longer than {MAX_USER_LEN} characters"
     if not _USER_RE.fullmatch(v):
-        bad = sorted({c for c in v if not (c.isascii() and (c.isalnum() or c in "._-"))})
-        return (
-            "may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); "
-            f"found {' '.join(repr(c) for c in bad)}"
-        )
+        return _charset_problem(v, "")
     return None
+
+
+def _charset_problem(v: str, otherwise: str) -> str:
+    """Why a host or user name is refused: the characters OpenSSH would refuse too, named."""
+    bad = sorted({c for c in v if not (c.isascii() and (c.isalnum() or c in "._-"))})
+    found = " ".join(repr(c) for c in bad) or otherwise
+    return f"may only hold letters, digits and . _ - (like OpenSSH, no shell metacharacters); found {found}"
 
 
 def parse_jump_hops(spec: str) -> list[JumpHop]:
