@@ -224,22 +224,14 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for k, v in over.items():
         if v is None:
             out[k] = None
-        elif k == "logs":
-            logs = dict(out.get("logs") or {})
+        elif k in ("logs", "funnel"):  # merged entry by entry; a null entry removes the inherited one
+            merged = dict(out.get(k) or {})
             for name, p in v.items():
                 if p is None:
-                    logs.pop(name, None)
+                    merged.pop(name, None)
                 else:
-                    logs[name] = p
-            out[k] = logs
-        elif k == "funnel":
-            fun = dict(out.get("funnel") or {})
-            for fk, fv in v.items():
-                if fv is None:
-                    fun.pop(fk, None)
-                else:
-                    fun[fk] = fv
-            out[k] = fun
+                    merged[name] = p
+            out[k] = merged
         elif k == "tags":
             out[k] = list(dict.fromkeys([*(out.get("tags") or []), *v]))
         else:
