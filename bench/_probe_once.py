@@ -2,17 +2,15 @@
 
 Run by bench/single_host.py in a fresh interpreter per measurement::
 
-    python bench/_probe_once.py INVENTORY HOST KNOWN_HOSTS KEY [--fast-auth]
+    python bench/_probe_once.py INVENTORY HOST KNOWN_HOSTS KEY [--standard-login]
 
 Prints one JSON object: wall_ms of ``probe_host`` alone (a fresh connection;
 imports and rules loaded beforehand, as a long-lived library user would have
 them), import_ms, and the result's verdict, decisive line and timing.
 
-``--fast-auth`` is a what-if experiment, not fleetdiag's behaviour: it patches
-asyncssh's client (private API) to skip the two auth round trips no option
-can remove, the ``none`` method probe and the public-key query (PK_OK), and
-sends the signed publickey request at once (RFC 4252 §7 allows it; OpenSSH's
-sshd accepts it). It shows what those two round trips cost.
+``--standard-login`` sets FLEETDIAG_SSH_LOGIN=standard: asyncssh's own login
+(auth ``none`` first, the public-key query before signing, auth after the
+service accept), to show what fleetdiag.sshlogin saves.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ T0 = time.perf_counter()
 
 import asyncio  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 
 from fleetdiag.inventory import load_inventory  # noqa: E402
@@ -30,30 +29,10 @@ from fleetdiag.probe import ProbeSettings, probe_host  # noqa: E402
 from fleetdiag.transport import TransportOptions  # noqa: E402
 
 
-def fast_auth() -> None:
-    from asyncssh import auth, connection
-
-    init = connection.SSHClientConnection.__init__
-
-    def patched_init(self, *a, **kw):  # start with publickey, not the "none" probe
-        init(self, *a, **kw)
-        self._auth_methods = [b"publickey"]
-
-    async def start(self) -> None:  # sign at once, no PK_OK query first
-        self._keypair = await self._conn.public_key_auth_requested()
-        if self._keypair is None:
-            self._conn.try_next_auth(next_method=True)
-            return
-        await self._send_signed_request()
-
-    connection.SSHClientConnection.__init__ = patched_init
-    auth._ClientPublicKeyAuth._start = start
-
-
 def main() -> None:
     inv_path, name, known_hosts, key = sys.argv[1:5]
-    if "--fast-auth" in sys.argv[5:]:
-        fast_auth()
+    if "--standard-login" in sys.argv[5:]:
+        os.environ["FLEETDIAG_SSH_LOGIN"] = "standard"
     host = load_inventory(inv_path).hosts[name]
     settings = ProbeSettings(transport=TransportOptions(known_hosts=known_hosts, client_keys=[key]))
     settings.get_rules()

@@ -19,8 +19,8 @@ Rows:
                      (fresh SSH connection; imports excluded)
   ssh + funnel       OpenSSH client running the very script probe_host sends
                      (one exec): the funnel's design without fleetdiag's client
-  what-if            probe_host() with asyncssh patched to skip the two auth
-                     round trips it cannot be told to skip (experiment only)
+  own login          probe_host() with FLEETDIAG_SSH_LOGIN=standard: asyncssh's
+                     login, three round trips more (what fleetdiag.sshlogin saves)
   python start-up    `fleetdiag --version`: interpreter + CLI imports, no network
   funnel script      the same script through the local sh: the remote work alone
 """
@@ -143,7 +143,7 @@ def run(lab: Lab, fd: str, rtts: list[float], args) -> dict:
         ("fleetdiag probe (CLI)", cli),
         ("probe_host() in-process", lib),
         ("ssh + funnel script (1 call)", ssh_funnel),
-        ("what-if: probe_host() -2 auth RTTs", lambda i: lib(i, "--fast-auth")),
+        ("probe_host(), asyncssh's own login", lambda i: lib(i, "--standard-login")),
     ]
 
     # warm-up (pyc, page cache, sshd's first fork) at the lowest RTT: not counted

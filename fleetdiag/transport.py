@@ -24,6 +24,7 @@ from typing import Any
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
+from . import sshlogin
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
     CLOSED,
@@ -67,6 +68,7 @@ class _Client(asyncssh.SSHClient):
 
     def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
         self.conn = conn
+        sshlogin.shorten(conn)
 
     def _effective_known_hosts(self) -> Any:
         """The known_hosts asyncssh checked: our option, ssh config's UserKnownHostsFile, or the default."""

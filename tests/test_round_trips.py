@@ -5,23 +5,31 @@ to the login or the exec fails here, whatever the timing."""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
+import os
 import subprocess
+import time
+
+import asyncssh
 
 from fleetdiag.delayproxy import DelayProxy
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, probe_host
-from fleetdiag.records import FAILED
+from fleetdiag.records import FAILED, UNREACHABLE
+from fleetdiag.transport import AUTH, TransportOptions, connect
 
-from .sshd import ssh_argv
+from .sshd import keygen, ssh_argv
 
 SEED = (
     __import__("pathlib").Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "dp_rank.log"
 ).read_text()
-# A fresh probe: version + KEXINIT, ECDH + NEWKEYS, the ssh-userauth service request, auth `none`,
-# the publickey query (PK_OK), the signed publickey, channel open, exec (its output follows the reply),
-# and the channel close. OpenSSH's `ssh host true` spends the same login.
-PROBE_EXCHANGES = 9
+# A fresh probe: version + KEXINIT, ECDH + NEWKEYS, the ssh-userauth service request with the signed
+# publickey request in the same flight (fleetdiag.sshlogin), channel open, exec (its output follows the
+# reply), and the channel close. asyncssh's own login, like OpenSSH's `ssh host true`, spends three more:
+# the service accept, auth `none`, and the publickey query (PK_OK).
+PROBE_EXCHANGES = 6
+STANDARD_EXCHANGES = 9
 RTT_MS = 40.0  # enough that every reply is heard before the next request: the count is the protocol's
 
 
@@ -62,5 +70,127 @@ def test_fresh_probe_round_trips(sshd, tmp_path):
     print("exchanges: probe", counts, "ssh true", ssh_true)
     assert conns == 3  # two fresh probes and one ssh: nothing reused
     assert counts == [PROBE_EXCHANGES, PROBE_EXCHANGES], counts
-    # the probe's login + exec costs no more round trips than OpenSSH's `ssh host true`
-    assert PROBE_EXCHANGES <= ssh_true, (PROBE_EXCHANGES, ssh_true)
+    # the probe's login + exec costs three round trips fewer than OpenSSH's `ssh host true`
+    assert PROBE_EXCHANGES + 3 <= ssh_true, (PROBE_EXCHANGES, ssh_true)
+
+
+async def _count(sshd, log, opts, env_login: str | None = None) -> tuple[int, object]:
+    """One fresh probe through a 40 ms proxy: (exchanges, result)."""
+    proxy = await DelayProxy("127.0.0.1", sshd.port, RTT_MS).start()
+    sshd.trust(proxy.port)
+    try:
+        host = _inventory(sshd, proxy.port, log).hosts["far"]
+        res = await probe_host(host, ProbeSettings(transport=opts))
+        return proxy.exchanges, res
+    finally:
+        await proxy.stop()
+
+
+def test_standard_login_is_asyncssh_own(sshd, tmp_path, monkeypatch):
+    """FLEETDIAG_SSH_LOGIN=standard turns the short login off: the same probe, three round trips more."""
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    monkeypatch.setenv("FLEETDIAG_SSH_LOGIN", "standard")
+    n, res = asyncio.run(_count(sshd, log, sshd.opts()))
+    assert res.verdict == FAILED, res.error
+    assert n == STANDARD_EXCHANGES
+
+
+def test_refused_key_then_the_right_one(sshd, tmp_path):
+    """A key the server refuses is signed and refused; the next key still logs in (one round trip more)."""
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    stranger = keygen(tmp_path / "stranger")
+    n, res = asyncio.run(_count(sshd, log, sshd.opts(client_keys=[str(stranger), str(sshd.client_key)])))
+    assert res.verdict == FAILED, res.error
+    assert n == PROBE_EXCHANGES + 1
+
+
+def test_only_refused_keys_is_an_auth_status(sshd, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    stranger = keygen(tmp_path / "stranger")
+    _, res = asyncio.run(_count(sshd, log, sshd.opts(client_keys=[str(stranger)])))
+    assert res.verdict == UNREACHABLE
+    assert res.facts["error_kind"] == AUTH, res.error
+
+
+def test_rsa_key_logs_in_with_a_sha2_signature(sshd, tmp_path):
+    """An RSA key needs the server's signature algorithms (rsa-sha2-*, never SHA-1 ssh-rsa)."""
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    rsa = keygen(tmp_path / "client_rsa", "rsa")
+    with open(sshd.dir / "authorized_keys", "a") as fh:
+        fh.write((tmp_path / "client_rsa.pub").read_text())
+    n, res = asyncio.run(_count(sshd, log, sshd.opts(client_keys=[str(rsa)])))
+    assert res.verdict == FAILED, res.error
+    assert n <= PROBE_EXCHANGES + 1
+
+
+def test_agent_key_is_queried_before_signing(sshd, tmp_path, monkeypatch):
+    """An agent key may need a confirmation or a touch: it is asked about first, as ssh does."""
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        env = dict(os.environ, SSH_AUTH_SOCK=str(sock))
+        subprocess.run(["ssh-add", "-q", str(sshd.client_key)], env=env, check=True)
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        n, res = asyncio.run(_count(sshd, log, sshd.opts(client_keys=None)))
+    finally:
+        agent.terminate()
+        agent.wait(5)
+    assert res.verdict == FAILED, res.error
+    assert n == PROBE_EXCHANGES + 1  # the PK_OK query
+
+
+def test_a_server_that_is_not_openssh_gets_no_pipelined_auth(tmp_path, monkeypatch):
+    """Auth rides behind the service request only for OpenSSH; another server (asyncssh's) gets it after
+    the accept: two round trips saved there (``none`` and the query), three with OpenSSH's sshd."""
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key = keygen(tmp_path / "client")
+    known = tmp_path / "known_hosts"
+
+    def process(proc) -> None:
+        proc.stdout.write("ok\n")
+        proc.exit(0)
+
+    async def go() -> tuple[int, bytes]:
+        server = await asyncssh.create_server(
+            asyncssh.SSHServer,
+            "127.0.0.1",
+            0,
+            server_host_keys=[host_key],
+            authorized_client_keys=asyncssh.import_authorized_keys((tmp_path / "client.pub").read_text()),
+            process_factory=process,
+        )
+        port = server.sockets[0].getsockname()[1]
+        proxy = await DelayProxy("127.0.0.1", port, RTT_MS).start()
+        known.write_text(f"[127.0.0.1]:{proxy.port} {host_key.export_public_key().decode()}")
+        try:
+            opts = TransportOptions(known_hosts=str(known), client_keys=[str(client_key)], ssh_config=[])
+            conn = await connect("127.0.0.1", proxy.port, getpass.getuser(), opts)
+            try:
+                out, status, _, _ = await conn.run("anything", 10)
+            finally:
+                conn.close()
+            assert status == 0
+            return proxy.exchanges, out
+        finally:
+            await proxy.stop()
+            server.close()
+
+    short, out = asyncio.run(go())
+    assert out == b"ok\n"
+    monkeypatch.setenv("FLEETDIAG_SSH_LOGIN", "standard")
+    standard, out = asyncio.run(go())
+    assert out == b"ok\n"
+    assert short == standard - 2, (short, standard)

@@ -1,0 +1,174 @@
+"""A shorter SSH login: three round trips fewer than asyncssh's (and OpenSSH's) default.
+
+A fresh probe is mostly round trips: at 240 ms each, the login is most of the
+wait. The protocol lets a client skip three of them, and this module does so
+for each connection ``transport`` opens:
+
+1. **No ``none`` request.** A client normally opens with the ``none`` method
+   only to learn which methods the server takes. Public-key auth is tried
+   first instead; if it fails, the server's failure reply carries that list
+   and the usual order resumes (``none`` stays behind ``publickey``, so a
+   client with no key still asks).
+2. **No public-key query.** RFC 4252 §7 lets the client send the *signed*
+   request at once instead of first asking "would you take this key?". Done
+   for keys read from files only: an agent key may ask for a confirmation and
+   a hardware (``sk-``) key for a touch, so those still ask first, as ssh does.
+3. **Auth pipelined behind the service request** (OpenSSH servers only: their
+   sshd reads the requests in order). The first auth request leaves in the
+   same flight as ``ssh-userauth``'s service request instead of waiting for
+   the service accept. An RSA key waits for the accept when the server's
+   signature algorithms are not known yet (they pick ``rsa-sha2-*``).
+
+It reaches into asyncssh's client internals, so it is guarded: if asyncssh is
+not shaped as expected, or ``FLEETDIAG_SSH_LOGIN=standard`` is set, nothing
+changes and the login is asyncssh's own. ``tests/test_round_trips.py`` pins
+the count through a real sshd and a delay proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+LOGIN_ENV = "FLEETDIAG_SSH_LOGIN"  # "standard": asyncssh's own login flow
+_FLAG = "_fleetdiag_short_login"
+_USERAUTH = b"ssh-userauth"
+
+try:  # the private pieces this module relies on
+    from asyncssh import auth as _auth
+    from asyncssh.connection import MSG_SERVICE_ACCEPT
+    from asyncssh.packet import Boolean, String
+
+    _BASE: Any = _auth._ClientPublicKeyAuth
+    _HANDLERS: Any = _auth._client_auth_handlers
+except (ImportError, AttributeError):  # pragma: no cover - another asyncssh: keep its login
+    _BASE = None
+    _HANDLERS = None
+
+
+def _asks_first(keypair: Any) -> bool:
+    """Keys that may involve a person or a device when used: query before signing, as ssh does."""
+    kind = type(keypair).__name__
+    return "Agent" in kind or "PKCS11" in kind or bytes(getattr(keypair, "algorithm", b"")).startswith(b"sk-")
+
+
+def _is_rsa(keypair: Any) -> bool:
+    algorithm = bytes(getattr(keypair, "algorithm", b""))
+    return algorithm.startswith((b"ssh-rsa", b"rsa-sha2-"))
+
+
+if _BASE is not None:
+
+    class _SignFirst(_BASE):  # type: ignore[misc, valid-type]
+        """Public-key auth that sends the signed request without the PK_OK query (RFC 4252 §7)."""
+
+        async def _start(self) -> None:
+            state = getattr(self._conn, _FLAG, None)
+            if state is None:
+                await super()._start()
+                return
+            self._keypair = await self._conn.public_key_auth_requested()
+            if self._keypair is None:
+                self._conn.try_next_auth(next_method=True)
+                return
+            if _is_rsa(self._keypair) and not self._conn._server_sig_algs:
+                await state.accepted  # the signature name depends on server-sig-algs
+                self._keypair = _reselect(self._conn, self._keypair)
+            if _asks_first(self._keypair):
+                await self.send_request(
+                    Boolean(False), String(self._keypair.algorithm), String(self._keypair.public_data)
+                )
+                return
+            await self._send_signed_request()
+
+
+def _reselect(conn: Any, keypair: Any) -> Any:
+    """Pick the RSA signature name again now that server-sig-algs is known (as asyncssh does)."""
+    choose = getattr(conn, "_choose_signature_alg", None)
+    if choose is not None:
+        try:
+            choose(keypair)
+        except (ValueError, TypeError):
+            pass
+    return keypair
+
+
+class _State:
+    """Per-connection: whether auth went out early, and when the service accept came."""
+
+    def __init__(self) -> None:
+        self.early = False
+        self.accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+def enabled() -> bool:
+    """Whether the short login applies in this process."""
+    return _BASE is not None and os.environ.get(LOGIN_ENV, "").strip().lower() != "standard"
+
+
+def install() -> None:
+    """Put the sign-first public-key method in asyncssh's table (inactive on connections not shortened)."""
+    if _BASE is not None and _HANDLERS.get(b"publickey") is _BASE:
+        _HANDLERS[b"publickey"] = _SignFirst
+
+
+def shorten(conn: Any) -> bool:
+    """Shorten this connection's login; called from the client's ``connection_made``. False = unchanged."""
+    if not enabled():
+        return False
+    install()
+    if _HANDLERS.get(b"publickey") is not _SignFirst:
+        return False
+    methods = getattr(conn, "_auth_methods", None)
+    handlers = getattr(conn, "_packet_handlers", None)
+    send_service_request = getattr(conn, "send_service_request", None)
+    if methods != [b"none"] or not isinstance(handlers, dict) or send_service_request is None:
+        return False
+    state = _State()
+    setattr(conn, _FLAG, state)
+    conn._auth_methods = [b"publickey", b"none"]
+
+    def early_service_request(service: bytes) -> None:
+        send_service_request(service)
+        version = bytes(getattr(conn, "_server_version", b"") or b"")
+        if service == _USERAUTH and b"OpenSSH_" in version and not getattr(conn, "_auth_in_progress", True):
+            state.early = True
+            conn._auth_in_progress = True
+            owner = getattr(conn, "_owner", None)
+            if owner is not None:
+                owner.begin_auth(conn._username)
+            conn.try_next_auth()
+
+    accept = handlers[MSG_SERVICE_ACCEPT]
+
+    def service_accept(self: Any, pkttype: int, pktid: int, packet: Any) -> Any:
+        if not state.accepted.done():
+            state.accepted.set_result(None)
+        if not state.early:
+            return accept(self, pkttype, pktid, packet)
+        service = packet.get_string()
+        packet.check_end()
+        if service != conn._next_service:
+            return accept(self, pkttype, pktid, _Replay(service))
+        conn._next_service = None
+        return True
+
+    own = dict(handlers)
+    own[MSG_SERVICE_ACCEPT] = service_accept
+    conn._packet_handlers = own
+    conn.send_service_request = early_service_request
+    return True
+
+
+class _Replay:
+    """A consumed SERVICE_ACCEPT handed back to asyncssh's own handler (which then rejects it)."""
+
+    def __init__(self, service: bytes):
+        self._service = service
+
+    def get_string(self) -> bytes:
+        return self._service
+
+    def check_end(self) -> None:
+        return None
