@@ -10,7 +10,7 @@ them), import_ms, and the result's verdict, decisive line and timing.
 
 ``--standard-login`` sets FLEETDIAG_SSH_LOGIN=standard: asyncssh's own login
 (auth ``none`` first, the public-key query before signing, auth after the
-service accept), to show what fleetdiag.sshlogin saves.
+service accept), to show what fleetdiag.sshfast saves.
 """
 
 from __future__ import annotations

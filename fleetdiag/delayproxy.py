@@ -43,12 +43,17 @@ class DelayProxy:
         for w in list(self._writers):
             w.transport.abort()
 
-    def reset_counts(self) -> None:
+    def reset_counts(self, turn: bool = False) -> None:
+        """Start counting afresh. ``turn``: on the open connections, the client's next word is a new
+        exchange (a new command on a kept connection), whoever spoke last."""
         self.exchanges = 0
+        if turn:
+            for cid in self._last_dir:
+                self._last_dir[cid] = "down"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        cid = id(writer)
+        cid = self.connections
         try:
             up_r, up_w = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:
@@ -68,6 +73,7 @@ class DelayProxy:
         finally:
             self._writers.discard(writer)
             self._writers.discard(up_w)
+            self._last_dir.pop(cid, None)  # ids are reused: a later connection starts with no history
 
     async def _pump(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float, cid: int, direction: str

@@ -767,7 +767,7 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
             eps |= e
             must.add(i)
             continue
-        if any(rule.regex.search(ln) for rule in rules.peer_caused) or _PEERISH.search(ln):
+        if rules.any_peer_caused(ln) or _PEERISH.search(ln):
             extra.append(i)
     chosen = sorted(must)[:cap]
     room = cap - len(chosen)

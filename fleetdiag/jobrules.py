@@ -34,6 +34,21 @@ class JobRules:
     killed: list[JobRule] = field(default_factory=list)
     endpoints: list[JobRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    _peer_any: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def any_peer_caused(self, line: str) -> bool:
+        """Whether any peer_caused rule matches: one alternation, one pass over the line (the job
+        analysis asks this of every kept line of every host)."""
+        if self._peer_any is None:
+            try:
+                self._peer_any = re.compile("|".join(f"(?:{r.regex.pattern})" for r in self.peer_caused) or "(?!)")
+                if any(r.regex.flags != self.peer_caused[0].regex.flags for r in self.peer_caused):
+                    raise re.error("mixed flags")
+            except re.error:  # a pattern with its own global flags: one by one, as written
+                self._peer_any = False
+        if self._peer_any is False:
+            return any(r.regex.search(line) for r in self.peer_caused)
+        return self._peer_any.search(line) is not None
 
 
 def _merge(merged: dict[str, list[dict[str, Any]]], data: Any, src: str) -> None:

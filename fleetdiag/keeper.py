@@ -239,6 +239,7 @@ class Kept:
     persist: float = DEFAULT_PERSIST
     rtt_ms: float | None = None
     uses: int = 0
+    spare_uses: int = 0  # commands that started on a channel opened ahead of need
     busy: int = 0
 
     def alive(self) -> bool:
@@ -290,6 +291,7 @@ class Keeper:
             conn = await connect(
                 params["target"], params.get("port"), params.get("user"), opts, jump=_unplain(params.get("jump"))
             )
+            conn.keep_spare()  # the next command on this host costs its exec alone
             k = Kept(key, label, f"{params['target']}:{params.get('port') or 22}", conn, persist=persist)
             self.kept[key] = k
             return k, False, conn.connect_ms
@@ -361,9 +363,7 @@ class Keeper:
             k.busy += 1
             t0 = time.perf_counter()
             try:
-                proc = await asyncio.wait_for(
-                    k.conn.conn.create_process(req["command"], encoding=None, stdin=asyncssh.DEVNULL), timeout
-                )
+                proc = await asyncio.wait_for(k.conn.create_process(req["command"], stdin=asyncssh.DEVNULL), timeout)
             except (asyncio.TimeoutError, TimeoutError):
                 k.busy -= 1
                 await _send(
@@ -390,13 +390,16 @@ class Keeper:
                 he = explain(exc, params["target"], params.get("port"))
                 await _send(writer, b"X" + json.dumps({"error": [he.kind, str(he)]}).encode())
                 return
+            trips = k.conn.open_trips  # read now: another command may start on this connection meanwhile
             try:
                 end = await self._stream(proc, writer, timeout, t0, cap)
             finally:
                 k.busy -= 1
+                k.conn.command_done()
             k.uses += 1
             k.last_used = time.monotonic()
-            k.rtt_ms = end["open_ms"] / 2
+            k.rtt_ms = end["rtt_ms"] = end["open_ms"] / trips
+            k.spare_uses += trips == 1
             if end.get("lost"):
                 self.drop(key)
             end.update(reused=reused, connect_ms=dial_ms)
@@ -476,6 +479,7 @@ class Keeper:
                 "idle_s": round(now - k.last_used, 1),
                 "rtt_ms": None if k.rtt_ms is None else round(k.rtt_ms, 1),
                 "uses": k.uses,
+                "spare_uses": k.spare_uses,
                 "persist_s": k.persist,
             }
             for k in self.kept.values()
@@ -717,6 +721,7 @@ class KeptConnection:
         self.where = f"{params['target']}:{params.get('port') or 22}"
         self.last_stderr = b""
         self.last_status: int | None = None
+        self.last_rtt_ms: float | None = None
 
     async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]:
         """As ``Connection.run``: (stdout, exit status, open+exec ms, total ms); same errors."""
@@ -776,6 +781,7 @@ class KeptConnection:
                 data, f"connection to {self.where} lost after {len(data)} bytes of output ({end.get('reason')})"
             )
         self.last_status = end.get("status")
+        self.last_rtt_ms = end.get("rtt_ms")
         return data, self.last_status, float(end["open_ms"]), float(end["total_ms"])
 
     def close(self) -> None:

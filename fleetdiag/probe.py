@@ -293,7 +293,8 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         if settings.save_dir is not None:
             save_evidence(settings.save_dir, host.name, out)
         if open_ms is not None:
-            timing.rtt_ms = round(open_ms / 2, 1)
+            rtt = getattr(conn, "last_rtt_ms", None)
+            timing.rtt_ms = round(open_ms / 2 if rtt is None else rtt, 1)
             timing.exec_ms = round(exec_ms or 0, 1)
         fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
         if fr.status == "error" and partial is None:  # the remote shell never ran it: say why

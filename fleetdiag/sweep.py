@@ -32,8 +32,8 @@ from .scheduler import (
     INTERRUPTED,
     CostMemory,
     placeholder,
-    probe_many,
 )
+from .spread import probe_fleet
 from .store import (
     DEFAULT_KEEP_DAYS,
     Changes,
@@ -58,6 +58,7 @@ class SweepJob:
     deadline: float | None
     fanout: int = DEFAULT_FANOUT
     per_address: int | None = DEFAULT_PER_ADDRESS
+    workers: int | None = None  # processes that probe the hosts (None: fleetdiag.spread decides)
     keep_days: float = DEFAULT_KEEP_DAYS
     notify: str | None = None
     progress: bool = False
@@ -155,7 +156,7 @@ async def _probe(job: SweepJob, progress: Any, memory: CostMemory) -> tuple[list
     interrupted = False
     with progress if progress is not None else contextlib.nullcontext():
         try:
-            async for res in probe_many(
+            async for res in probe_fleet(
                 job.hosts,
                 job.settings,
                 job.fanout,
@@ -163,6 +164,7 @@ async def _probe(job: SweepJob, progress: Any, memory: CostMemory) -> tuple[list
                 per_address=job.per_address,
                 memory=memory,
                 progress=progress,
+                workers=job.workers,
             ):
                 results.append(res)
         except asyncio.CancelledError:

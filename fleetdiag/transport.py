@@ -24,7 +24,7 @@ from typing import Any
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from . import sshlogin
+from . import sshfast
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
     CLOSED,
@@ -68,7 +68,7 @@ class _Client(asyncssh.SSHClient):
 
     def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
         self.conn = conn
-        sshlogin.shorten(conn)
+        sshfast.shorten(conn)
 
     def _effective_known_hosts(self) -> Any:
         """The known_hosts asyncssh checked: our option, ssh config's UserKnownHostsFile, or the default."""
@@ -117,8 +117,36 @@ class Connection:
     last_stderr: bytes = field(default=b"", init=False, repr=False)
     last_status: int | None = field(default=None, init=False)
     hops: list[Any] = field(default_factory=list, init=False, repr=False)  # every jump connection, first hop first
+    spare: sshfast.Spare | None = field(default=None, init=False, repr=False)  # kept connections: see keep_spare
+    open_trips: int = field(default=2, init=False)  # round trips the last command took to start: open + exec, or exec
+    last_rtt_ms: float | None = field(default=None, init=False)  # from the last command's start
 
     STDERR_KEEP = 4096
+
+    def keep_spare(self) -> None:
+        """From now on keep one session channel open ahead of need: each command costs its exec only.
+
+        For connections that serve many commands (the keeper's); a one-command probe does not need it.
+        The next spare opens when a command ends (``command_done``), not while it runs."""
+        if self.spare is None:
+            self.spare = sshfast.Spare(self.conn)
+        self.spare.prime()
+
+    async def create_process(self, command: str, **redirect: Any) -> Any:
+        """asyncssh's ``create_process`` (bytes, no encoding), on the spare channel when one is open."""
+        self.open_trips = 2
+        if self.spare is None:
+            return await self.conn.create_process(command, encoding=None, **redirect)
+        used = self.spare.used
+        try:
+            return await self.spare.create_process(command, **redirect)
+        finally:
+            self.open_trips = 1 if self.spare.used > used else 2
+
+    def command_done(self) -> None:
+        """A command ended: open the next spare now (with its close, in the same flight) when spares are kept."""
+        if self.spare is not None:
+            self.spare.prime()
 
     async def run(
         self, command: str, timeout: float | None, cap: int = MAX_OUTPUT
@@ -135,10 +163,7 @@ class Connection:
         err: list[bytes] = []
         self.last_stderr, self.last_status = b"", None
         try:
-            proc = await asyncio.wait_for(
-                self.conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL),
-                timeout,
-            )
+            proc = await asyncio.wait_for(self.create_process(command, stdin=asyncssh.DEVNULL), timeout)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             raise HostError(
                 TIMEOUT, f"no answer within {timeout:g}s to the command: logged in, then the host stopped answering"
@@ -146,6 +171,7 @@ class Connection:
         except (asyncssh.Error, OSError) as exc:
             raise explain(exc) from exc
         t_open = time.perf_counter()
+        self.last_rtt_ms = (t_open - t0) * 1000 / self.open_trips
         left = None if timeout is None else max(0.1, timeout - (t_open - t0))
 
         async def drain_err() -> None:
@@ -179,11 +205,13 @@ class Connection:
         try:
             await asyncio.wait_for(drain(), left)
         except HostError:
+            self.command_done()
             self.last_stderr = b"".join(err)
             chunks.clear()
             raise
         except (asyncio.TimeoutError, TimeoutError):
             proc.close()
+            self.command_done()
             got = sum(map(len, chunks))
             self.last_stderr = b"".join(err)
             if got:
@@ -199,6 +227,7 @@ class Connection:
                 b"".join(chunks), f"connection to {self.where} lost after {_size(got)} of output ({_scrub(reason)})"
             ) from exc
         t1 = time.perf_counter()
+        self.command_done()
         self.last_stderr = b"".join(err)
         self.last_status = proc.exit_status
         return b"".join(chunks), proc.exit_status, (t_open - t0) * 1000, (t1 - t0) * 1000
@@ -211,9 +240,7 @@ class Connection:
         Raises HostError when the command could not start.
         """
         try:
-            proc = await self.conn.create_process(
-                command, encoding=None, stdin=asyncssh.DEVNULL, stderr=asyncssh.DEVNULL
-            )
+            proc = await self.create_process(command, stdin=asyncssh.DEVNULL, stderr=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
             raise explain(exc) from exc
         ls = LineStream(proc, self.where, cap)
@@ -221,6 +248,7 @@ class Connection:
             yield ls
         finally:
             proc.close()
+            self.command_done()
 
     def close(self) -> None:
         self.conn.close()
@@ -312,6 +340,9 @@ def _connect_kwargs(target: str, port: int | None, user: str | None, opts: Trans
     secret = opts.secret()
     if secret:
         kw["passphrase"] = secret
+    config = _ssh_config(target, port, user, opts)
+    if config is None or config.get("Ciphers") is None:  # else the user chose, and asyncssh applies it
+        kw["encryption_algs"] = _ciphers()
     kw.update(opts.extra)
     return kw
 
@@ -359,27 +390,45 @@ async def connect(
     return c
 
 
-def config_jump(target: str, port: int | None, user: str | None, opts: TransportOptions) -> list[JumpHop]:
-    """The ProxyJump chain the ssh config gives ``target``, first hop first ([] for none or ``none``).
-
-    Reads the same files asyncssh would (``opts.ssh_config``, else ``~/.ssh/config`` when readable).
-    Raises ValueError for a malformed chain. A config asyncssh cannot read is left to asyncssh,
-    which reports it when it connects.
-    """
+def _ssh_config(target: str, port: int | None, user: str | None, opts: TransportOptions) -> Any:
+    """The ssh config asyncssh will apply to ``target`` (``opts.ssh_config``, else ``~/.ssh/config``
+    when readable), or None when there is none or it cannot be read (asyncssh reports that itself)."""
     paths: list[str] | None = opts.ssh_config
     if paths is None:
         default = Path("~", ".ssh", "config").expanduser()
         paths = [str(default)] if os.access(default, os.R_OK) else []
     if not paths:
-        return []
+        return None
     try:
-        config = SSHClientConfig.load(
-            None, paths, False, False, False, getpass.getuser(), user or (), target, port or ()
-        )
+        return SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (), target, port or ())
     except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
-        return []
-    value = config.get("ProxyJump")
+        return None
+
+
+def config_jump(target: str, port: int | None, user: str | None, opts: TransportOptions) -> list[JumpHop]:
+    """The ProxyJump chain the ssh config gives ``target``, first hop first ([] for none or ``none``).
+
+    Raises ValueError for a malformed chain.
+    """
+    return _jump_of(_ssh_config(target, port, user, opts))
+
+
+def _jump_of(config: Any) -> list[JumpHop]:
+    value = config.get("ProxyJump") if config is not None else None
     return parse_jump_chain(value) if isinstance(value, str) and value else []
+
+
+# Ciphers, AES-GCM first: as strong as ChaCha20-Poly1305 (OpenSSH's first choice), hardware-accelerated
+# on server CPUs, and in asyncssh about a third less of the client's CPU per host (it builds a new
+# ChaCha20 context in Python for every packet). The rest of asyncssh's list follows, in its order.
+GCM_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def _ciphers() -> list[str]:
+    from asyncssh.encryption import get_default_encryption_algs
+
+    rest = [a.decode() for a in get_default_encryption_algs()]
+    return [c for c in GCM_FIRST if c in rest] + [c for c in rest if c not in GCM_FIRST]
 
 
 async def _open(

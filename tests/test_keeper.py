@@ -528,3 +528,23 @@ def test_kept_connection_runs_like_a_connection_and_keeps_the_cap(loud_sshd, rt,
     assert logins(loud_sshd) - before == 1
     assert keeper_mod.close_kept(rt) == 1
     assert wait_gone(rt)
+
+
+def test_the_keeper_runs_commands_on_spare_channels(loud_sshd, rt, monkeypatch):
+    """Through the keeper: every command after the login starts on a spare channel."""
+    sshd = loud_sshd
+    monkeypatch.setenv("FLEETDIAG_KEEPER_HELLO", "3")
+
+    async def go() -> None:
+        for i in range(3):
+            conn = await keeper_mod.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 60.0, rt)
+            await asyncio.sleep(0.2)
+            out, status, _, _ = await conn.run(f"echo run{i}", 20)
+            assert (out, status) == (f"run{i}\n".encode(), 0)
+
+    try:
+        asyncio.run(go())
+        listed = keeper_mod.list_kept(rt)
+    finally:
+        keeper_mod.close_kept(rt)
+    assert [(c["uses"], c["spare_uses"]) for c in listed] == [(3, 3)]

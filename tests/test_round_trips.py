@@ -25,7 +25,7 @@ SEED = (
     __import__("pathlib").Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "dp_rank.log"
 ).read_text()
 # A fresh probe: version + KEXINIT, ECDH + NEWKEYS, the ssh-userauth service request with the signed
-# publickey request in the same flight (fleetdiag.sshlogin), channel open, exec (its output follows the
+# publickey request in the same flight (fleetdiag.sshfast), channel open, exec (its output follows the
 # reply), and the channel close. asyncssh's own login, like OpenSSH's `ssh host true`, spends three more:
 # the service accept, auth `none`, and the publickey query (PK_OK).
 PROBE_EXCHANGES = 6
@@ -194,3 +194,93 @@ def test_a_server_that_is_not_openssh_gets_no_pipelined_auth(tmp_path, monkeypat
     standard, out = asyncio.run(go())
     assert out == b"ok\n"
     assert short == standard - 2, (short, standard)
+
+
+def _runs(sshd, spare_after: int, n: int = 4) -> tuple[list[int], int]:
+    """``n`` commands on one connection through a 40 ms proxy, a spare channel from command
+    ``spare_after`` on: (exchanges until each command had started, commands that ran on a spare)."""
+    import asyncssh
+
+    from fleetdiag.transport import connect
+
+    async def go() -> tuple[list[int], int]:
+        proxy = await DelayProxy("127.0.0.1", sshd.port, RTT_MS).start()
+        sshd.trust(proxy.port)
+        try:
+            conn = await connect("127.0.0.1", proxy.port, sshd.user, sshd.opts())
+            counts = []
+            for i in range(n):
+                if i == spare_after:
+                    conn.keep_spare()
+                await asyncio.sleep(0.3)  # the spare's open has come back (it overlaps the user's own work)
+                proxy.reset_counts(turn=True)
+                proc = await conn.create_process(f"echo run{i}", stdin=asyncssh.DEVNULL)
+                counts.append(proxy.exchanges)  # what the command waited for before it ran
+                out = await proc.stdout.read()
+                await proc.wait_closed()
+                conn.command_done()
+                assert out == f"run{i}\n".encode()
+            used = conn.spare.used if conn.spare else 0
+            conn.close()
+            return counts, used
+        finally:
+            await proxy.stop()
+
+    return asyncio.run(go())
+
+
+def test_a_spare_channel_saves_the_open_round_trip(sshd):
+    """A kept connection opens the next session channel ahead of need: a command then waits for its
+    exec alone (one round trip), not for a channel open and an exec (two)."""
+    counts, used = _runs(sshd, spare_after=2)
+    assert counts == [2, 2, 1, 1], counts
+    assert used == 2
+
+
+def test_spare_channel_off_with_the_standard_login(sshd, monkeypatch):
+    """FLEETDIAG_SSH_LOGIN=standard: no spare channel, a command costs its open and its exec."""
+    monkeypatch.setenv("FLEETDIAG_SSH_LOGIN", "standard")
+
+    counts, used = _runs(sshd, spare_after=2)
+    assert counts == [2, 2, 2, 2], counts
+    assert used == 0
+
+
+def test_a_spare_closed_by_the_server_falls_back_to_a_new_channel(sshd, tmp_path):
+    """If the spare channel died (the server closed it), the command opens its own: same output."""
+    from fleetdiag.transport import connect
+
+    async def go() -> tuple[bytes, int]:
+        conn = await connect("127.0.0.1", sshd.port, sshd.user, sshd.opts())
+        try:
+            conn.keep_spare()
+            await asyncio.sleep(0.3)
+            conn.spare._chan.close()  # as a server-side close would leave it
+            await asyncio.sleep(0.1)
+            out, status, _, _ = await conn.run("echo fallback", 20)
+            assert status == 0
+            out2, _, _, _ = await conn.run("echo again", 20)  # and the next one has a fresh spare
+            return out + out2, conn.spare.used
+        finally:
+            conn.close()
+
+    out, used = asyncio.run(go())
+    assert out == b"fallback\nagain\n"
+    assert used == 1
+
+
+def test_ciphers_prefer_aes_gcm_unless_the_ssh_config_chooses(sshd, tmp_path):
+    """AES-GCM first (cheaper for the client per packet than asyncssh's ChaCha20); a user's
+    ``Ciphers`` line in the ssh config still decides."""
+
+    async def cipher(opts) -> str:
+        conn = await connect("127.0.0.1", sshd.port, sshd.user, opts)
+        try:
+            return conn.conn.get_extra_info("send_cipher")
+        finally:
+            conn.close()
+
+    assert asyncio.run(cipher(sshd.opts())) == "aes128-gcm@openssh.com"
+    config = tmp_path / "ssh_config"
+    config.write_text("Host 127.0.0.1\n    Ciphers chacha20-poly1305@openssh.com\n")
+    assert asyncio.run(cipher(sshd.opts(ssh_config=[str(config)]))) == "chacha20-poly1305@openssh.com"

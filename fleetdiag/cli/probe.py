@@ -15,7 +15,8 @@ from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: r
 from ..probe import ProbeSettings
 from ..records import SCHEMA_VERSION, HostResult, report_json
 from ..render import FleetProgress, fleet_view, host_card
-from ..scheduler import CostMemory, default_deadline, probe_many
+from ..scheduler import CostMemory, default_deadline
+from ..spread import probe_fleet
 from . import (
     Context,
     check_logs,
@@ -162,6 +163,7 @@ def probe(
     fanout: int,
     per_address: int,
     deadline: float | None,
+    workers: int,
     save: str | None,
     all_cards: bool,
     no_stacks: bool,
@@ -195,14 +197,15 @@ def probe(
         nonlocal interrupted
         with FleetProgress(ctx.out.err, len(hosts), enabled=show) as bar:
             try:
-                async for res in probe_many(
+                async for res in probe_fleet(
                     hosts,
                     settings,
                     fanout,
                     deadline=deadline,
                     per_address=per_address or None,
-                    memory=cost_memory(),
+                    memory=cost_memory() if len(hosts) > fanout else None,  # order matters only with a queue
                     progress=bar if show else None,
+                    workers=workers or None,
                 ):
                     if not results:  # a bad --rules file stops here, before any output (exit 2)
                         await settings.rules_ready()

@@ -1,8 +1,8 @@
-"""A shorter SSH login: three round trips fewer than asyncssh's (and OpenSSH's) default.
+"""Round trips the SSH protocol lets a client skip, and asyncssh does not: the one place that does it.
 
-A fresh probe is mostly round trips: at 240 ms each, the login is most of the
-wait. The protocol lets a client skip three of them, and this module does so
-for each connection ``transport`` opens:
+A probe is mostly round trips: at 240 ms each, they are most of the wait.
+The login (``shorten``) costs three fewer than asyncssh's and OpenSSH's
+default, for each connection ``transport`` opens:
 
 1. **No ``none`` request.** A client normally opens with the ``none`` method
    only to learn which methods the server takes. Public-key auth is tried
@@ -19,10 +19,17 @@ for each connection ``transport`` opens:
    the service accept. An RSA key waits for the accept when the server's
    signature algorithms are not known yet (they pick ``rsa-sha2-*``).
 
-It reaches into asyncssh's client internals, so it is guarded: if asyncssh is
-not shaped as expected, or ``FLEETDIAG_SSH_LOGIN=standard`` is set, nothing
-changes and the login is asyncssh's own. ``tests/test_round_trips.py`` pins
-the count through a real sshd and a delay proxy.
+On a kept connection (``keeper``), a command normally costs two round trips:
+the channel open, then the exec. ``Spare`` opens the next session channel
+ahead of need, right after the previous command started, so the next command
+costs its exec alone. Nothing runs on the host until then: sshd holds an
+open session with no process behind it.
+
+Both reach into asyncssh's client internals, so they are guarded: if asyncssh
+is not shaped as expected, or ``FLEETDIAG_SSH_LOGIN=standard`` is set, nothing
+changes and the login and channels are asyncssh's own.
+``tests/test_round_trips.py`` pins the counts through a real sshd and a delay
+proxy.
 """
 
 from __future__ import annotations
@@ -36,15 +43,19 @@ _FLAG = "_fleetdiag_short_login"
 _USERAUTH = b"ssh-userauth"
 
 try:  # the private pieces this module relies on
+    from asyncssh import PIPE
     from asyncssh import auth as _auth
+    from asyncssh.channel import SSHClientChannel
     from asyncssh.connection import MSG_SERVICE_ACCEPT
     from asyncssh.packet import Boolean, String
+    from asyncssh.process import SSHClientProcess
 
     _BASE: Any = _auth._ClientPublicKeyAuth
     _HANDLERS: Any = _auth._client_auth_handlers
 except (ImportError, AttributeError):  # pragma: no cover - another asyncssh: keep its login
     _BASE = None
     _HANDLERS = None
+    SSHClientChannel = object  # type: ignore[assignment, misc]
 
 
 def _asks_first(keypair: Any) -> bool:
@@ -172,3 +183,102 @@ class _Replay:
 
     def check_end(self) -> None:
         return None
+
+
+# --------------------------------------------------------------------------- spare channels
+
+_PLACEHOLDER = "fleetdiag-spare"  # never sent: the exec carries the real command
+
+
+class _SpareChannel(SSHClientChannel):  # type: ignore[misc, valid-type]
+    """A session channel whose open is done now and whose exec waits for a command."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self.wanted: asyncio.Future[str] = loop.create_future()
+        self.real_command = ""
+        self.exec_sent = False
+
+    async def _open(self, chantype: bytes, *args: bytes) -> Any:
+        packet = await super()._open(chantype, *args)
+        if not self.opened.done():
+            self.opened.set_result(None)
+        self.real_command = await self.wanted
+        return packet
+
+    async def _make_request(self, request: bytes, *args: bytes) -> Any:
+        if request == b"exec":
+            self.exec_sent = True
+            self._command = self.real_command
+            args = (String(self.real_command),)
+        return await super()._make_request(request, *args)
+
+
+class Spare:
+    """At most one session channel opened ahead of need on one connection."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self._chan: Any = None
+        self._task: asyncio.Task[Any] | None = None
+        self.used = 0  # commands that started on a spare (tests and the bench read it)
+
+    def prime(self) -> None:
+        """Open the next spare channel in the background (no-op when one is pending or spares are off)."""
+        if self._task is not None or not enabled() or self.conn.is_closed():
+            return
+        try:
+            options = self.conn._options
+            self.conn._update_recv_pktlen(options.max_pktsize)
+            chan = _SpareChannel(
+                self.conn,
+                self.conn._loop,
+                self.conn._utf8_decode_errors,
+                None,
+                "strict",
+                options.window,
+                options.max_pktsize,
+            )
+            task = asyncio.ensure_future(
+                chan.create(
+                    SSHClientProcess, _PLACEHOLDER, None, {}, False, None, None, {}, False, None, None, False, False
+                )
+            )
+        except Exception:  # another asyncssh, a closing connection: no spare, commands open their own
+            return
+        task.add_done_callback(_quiet)
+        self._chan, self._task = chan, task
+
+    async def create_process(self, command: str, **redirect: Any) -> Any:
+        """Start ``command`` on the spare channel when it is open, else on a new one (asyncssh's way)."""
+        chan, task = self._chan, self._task
+        self._chan = self._task = None
+        if chan is not None and task is not None:
+            alive = getattr(chan, "_conn", None) is not None and not task.done() and not chan.wanted.done()
+            if alive and not chan.opened.done():  # its open is on the way: no sooner than a new one
+                await asyncio.wait([chan.opened, task], return_when=asyncio.FIRST_COMPLETED)
+                alive = getattr(chan, "_conn", None) is not None and not task.done()
+            if alive and chan.opened.done():
+                chan.wanted.set_result(command)
+                try:
+                    process = await task
+                    await process.redirect(*(redirect.get(k, PIPE) for k in ("stdin", "stdout", "stderr")))
+                except Exception:
+                    chan.close()
+                    if chan.exec_sent:  # the command may have started: never run it twice
+                        raise
+                else:
+                    self.used += 1
+                    return process
+            else:
+                task.cancel()
+                chan.close()
+        return await self.conn.create_process(command, encoding=None, **redirect)
+
+
+def _quiet(task: asyncio.Task[Any]) -> None:
+    """A spare that failed or was cancelled is simply not used: read its exception so nobody logs it."""
+    if not task.cancelled():
+        task.exception()
