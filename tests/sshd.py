@@ -96,7 +96,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PubkeyAuthentication yes
 PermitRootLogin yes
-MaxStartups {os.environ.get('FLEETDIAG_SSHD_MAXSTARTUPS', '200:30:400')}
+MaxStartups {os.environ.get("FLEETDIAG_SSHD_MAXSTARTUPS", "200:30:400")}
 MaxSessions 200
 LogLevel ERROR
 {extra_config}
