@@ -492,27 +492,16 @@ def dump_summary(path: str | None, data: dict) -> None:
 
 
 def funnel_command(log: str, facts: bool = True) -> tuple[str, str]:
-    """The exec command probe_host sends for ``log`` (funnel + facts), and its marker.
-
-    Built with ``fleetdiag.funnel.build_script`` + ``remote_command`` exactly
-    as ``fleetdiag.probe.probe_host`` builds it, so other tools run the same
-    remote work.
-    """
-    from fleetdiag import funnel
+    """The exec command probe_host sends for ``log`` (funnel + facts + kernel part + clock), and
+    its marker: ``fleetdiag.probe.probe_command``, the very builder the probe uses, so other
+    tools run the same remote work. ``facts=False``: the funnel alone."""
     from fleetdiag.analysis import load_rules
-    from fleetdiag.probe import spec_for
+    from fleetdiag.inventory import Host
+    from fleetdiag.inventory.model import LogSource
+    from fleetdiag.probe import ProbeSettings, probe_command
 
-    spec = spec_for(log, load_rules())
-    if facts:
-        try:
-            from fleetdiag import facts as facts_mod
-
-            spec.extra += facts_mod.SNIPPET
-            spec.extra_vars.update(facts_mod.snippet_vars(None))
-        except (ImportError, AttributeError):
-            pass
-    mark = funnel.new_mark()
-    return funnel.remote_command(funnel.build_script(spec, mark)), mark
+    settings = ProbeSettings(facts=facts, kernel=facts)
+    return probe_command(Host(name="bench"), LogSource("file", log), log, settings, load_rules())
 
 
 def complete_outputs(text: bytes | str, mark: str) -> int:

@@ -63,6 +63,11 @@ class FunnelSpec:
     head_bytes: int = 64 * 1024
     head_lines: int = 4
     extra: str = ""  # more script (facts), appended before the end marker
+    # Self-contained script (reads only exported FD_* values) that runs beside the funnel, from
+    # the start: its output, held in the pipe, follows ``extra``'s. The kernel part: its
+    # journalctl and nvidia-smi calls cost as much as the funnel on a GPU host.
+    side: str = ""
+    last: str = ""  # after everything else, right before the end marker (the remote clock)
     extra_vars: dict[str, str] = field(default_factory=dict)
     # Where the log is (remote/discover.sh): file (``log``), journal/docker/command (``source_value``),
     # or discover (find the job's process, then its log). ``fallback``: a missing file log is
@@ -80,6 +85,7 @@ class FunnelSpec:
 
 # The script body (remote/funnel.sh). Values arrive as shell variables set above it;
 # awk reads regexes through ENVIRON so no escape processing touches them.
+_PRELUDE = remote.load("prelude.sh")
 _BODY = remote.load("funnel.sh")
 _END = remote.load("end.sh")
 _SOURCE = remote.load("discover.sh")
@@ -132,7 +138,11 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_NOTJOBS": NOT_JOBS_ERE,
         **spec.extra_vars,
     }
-    return remote.script(env, _BODY, _SOURCE, spec.extra, _END)
+    if not spec.side:
+        return remote.script(env, _PRELUDE, _BODY, _SOURCE, spec.extra, spec.last, _END)
+    return remote.script(
+        env, _PRELUDE, "{\n", spec.side, "} | {\n", _BODY, _SOURCE, spec.extra, "cat\n", spec.last, "}\n", _END
+    )
 
 
 def new_mark() -> str:

@@ -256,6 +256,24 @@ def parse_jump(text: str) -> tuple[str, int | None, str | None]:
     return h.host, h.port, h.user
 
 
+def probe_command(
+    host: HostLike, source: LogSource, log_path: str | None, settings: ProbeSettings, rules: Rules
+) -> tuple[str, str]:
+    """The one exec a probe sends, and its output marker: the funnel, the facts after it, the
+    kernel part beside it, the remote clock last. (The benchmarks send this very command.)"""
+    spec = spec_for(log_path or "", rules, host.funnel)
+    apply_source(spec, source, host, settings.path_prepend)
+    if settings.facts:  # same exec: the facts snippet runs after the funnel
+        spec.extra += facts_mod.SNIPPET
+        spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
+    if settings.kernel:  # same exec, beside the funnel: kernel log and GPU health
+        spec.side += evidence_mod.SCRIPT
+        spec.extra_vars.update(evidence_mod.script_vars(settings.path_prepend))
+    spec.last += CLOCK_SNIPPET  # last: read right before the answer leaves
+    mark = funnel_mod.new_mark()
+    return funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), mark
+
+
 async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:
     """Probe one host; never raises for a host-side problem: it becomes the verdict."""
     t0 = time.perf_counter()
@@ -271,17 +289,7 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             conn = await open_host(host, settings)
         timing.connect_ms = round(conn.connect_ms, 1)
         rules = await settings.rules_ready()
-        spec = spec_for(log_path or "", rules, host.funnel)
-        apply_source(spec, source, host, settings.path_prepend)
-        if settings.facts:  # same exec: the facts snippet runs after the funnel
-            spec.extra += facts_mod.SNIPPET
-            spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
-        if settings.kernel:  # same exec: kernel log and GPU health after the facts
-            spec.extra += evidence_mod.SCRIPT
-            spec.extra_vars.update(evidence_mod.script_vars(settings.path_prepend))
-        spec.extra += CLOCK_SNIPPET  # last: read right before the answer leaves
-        mark = funnel_mod.new_mark()
-        command = funnel_mod.remote_command(funnel_mod.build_script(spec, mark))
+        command, mark = probe_command(host, source, log_path, settings, rules)
         partial = None
         status = None
         try:

@@ -5,9 +5,6 @@
 # SC3013: test -nt works in dash, bash, zsh and busybox ash
 # The funnel: see fleetdiag/funnel.py. Values arrive as exported FD_* variables.
 
-LC_ALL=C; export LC_ALL
-renice -n 19 -p $$ >/dev/null 2>&1
-ionice -c3 -p $$ >/dev/null 2>&1
 TO=
 if command -v timeout >/dev/null 2>&1; then
   if timeout -k 1 1 true >/dev/null 2>&1; then TO="timeout -k 2 $FD_TMO"; else TO="timeout $FD_TMO"; fi

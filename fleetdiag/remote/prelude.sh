@@ -1,0 +1,7 @@
+# shellcheck shell=sh
+# Run by the shell that runs everything else, before anything forks: every part of the
+# script (the funnel, and the parts beside it) inherits the C locale and the lowest CPU
+# and I/O priority. ($$ is this shell, also inside a subshell: so it is set here.)
+LC_ALL=C; export LC_ALL
+renice -n 19 -p $$ >/dev/null 2>&1
+ionice -c3 -p $$ >/dev/null 2>&1
