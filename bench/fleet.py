@@ -365,6 +365,13 @@ def run_fleetdiag(
     ok = sum(
         1 for h in hosts if h.get("verdict") == "failed" and DECISIVE in ((h.get("decisive") or {}).get("line") or "")
     )
+    phases = []
+    for key in ("connect_ms", "exec_ms", "total_ms"):
+        vals = sorted(float((h.get("timing") or {}).get(key) or 0) for h in hosts)
+        if vals:
+            phases.append(f"{key[:-3]} p50 {vals[len(vals) // 2]:.0f} p90 {vals[len(vals) * 9 // 10]:.0f}")
+    if phases:
+        print("    per host (ms): " + ", ".join(phases), flush=True)
     if ok < fl.n:
         bad = [h for h in hosts if h.get("verdict") != "failed"][:3]
         print(
