@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--tools",
         default="fleetdiag,clush,pssh,parallel-ssh,ansible-raw,ansible-shell,ssh-loop",
-        help="which tools to run",
+        help="which tools to run (also: remote-alone, the probe's exec command through sh with no SSH)",
     )
     ap.add_argument("--no-install", action="store_true", help="skip tools that are missing instead of installing")
     ap.add_argument("--default-kex", action="store_true", help="leave OpenSSH tools at their default key exchange")
@@ -107,7 +107,8 @@ class Fleet:
     def __init__(self, lab: Lab, n: int, log: Path, pin_kex: bool):
         self.lab = lab
         self.n = n
-        self.names = [f"h{i + 1:03d}" for i in range(n)]
+        self.width = max(3, len(str(n)))  # one padding for every name: h0001..h1000, as a nodeset folds it
+        self.names = [f"h{i + 1:0{self.width}d}" for i in range(n)]
         self.ports = lab.proxy_ports[:n]
         self.rtts = lab.rtts[:n]
         d = lab.dir / f"fleet{n}"
@@ -242,9 +243,22 @@ def run(lab: Lab, sizes: list[int], args) -> dict:
                     "kept connections, keeper CPU counted; server CPU: half of the dialling + warm sweeps",
                     0.5,
                 )
+        if "remote-alone" in wanted:  # the simulated hosts' own work: every host shares these cores
+            m, ok = remote_alone(command, mark, n, args.fanout)
+            record(f"remote command alone (sh, {args.fanout} at once, no SSH)", m, ok, "the hosts' floor here")
         if "clush" in wanted and clush:
             m = run_measured(
-                [clush, "-f", str(args.fanout), "-w", f"h[001-{n:03d}]", "-b", "-o", f"-F {fl.ssh_config}", command],
+                [
+                    clush,
+                    "-f",
+                    str(args.fanout),
+                    "-w",
+                    f"h[{1:0{fl.width}d}-{n:0{fl.width}d}]",
+                    "-b",
+                    "-o",
+                    f"-F {fl.ssh_config}",
+                    command,
+                ],
                 timeout=TIMEOUT,
                 sample_tree=True,
             )
@@ -304,6 +318,27 @@ def run(lab: Lab, sizes: list[int], args) -> dict:
         print("\nskipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     dump_summary(args.json_out, summary)
     return summary
+
+
+def remote_alone(command: str, mark: str, n: int, fanout: int) -> tuple[Measured, int]:
+    """``n`` runs of the probe's exec command through the local sh, ``fanout`` at once, no SSH:
+    what the simulated hosts cost this machine whatever the client (they all share its cores)."""
+    import concurrent.futures
+    import resource
+    import time
+
+    def one(_: int) -> bytes:
+        return subprocess.run(["sh", "-c", command], capture_output=True, timeout=TIMEOUT).stdout
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(fanout) as pool:
+        outs = list(pool.map(one, range(n)))
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    ok = sum(complete_outputs(o, mark) for o in outs)
+    return Measured(wall, 0, cpu, 0.0, None, b"", b""), ok
 
 
 def _keeper_cpu(rt: Path) -> float:
@@ -451,7 +486,7 @@ def report(n: int, results, slowest: float, fd_label: str, args) -> dict:
     funnels' CPU + the proxies') / cores. "floor" is the larger of the two.
     """
     cores = os.cpu_count() or 1
-    others = [r for r in results if not r[0].startswith("fleetdiag")]
+    others = [r for r in results if not r[0].startswith(("fleetdiag", "remote"))]
     complete_others = [r[1].wall for r in others if r[2] >= n and not r[1].timed_out]
     best = min(complete_others) if complete_others else float("nan")
     best_name = next((r[0] for r in others if r[1].wall == best), "-")

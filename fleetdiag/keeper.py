@@ -61,6 +61,9 @@ DEFAULT_PERSIST = 600.0
 OUTPUT_CAP = MAX_OUTPUT  # the one cap on what is read from a host (reach.py)
 HELLO_TIMEOUT = 0.2  # a keeper that does not say hello within this is wedged: connect directly
 HELLO_ENV = "FLEETDIAG_KEEPER_HELLO"  # seconds, to override HELLO_TIMEOUT (a heavily loaded machine, tests)
+# A command's run request goes to a keeper that answered its open a moment ago: it is alive, maybe
+# busy (hundreds of hosts' commands in one process), so it gets this long to say hello.
+RUN_HELLO = 10.0
 START_WAIT = 3.0  # how long a command waits for a keeper it started before connecting directly
 SOCKET_NAME = "keeper.sock"
 LOCK_NAME = "keeper.lock"
@@ -649,8 +652,11 @@ class KeeperUnavailable(Exception):
         self.absent = absent
 
 
-async def _request(directory: Path, req: dict[str, Any]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect, check the keeper is our own user's and alive (hello within 200 ms), send ``req``."""
+async def _request(
+    directory: Path, req: dict[str, Any], hello: float | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect, check the keeper is our own user's and alive (hello within 200 ms, or ``hello``
+    seconds), send ``req``."""
     path = socket_path(directory)
     try:
         st = os.lstat(path)
@@ -662,6 +668,7 @@ async def _request(directory: Path, req: dict[str, Any]) -> tuple[asyncio.Stream
         hello_wait = float(os.environ.get(HELLO_ENV) or HELLO_TIMEOUT)
     except ValueError:
         hello_wait = HELLO_TIMEOUT
+    hello_wait = max(hello_wait, hello or 0.0)
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), hello_wait)
     except (ConnectionRefusedError, FileNotFoundError) as exc:
@@ -737,7 +744,7 @@ class KeptConnection:
             "cap": self.cap,
         }
         try:
-            reader, writer = await _request(self.directory, req)
+            reader, writer = await _request(self.directory, req, RUN_HELLO)
         except KeeperUnavailable as exc:
             raise HostError(CLOSED, f"connection keeper for {self.where} went away ({exc})") from exc
         out: list[bytes] = []

@@ -548,3 +548,35 @@ def test_the_keeper_runs_commands_on_spare_channels(loud_sshd, rt, monkeypatch):
     finally:
         keeper_mod.close_kept(rt)
     assert [(c["uses"], c["spare_uses"]) for c in listed] == [(3, 3)]
+
+
+def test_a_busy_keeper_gets_longer_for_a_run_than_for_an_open(tmp_path, monkeypatch):
+    """A keeper that answered the open a moment ago is alive: a run waits past the 200 ms hello for it
+    (hundreds of hosts' commands in one process), where an open would have gone direct."""
+    monkeypatch.delenv("FLEETDIAG_KEEPER_HELLO", raising=False)
+    rt = tmp_path / "rt"
+    rt.mkdir(mode=0o700)
+
+    async def go() -> tuple[bytes, int | None, bool]:
+        async def serve(reader, writer):
+            await asyncio.sleep(0.6)  # busy: the hello comes late
+            await keeper_mod._send(writer, json.dumps({"hello": 1, "pid": os.getpid()}).encode())
+            req = json.loads(await keeper_mod._recv(reader))
+            if req["op"] == "run":
+                await keeper_mod._send(writer, b"Ook\n")
+                end = {"status": 0, "open_ms": 1.0, "total_ms": 2.0, "rtt_ms": 1.0, "reused": True}
+                await keeper_mod._send(writer, b"X" + json.dumps(end).encode())
+            writer.close()
+
+        server = await asyncio.start_unix_server(serve, str(rt / "keeper.sock"))
+        os.chmod(rt / "keeper.sock", 0o600)
+        try:
+            with pytest.raises(keeper_mod.KeeperUnavailable):  # an open: 200 ms, then direct
+                await keeper_mod._request(rt, {"op": "open"})
+            conn = keeper_mod.KeptConnection(rt, "k", {"target": "h", "port": 22}, "h", 60.0, 1.0, True)
+            out, status, _o, _t = await conn.run("true", 10)
+            return out, status, True
+        finally:
+            server.close()
+
+    assert asyncio.run(go()) == (b"ok\n", 0, True)
