@@ -497,14 +497,18 @@ def test_log_10gb_bounded_time_and_payload(sshd, tmp_path):
 
 def _rotating_tail(log: Path, action: str, state: Path) -> dict[str, str]:
     """A `tail` that changes the log under the funnel once, just before the tail pass
-    (after the keyword pass; the binary sample is `tail -c 8192`, the context reads `tail -c +N`)."""
+    (after the keyword pass; the binary sample is `tail -c 8192`, the context reads `tail -c +N`).
+    Only a tail of the log itself counts (the pinned /dev/fd/3 or its path): the kernel part, which
+    runs beside the funnel, tails its own streams."""
     change = {
         "rotate": f'mv "{log}" "{log}.1"; printf "fresh run\\n" > "{log}"',
         "truncate": f': > "{log}"',
     }[action]
     real = shutil.which("tail")
     return {
-        "tail": f"""case $2 in 8192|+*) ;; *) if ! [ -e "{state}" ]; then : > "{state}"; {change}; fi ;; esac
+        "tail": f"""for last in "$@"; do :; done
+case $last in /dev/fd/3|"{log}") ;; *) exec {real} "$@" ;; esac
+case $2 in 8192|+*) ;; *) if ! [ -e "{state}" ]; then : > "{state}"; {change}; fi ;; esac
 exec {real} "$@"
 """
     }
