@@ -30,6 +30,7 @@ import os
 import pickle
 import struct
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -118,7 +119,7 @@ async def probe_fleet(
     by_name = {h.name: h for h in ordered}
     out: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     running: dict[str, float] = {}
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     done = 0
     procs: list[asyncio.subprocess.Process] = []
 
@@ -178,18 +179,18 @@ async def probe_fleet(
             if event == "start":
                 running[payload] = asyncio.get_running_loop().time()
                 if progress is not None:
-                    progress(Progress(len(ordered), "start", payload, None, done, dict(running), _counter(counts)))
+                    progress(Progress(len(ordered), "start", payload, None, done, dict(running), Counter(counts)))
                 continue
             res: HostResult = payload
             if res.host not in by_name:
                 continue
             running.pop(res.host, None)
             done += 1
-            counts[res.verdict] = counts.get(res.verdict, 0) + 1
+            counts[res.verdict] += 1
             if memory is not None:
                 memory.learn(res)
             if progress is not None:
-                progress(Progress(len(ordered), "done", res.host, res, done, dict(running), _counter(counts)))
+                progress(Progress(len(ordered), "done", res.host, res, done, dict(running), Counter(counts)))
             yield res
     finally:
         for p in procs:
@@ -201,12 +202,6 @@ async def probe_fleet(
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _counter(counts: dict[str, int]) -> Any:
-    from collections import Counter
-
-    return Counter(counts)
 
 
 def _jump_table(hosts: Sequence[HostLike], settings: ProbeSettings) -> dict[str, tuple[str, int | None, str | None]]:
