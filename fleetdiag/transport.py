@@ -320,7 +320,12 @@ def _size(n: int) -> str:
     return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB"
 
 
-def _connect_kwargs(target: str, port: int | None, user: str | None, opts: TransportOptions) -> dict[str, Any]:
+_UNREAD: Any = object()  # _connect_kwargs reads the ssh config itself
+
+
+def _connect_kwargs(
+    target: str, port: int | None, user: str | None, opts: TransportOptions, config: Any = _UNREAD
+) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "connect_timeout": opts.connect_timeout,
         "login_timeout": opts.connect_timeout,
@@ -340,7 +345,8 @@ def _connect_kwargs(target: str, port: int | None, user: str | None, opts: Trans
     secret = opts.secret()
     if secret:
         kw["passphrase"] = secret
-    config = _ssh_config(target, port, user, opts)
+    if config is _UNREAD:
+        config = _ssh_config(target, port, user, opts)
     if config is None or config.get("Ciphers") is None:  # else the user chose, and asyncssh applies it
         kw["encryption_algs"] = _ciphers()
     kw.update(opts.extra)
@@ -362,9 +368,10 @@ async def connect(
     gets fleetdiag's options (keys, known_hosts, timeouts) and a failing hop is named.
     """
     opts = opts or TransportOptions()
+    config = _ssh_config(target, port, user, opts)  # read once: the jump chain and the ciphers
     if jump is None:
         try:
-            jump = [(h.host, h.port, h.user) for h in config_jump(target, port, user, opts)]
+            jump = [(h.host, h.port, h.user) for h in _jump_of(config)]
         except ValueError as exc:
             raise HostError(JUMP, f"ProxyJump in ssh config for {target}: {exc}") from None
     hops = [jump] if isinstance(jump, tuple) else list(jump or [])
@@ -380,7 +387,7 @@ async def connect(
                 raise HostError(JUMP, f"jump host {jt}:{jp or 22}: {exc}") from exc
             opened.append(tunnel)
             via = f"{jt}:{jp or 22}"
-        conn = await _open(target, port, user, opts, tunnel, via=via)
+        conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
     except BaseException:
         for t in reversed(opened):
             t.close()
@@ -432,10 +439,16 @@ def _ciphers() -> list[str]:
 
 
 async def _open(
-    target: str, port: int | None, user: str | None, opts: TransportOptions, tunnel: Any, via: str | None = None
+    target: str,
+    port: int | None,
+    user: str | None,
+    opts: TransportOptions,
+    tunnel: Any,
+    via: str | None = None,
+    config: Any = _UNREAD,
 ) -> asyncssh.SSHClientConnection:
     client = _Client(opts)
-    kw = _connect_kwargs(target, port, user, opts)
+    kw = _connect_kwargs(target, port, user, opts, config)
     if tunnel is not None:
         kw["tunnel"] = tunnel
     where = f"{target}:{port or 22}"
