@@ -46,18 +46,11 @@ from _common import (  # noqa: E402
     write_log,
 )
 
+from tests.procs import pids_with  # noqa: E402  (importable once _common put the repo on the path)
+
 
 def keeper_pids(directory: Path) -> list[int]:
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"fleetdiag.keeper" in argv and str(directory).encode() in argv:
-                pids.append(int(entry.name))
-    return pids
+    return pids_with("fleetdiag.keeper", str(directory))
 
 
 def main(argv: list[str] | None = None) -> dict:

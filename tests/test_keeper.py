@@ -22,6 +22,7 @@ import pytest
 from fleetdiag import keeper as keeper_mod
 from fleetdiag.delayproxy import DelayProxy
 
+from .procs import pids_with
 from .sshd import SSHD, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,18 +76,7 @@ def logins(server, user: str | None = None) -> int:
 
 def keeper_pids(directory: Path) -> list[int]:
     """Keeper processes serving ``directory`` (found by their command line)."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and b"fleetdiag.keeper" in argv and str(directory).encode() in argv:
-            pids.append(int(entry.name))
-    return pids
+    return pids_with("fleetdiag.keeper", str(directory))
 
 
 def wait_gone(directory: Path, timeout: float = 5.0) -> bool:

@@ -19,6 +19,7 @@ from fleetdiag.records import FAILED, HEALTHY, NO_LOG
 from fleetdiag.scheduler import INTERNAL, CostMemory, HandshakeGate
 from fleetdiag.spread import HOSTS_PER_WORKER, deal, probe_fleet, worker_count
 
+from .procs import pids_with
 from .sshd import start_sshd
 
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"
@@ -125,15 +126,7 @@ def test_a_worker_that_dies_leaves_its_hosts_a_result(sshd, tmp_path):
     def kill_one(event):
         if killed or event.event != "start":
             return
-        pids = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"fleetdiag.spread" in argv:
-                    pids.append(int(entry.name))
+        pids = pids_with("fleetdiag.spread")
         if pids:
             time.sleep(0.5)  # its hosts have started: they are lost with it
             os.kill(pids[0], signal.SIGKILL)
