@@ -95,7 +95,7 @@ def test_probe_json_names_root_host_and_rank(sshd, tmp_path, case, swap):
     doc = probe_json(sshd, inv)
     assert [h["host"] for h in doc["hosts"]] == order
     (rc,) = doc["root_causes"]
-    assert set(rc) == {"host", "rank", "line", "time", "fingerprint", "affected", "why"}
+    assert set(rc) == {"host", "rank", "line", "time", "fingerprint", "affected", "why", "formed", "evidence"}
     assert rc["host"] == want["root_host"] and rc["rank"] == want["root_rank"]
     assert any(s in rc["line"] for s in want["root_line_any"])
     assert rc["affected"] == sorted(want["victims"])
