@@ -154,6 +154,7 @@ class HostEvidence:
     pid: int | None = None  # the rank's pid, from its launcher's report
     chosen: str = ""  # how the host's line was chosen, when not the analyzer's decisive line
     kernel: list[str] = field(default_factory=list)  # the host's kernel lines the probe read (OOM killer)
+    err_time: float | None = None  # the rank's error file's timestamp (epoch seconds, the host's clock)
     role: str | None = None  # the analyzer's role of the decisive line, where it gives one (peer-caused …)
     quiet: bool = False  # no error of its own (a stalled host, a rank still asleep): only a straggler candidate
 
@@ -366,6 +367,9 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
     decisive record carries one) is trusted first.
     """
     rep = launcher_report(ev.lines)
+    err = _error_file(ev, rep)
+    if err is not None and isinstance(err.get("timestamp"), (int, float)):
+        ev.err_time = float(err["timestamp"])
     if rep.pid is not None:
         ev.pid = rep.pid
     if rep.rank is not None and (ev.rank is None or is_launcher_line(ev.line)):
@@ -388,12 +392,28 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
             ev.rank = r
         ev.chosen = "the rank's own line above its launcher's report"
         return
+    if err is not None and err.get("message"):  # the rank's own error, as its @record wrote it
+        ev.line = ev.message = str(err["message"])
+        ev.traceback, ev.lineno, ev.time = [], None, None
+        ev.kind = classify(ev, rules)
+        ev.chosen = f"its torchelastic error file ({err.get('path')})"
+        return
     if rep.signal:
         ev.signal = rep.signal
         ev.kind = ""
         ev.chosen = f"its rank died by {rep.signal} (exit code {rep.code}) with no error of its own"
         if rep.line and ev.line != rep.line and not _LAUNCHER.search(ev.line):
             ev.line = rep.line
+
+
+def _error_file(ev: HostEvidence, rep: LauncherReport) -> dict[str, Any] | None:
+    """The rank's torchelastic error file as the node read it: the one its summary names, else the only one."""
+    node = ev.facts.get("node") if isinstance(ev.facts.get("node"), dict) else {}
+    files = [e for e in node.get("error_files") or [] if isinstance(e, dict) and e.get("message")]
+    named = [e for e in files if e.get("path") in rep.error_files]
+    if named:
+        return named[-1]
+    return files[0] if len(files) == 1 else None
 
 
 def oom_line(ev: HostEvidence) -> str | None:
@@ -423,6 +443,8 @@ def event_time(ev: HostEvidence) -> tuple[float | None, str]:
     t = normalise(ev.time, ev.zone, ev.mtime, ev.offset)
     if t is not None:
         return t, "its own timestamp"
+    if ev.err_time is not None:
+        return ev.err_time + (ev.offset or 0.0), "its torchelastic error file's timestamp"
     idx = _find(ev)
     if idx is not None:
         for j in range(idx + 1, len(ev.lines)):

@@ -24,6 +24,7 @@ from .analysis import Rules, analyze, load_rules
 from .evidence import hang as hang_mod
 from .evidence import host as evidence_mod
 from .evidence import stacks as stacks_mod
+from .facts import node as node_mod
 from .inventory.model import DISCOVER, LogSource
 from .reach import (
     JUMP,
@@ -266,6 +267,9 @@ def probe_command(
     if settings.facts:  # same exec: the facts snippet runs after the funnel
         spec.extra += facts_mod.SNIPPET
         spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
+    # same exec, after the funnel: what the node knows (the job's rank variables, error files, Flight Recorder)
+    spec.extra += node_mod.SCRIPT
+    spec.extra_vars.update(node_mod.script_vars((host.funnel or {}).get("flight_recorder")))
     if settings.kernel:  # same exec, beside the funnel: kernel log and GPU health
         spec.side += evidence_mod.SCRIPT
         spec.extra_vars.update(evidence_mod.script_vars(settings.path_prepend))
@@ -417,6 +421,9 @@ def add_job_facts(res: HostResult, fr: FunnelResult, received: float | None = No
             res.facts["zone"] = clock["zone"]
     if fr.mtime is not None:
         res.facts["log_mtime"] = fr.mtime
+    node = node_mod.parse_node(fr.facts.get("node_raw"))
+    if node is not None and (node["procs"] or node["error_files"] or node["flight_recorder"] or node["notes"]):
+        res.facts["node"] = node
     if res.decisive is not None:
         kept = job_mod.job_facts(res, [ln.text for ln in fr.lines()])
         if kept is not None:

@@ -415,6 +415,7 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             ),
         )
     _stack_rows(grid, res)
+    _node_rows(grid, res)
     parts: list[Any] = [grid]
     if d is not None and d.traceback:
         tb = _strip_common_prefix(d.traceback)
@@ -443,6 +444,17 @@ def _stack_rows(grid: Table, res: HostResult) -> None:
     info = (res.facts or {}).get("stacks")
     for note in (info.get("notes") or []) if isinstance(info, dict) else []:
         grid.add_row("stacks", Text(str(note), style="yellow"))
+
+
+def _node_rows(grid: Table, res: HostResult) -> None:
+    """What the node recorded about the job (fleetdiag.facts.node): its error file, Flight Recorder dumps, ranks."""
+    from .facts.node import rows
+
+    for label, text in rows((res.facts or {}).get("node")):
+        grid.add_row(label, PathSafe(text))
+    ras = ((res.facts or {}).get("stacks") or {}).get("ras")
+    if isinstance(ras, dict) and ras.get("summary"):
+        grid.add_row("NCCL RAS", Text(str(ras["summary"]), style="yellow" if ras.get("available") else "dim"))
 
 
 def _below_the_log(grid: Table, res: HostResult) -> None:
