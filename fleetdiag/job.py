@@ -887,6 +887,7 @@ def _stack_waits(h: _Host) -> dict[int, str]:
 
 
 _WAITING = {"collective"}
+_NOT_TRANSPORT = {"SIGTERM from the agent", "rendezvous closed", "peer-caused"}  # kinds that are no transport error
 _OUTSIDE = {"sleep", "io", "running", "data", "gil", "lock"}
 
 
@@ -935,7 +936,9 @@ def _straggler(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, 
     timed_out = {h.ev.host for h in group if h.kind == "collective timeout"}
     if not waiting and not timed_out:
         return _stack_straggler(group)
-    silent = [h for h in group if h.ev.host not in reporters | timed_out]
+    # a transport error of its own (a timeout, a connection its peer closed): not the rank the others waited for
+    transport = {h.ev.host for h in group if h.kind and h.kind not in _NOT_TRANSPORT}
+    silent = [h for h in group if h.ev.host not in reporters | timed_out | transport]
     if len(silent) != 1:
         return _stack_straggler(group)
     h = silent[0]
@@ -956,6 +959,7 @@ def _straggler(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, 
         return h, rank, why
     others = sorted(seen - ranks)
     rank = min(ranks) if len(ranks) == 1 else None
+    timed_out |= transport
     if rank is None and world is not None:
         left = set(range(world)) - set(others)
         rank = min(left) if len(left) == 1 else None
@@ -998,8 +1002,10 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
     if st is not None:
         h, rank, why = st
         who = f"rank {rank}" if rank is not None else h.ev.host
+        first = min((g.t for g in group if g is not h and g.kind and g.t is not None), default=None)
+        last = _last_own(h.ev, first)
         line = f"straggler: {who} never reached the collective its peers wait in" + (
-            f" — {h.ev.line}" if h.ev.quiet else ""
+            f"; its last line: {last}" if last else (f" — {h.ev.line}" if h.ev.quiet else "")
         )
         return h, rank, line, why
     for h in sorted(group, key=lambda h: (h.t is None, h.t or 0.0)):
@@ -1025,6 +1031,25 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
             (f"every other host's peer-caused error names {h.ev.host}; it has no local-origin error in the lines read"),
         )
     return None
+
+
+def _last_own(ev: HostEvidence, before: float | None = None) -> str | None:
+    """The straggler's last line of its own (the step it is stuck in): the last line of the rank, neither its
+    launcher's nor a consequence, stamped before its peers timed out (``before``, corrected time)."""
+    rules = default_job_rules()
+    last = None
+    for ln in ev.lines:
+        st = _stamp(ln)
+        t = normalise(st, ev.zone, ev.mtime, ev.offset) if st else None
+        if before is not None and t is not None and t > before:
+            break
+        if _OWN_RANK.search(ln) and not is_launcher_line(ln) and not rules.any_peer_caused(ln):
+            if "Traceback" not in ln and "File " not in ln:
+                last = ln.strip()[:KEEP_WIDTH]
+    return last
+
+
+_OWN_RANK = re.compile(r"\[rank\d+\]|\brank \d+\b")
 
 
 def node_evidence(ev: HostEvidence) -> list[str]:
@@ -1249,6 +1274,20 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
             continue
         if rules.any_peer_caused(ln) or _PEERISH.search(ln):
             extra.append(i)
+    # the rank's last own line before its first consequence or launcher line (a straggler's: the step it is
+    # stuck in), and its last own line overall
+    first = next((i for i, ln in enumerate(lines) if is_launcher_line(ln) or rules.any_peer_caused(ln)), len(lines))
+    for end in (first, len(lines)):
+        for i in range(end - 1, -1, -1):
+            ln = lines[i]
+            if (
+                _OWN_RANK.search(ln)
+                and not is_launcher_line(ln)
+                and not rules.any_peer_caused(ln)
+                and "File " not in ln
+            ):
+                must.add(i)
+                break
     chosen = sorted(must)[:cap]
     room = cap - len(chosen)
     seen_text = {lines[i] for i in chosen}
