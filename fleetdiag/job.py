@@ -904,6 +904,9 @@ def _stack_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
         return None
     rank = outside[0]
     w, h = waits[rank]
+    if h.ev.quiet:  # its line: where it is instead (py-spy's frame, or what /proc says)
+        p = next(p for p in (h.ev.facts.get("stacks") or {}).get("procs") or [] if p.get("rank") == rank)
+        h.ev.line = str(p.get("what") or w) + (f" at {p['where']}" if p.get("where") else "")
     via = {
         str(p.get("via"))
         for g in group

@@ -185,7 +185,9 @@ def rank_waits(rep: stacks_mod.StackReport) -> list[dict[str, Any]]:
         env = {
             k: v for k, v in p.env.items() if k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
         }
-        out.append({"pid": p.pid, "rank": p.rank, "wait": wait, "via": w.via, "env": env})
+        out.append(
+            {"pid": p.pid, "rank": p.rank, "wait": wait, "via": w.via, "what": w.what, "where": w.where, "env": env}
+        )
     return out[:MAX_PROCS]
 
 

@@ -593,7 +593,8 @@ def where_waits(p: ProcStack) -> Wait:
     comm = comm_threads(p)
     if sc in ("clock_nanosleep", "nanosleep") and kind in (UNKNOWN, LOCK, SLEEP):
         return Wait(SLEEP, WHAT[SLEEP] + f" (main thread in {sc})", at or sc, None, "wchan")
-    if sc == "futex" and comm and kind in (UNKNOWN, LOCK):
+    futex = sc == "futex" or (sc is None and "futex" in str(at or ""))
+    if futex and comm and kind in (UNKNOWN, LOCK):
         # a rank's main thread blocked on a futex while its gloo/NCCL threads run: where a collective waits
         # (a lock or queue of its own looks the same: /proc cannot tell them apart)
         return Wait(
