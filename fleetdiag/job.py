@@ -877,6 +877,26 @@ def _fr_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
     return h, rank, why
 
 
+def _ras_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
+    """From NCCL RAS (a live NCCL job's own monitor): the one rank it names missing, dead or behind."""
+    for g in group:
+        ras = (g.ev.facts.get("stacks") or {}).get("ras")
+        if not isinstance(ras, dict) or not ras.get("available"):
+            continue
+        named = [n for n in ras.get("named") or [] if isinstance(n, dict) and isinstance(n.get("rank"), int)]
+        ranks = {n["rank"] for n in named}
+        if len(ranks) == 1:
+            rank = ranks.pop()
+            h = _rank_host(group, rank)
+            if h is not None:
+                return (
+                    h,
+                    rank,
+                    f"hang: NCCL RAS on {g.ev.host} names rank {rank} ({named[0].get('why')}): {ras.get('summary')}",
+                )
+    return None
+
+
 def _stack_waits(h: _Host) -> dict[int, str]:
     """rank -> wait kind, from the host's stacks facts (py-spy or /proc)."""
     out: dict[int, str] = {}
@@ -925,7 +945,7 @@ def _straggler(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, 
     """The rank that never reached the collective the others wait or timed out in: the Flight Recorder's
     sequence numbers, the watchdog's SeqNum, the ranks with a timed-out recv/send (gloo) against the one
     without, the stacks."""
-    st = _fr_straggler(group)
+    st = _fr_straggler(group) or _ras_straggler(group)
     if st is not None:
         return st
     waiting: dict[int, set[int]] = {}
@@ -1075,7 +1095,7 @@ def _group_evidence(group: list[_Host]) -> list[str]:
             if isinstance(d, dict) and isinstance(d.get("rank"), int):
                 found.add(d["rank"])
         ras = node.get("ras") or (h.ev.facts.get("stacks") or {}).get("ras")
-        if isinstance(ras, dict) and ras.get("summary"):
+        if isinstance(ras, dict) and ras.get("available") and ras.get("summary"):
             out.append(f"NCCL RAS on {h.ev.host}: {ras['summary']}")
     if found:
         if world is not None:

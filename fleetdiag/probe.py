@@ -25,6 +25,7 @@ from .evidence import hang as hang_mod
 from .evidence import host as evidence_mod
 from .evidence import stacks as stacks_mod
 from .facts import node as node_mod
+from .facts import ras as ras_mod
 from .inventory.model import DISCOVER, LogSource
 from .reach import (
     JUMP,
@@ -370,7 +371,8 @@ async def _stacks(
     res.timing.bytes += len(out)
     if settings.save_dir is not None:
         save_evidence(settings.save_dir, name, out, "stacks")
-    hang_mod.apply(res, stacks_mod.parse_stacks(out.decode("utf-8", "replace")), cut)
+    text = out.decode("utf-8", "replace")
+    hang_mod.apply(res, stacks_mod.parse_stacks(text), cut, ras_mod.parse(text))
     res.facts["stacks"]["exec_ms"] = round((time.perf_counter() - t0) * 1000, 1)
 
 

@@ -109,6 +109,8 @@ def test_live_hang_straggler_from_proc_across_hosts(sshd, live_job) -> None:
         (p,) = h["facts"]["node"]["procs"]  # the log's writer, its rank variables read from /proc
         assert p["pid"] == procs[int(n[-1])].pid and p["env"]["RANK"] == n[-1] and p["env"]["WORLD_SIZE"] == "3"
         assert p["env"]["MASTER_ADDR"] == "10.77.0.1" and h["facts"]["node"]["flight_recorder"] == []
+        ras = h["facts"]["stacks"]["ras"]  # no NCCL in these ranks: said so, at once
+        assert ras["available"] is False and ras["summary"] == "RAS not available: no job process has NCCL loaded"
         (w,) = h["facts"]["stacks"]["procs"]
         assert w["via"] == "wchan" and w["wait"] == ("sleep" if n == "node1" else "collective"), w
     (rc,) = doc["root_causes"]
@@ -123,6 +125,7 @@ def test_live_hang_straggler_from_proc_across_hosts(sshd, live_job) -> None:
     assert "job: same rendezvous 10.77.0.1:29500; ranks 0–2 of 3" in flat
     assert "sleeping (main thread in clock_nanosleep)" in flat  # the straggler's card: where /proc says it is
     assert f"pid {procs[1].pid} rank 1/3 via 10.77.0.1:29500" in flat  # the straggler's card: its job process
+    assert "NCCL RAS RAS not available: no job process has NCCL loaded" in flat
 
 
 def _per_node(path: Path) -> list[HostResult]:

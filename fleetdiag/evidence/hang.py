@@ -191,7 +191,7 @@ def rank_waits(rep: stacks_mod.StackReport) -> list[dict[str, Any]]:
     return out[:MAX_PROCS]
 
 
-def apply(res: HostResult, rep: stacks_mod.StackReport, cut: str | None = None) -> HostResult:
+def apply(res: HostResult, rep: stacks_mod.StackReport, cut: str | None = None, ras: Any = None) -> HostResult:
     """Put one stacks report into a stalled host's record: evidence, facts, and the summary's 'waits'."""
     entries = stacks_mod.evidence(rep)
     res.evidence = list(res.evidence) + entries
@@ -206,6 +206,8 @@ def apply(res: HostResult, rep: stacks_mod.StackReport, cut: str | None = None) 
         "notes": notes,
         "procs": rank_waits(rep),
     }
+    if ras is not None:
+        res.facts["stacks"]["ras"] = ras.to_json()
     live = [p for p in rep.procs if not p.gone]
     if live:
         waits = [brief(p, stacks_mod.where_waits(p)) for p in live[:SHOWN]]
