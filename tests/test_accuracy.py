@@ -7,6 +7,7 @@ that loses a case fails here with the case's id.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "accuracy.py"
@@ -24,6 +25,7 @@ def _bench():
     spec = importlib.util.spec_from_file_location("fleetdiag_bench_accuracy", BENCH)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
