@@ -333,10 +333,20 @@ _UNWINDING = re.compile(
 )  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
 
 
+# health, readiness and metrics probes: an HTTP front end answers them while its engine is dead
+_PROBE = re.compile(r'"(?:GET|HEAD) /(?:health\w*|ready\w*|live\w*|ping|metrics|v1/models|version|stats)\b[^"]*"')
+
+
 def _normal(ln: LogLine, rules: Rules) -> bool:
-    """A line that shows a process at work: info-level, not error-shaped, not winding down."""
+    """A line that shows a process at work: info-level, not error-shaped, not winding down.
+
+    A ``GET /health 200`` is not work: the API server answers it after the
+    engine behind it died.
+    """
     m = ln.msg.strip()
     if not m or ln.severity > SEVERITY["INFO"] or m[0] in "|+^~":
+        return False
+    if '" ' in m and _PROBE.search(m):
         return False
     if ln.level is None and (ln.msg[:1].isspace() or not rules.is_ready(ln.raw) and not ln.tags and not ln.time):
         return False  # an unlabelled line could be anything (a traceback's tail, a print)

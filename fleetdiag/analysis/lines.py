@@ -54,6 +54,12 @@ _MPI = _p(r"\[(?P<tag>\d+,\d+)\]<std(?:out|err)>: ?")
 _GLOG_BR = _p(r"\[(?P<level>[IWEF])(?P<time>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)(?: \d+)? (?P<source>" + _SRC + r")\] ?")
 _GLOG_BR_OLD = _p(r"\[(?P<level>[IWEF]) (?P<source>" + _SRC + r")\] ?")
 _BRACKET_LEVEL = _p(r"\[(?P<level>" + _LVL + r")\] *")
+# TensorRT-LLM's "[06/21/2025-01:30:42] "
+_BRACKET_TIME_MDY = _p(r"\[(?P<time>\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d(?:\.\d+)?)\] ?")
+# a native library's own prefix: "[TensorRT-LLM][ERROR] ", "[TRT-LLM] [RANK 0] [E] "
+_BRACKET_NAME_LEVEL = _p(
+    r"\[(?P<source>[A-Za-z][\w.+-]*)\] ?(?:\[RANK \d+\] )?\[(?P<level>" + _LVL + r"|TRACE|[EWIF])\] ?"
+)
 _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
 _ISO_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?=\S)")
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
@@ -88,7 +94,18 @@ _SYSLOG = _p(
 _UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _SYSLOG, _NCCL)
 _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "(": (_PAREN_TAG, _RAY_SYS, _ASCEND_PID),
-    "[": (_BRACKET_TIME, _RAY_CPP, _RANK, _MPI, _GLOG_BR, _GLOG_BR_OLD, _BRACKET_LEVEL, _BRACKET_SOURCE),
+    "[": (
+        _BRACKET_TIME,
+        _BRACKET_TIME_MDY,
+        _RAY_CPP,
+        _RANK,
+        _MPI,
+        _GLOG_BR,
+        _GLOG_BR_OLD,
+        _BRACKET_LEVEL,
+        _BRACKET_SOURCE,
+        _BRACKET_NAME_LEVEL,
+    ),
     "-": (_PYDASH,),
     "|": (_LOGURU,),
 }
