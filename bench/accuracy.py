@@ -144,6 +144,7 @@ def all_sets() -> dict[str, list[Case]]:
     for name, folder, fn in (
         ("dev", SHARED / "corpus" / "dev", single_host_set),
         ("kernel", SHARED / "corpus" / "kernel", kernel_set),
+        ("tests/corpus_kernel_extra", TESTS / "corpus_kernel_extra", kernel_set),
         ("multinode", SHARED / "corpus" / "multinode", multinode_set),
         ("tests/corpus", TESTS / "corpus", single_host_set),
         ("tests/corpus_extra", TESTS / "corpus_extra", single_host_set),

@@ -488,8 +488,15 @@ def _launcher_says(best: Judged, rank: int | None) -> str:
 
 
 def _category(j: Judged) -> str:
-    """The signature's category; an error no signature knows is "other" (not guessed)."""
-    return j.sig.category if j.sig is not None else "other"
+    """The signature's category; an error no signature knows is "other" (not guessed).
+
+    A wrapper quoting a worker's message (``Worker failed with error '…'``)
+    carries a Python exception's text: with no signature of its own it is "python".
+    """
+    if j.sig is not None:
+        return j.sig.category
+    quoted_message = j.cause is not None and " " in j.cause.strip()  # a message, not a bare type name
+    return "python" if quoted_message and j.line_role == WRAPPER and j.tier == STRONG else "other"
 
 
 def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rules) -> Counter[str]:
@@ -634,7 +641,7 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
     ev = best.ev
     rank = rank_of(ev.process, run, ev.line.msg)
     sig = best.sig
-    if sig is None and best.tier >= REPORTER:
+    if sig is None and best.role == "secondary":
         sig = best.sig = rules.signature_for(best.ev.text)
     decisive = Decisive(
         line=ev.line.raw,

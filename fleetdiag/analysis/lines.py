@@ -63,6 +63,12 @@ _BRACKET_NAME_LEVEL = _p(
 _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
 _ISO_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?=\S)")
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
+# nccl-tests name the host before their failure lines: "node7: Test NCCL failure common.cu:959 '...'"
+_NCCL_TESTS = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*): (?=Test (?:NCCL|CUDA) failure )")
+# llama.cpp's common log: "0.00.160.791 I cmn  message" (time since start, one-letter level)
+_GGML_LOG = _p(r"(?P<time>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[IWEFD]) +")
+# after a time: a journald/snap "unit[pid]: " (short-iso without the host, or with it)
+_UNIT_PID = _p(r"(?:[a-z0-9][\w.-]* )?(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
 _NCCL = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*:\d+:\d+ \[\d+\]) ")
 _VLLM = _p(r"(?P<level>" + _LVL + r") +(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) +\[?(?P<source>" + _SRC + r")\] ?")
 _GLOG = _p(r"(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+) +\d+ (?P<source>" + _SRC + r")\] ")
@@ -110,7 +116,7 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "|": (_LOGURU,),
 }
 for _c in "0123456789":
-    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _NCCL)
+    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _GGML_LOG, _NCCL)
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _DISPATCH[_c] = _UPPER
 for _c in "abcdefghijklmnopqrstuvwxyz":
@@ -119,7 +125,7 @@ _DISPATCH["s"] = (_CRI, _NCCL)
 
 _GROUPS = {
     rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
-    for rx in (_COMPOSE, _PDSH, _RAY_CPP_SRC, *{r for v in _DISPATCH.values() for r in v})
+    for rx in (_COMPOSE, _PDSH, _NCCL_TESTS, _RAY_CPP_SRC, _UNIT_PID, *{r for v in _DISPATCH.values() for r in v})
 }
 # Terminal UIs (k9s, less with borders, rich panels) frame each line: "│ text   │".
 _FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
@@ -232,8 +238,12 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 m = _COMPOSE.match(s)
             if m is None and s.find(": ", 0, 80) > 0:
                 m = _PDSH.match(s)
+                if m is None and "Test " in s:
+                    m = _NCCL_TESTS.match(s)
         elif source is None and tags and tags[-1] in _RAY_SYS_TAGS and s.find(": ", i, i + 80) > 0:
             m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
+        elif step == 1 and time is not None and not tags and level is None and s.find("]: ", i, i + 120) > 0:
+            m = _UNIT_PID.match(s, i)  # "2026-03-25T19:17:07+02:00 gemma3.server[16376]: ..."
         if m is None:
             c = s[i]
             if source is not None and c != "[" and c != "(":
