@@ -22,7 +22,8 @@ from typing import Any
 from ..records import FAILED, HEALTHY, STARTING, Decisive, Diagnosis, Line
 from . import hints
 from .fingerprint import fingerprint
-from .lines import SEVERITY, LogLine, parse_all, time_key
+from .lines import SEVERITY, LogLine, clean, parse_all, time_key
+from .normalise import normalise
 from .processes import rank_of
 from .rules import CAUSE, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
 from .tracebacks import Event, build_events
@@ -616,6 +617,27 @@ def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
 
 def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
     """The whole analysis of one log's lines (sparse, ordered by position)."""
+    norm = normalise(list(lines))
+    diag = _diagnose(norm.lines, rules, facts)
+    dec = diag.decisive
+    if dec is not None and norm.steps:
+        orig = norm.original(dec.pos)
+        if orig is not None:
+            dec.pos, dec.lineno = orig.pos, orig.lineno
+        # the lines as the file has them, the service's prefix included (a joined line stays joined)
+        back: dict[str, str] = {}
+        for ln in norm.lines:
+            o = norm.origin.get(ln.pos)
+            raw = clean(o.text) if o is not None else ln.text
+            if raw != ln.text and raw.endswith(ln.text):
+                back[ln.text] = raw
+        dec.line = back.get(dec.line, dec.line)
+        dec.traceback = [back.get(t, t) for t in dec.traceback]
+        dec.reason += f"; log normalised first ({', '.join(norm.steps)})"
+    return diag
+
+
+def _diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
     parsed = parse_all(lines, rules.tag_peelers)
     run = current_lines(parsed, rules)
     events = build_events(run, rules)

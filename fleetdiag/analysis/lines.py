@@ -69,6 +69,7 @@ _NCCL_TESTS = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*): (?=Test (?:NCCL|CUDA) failure )"
 _GGML_LOG = _p(r"(?P<time>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[IWEFD]) +")
 # after a time: a journald/snap "unit[pid]: " (short-iso without the host, or with it)
 _UNIT_PID = _p(r"(?:[a-z0-9][\w.-]* )?(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
+_UNIT_PID_START = _p(r"(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
 _NCCL = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*:\d+:\d+ \[\d+\]) ")
 _VLLM = _p(r"(?P<level>" + _LVL + r") +(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) +\[?(?P<source>" + _SRC + r")\] ?")
 _GLOG = _p(r"(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+) +\d+ (?P<source>" + _SRC + r")\] ")
@@ -125,7 +126,15 @@ _DISPATCH["s"] = (_CRI, _NCCL)
 
 _GROUPS = {
     rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
-    for rx in (_COMPOSE, _PDSH, _NCCL_TESTS, _RAY_CPP_SRC, _UNIT_PID, *{r for v in _DISPATCH.values() for r in v})
+    for rx in (
+        _COMPOSE,
+        _PDSH,
+        _NCCL_TESTS,
+        _RAY_CPP_SRC,
+        _UNIT_PID,
+        _UNIT_PID_START,
+        *{r for v in _DISPATCH.values() for r in v},
+    )
 }
 # Terminal UIs (k9s, less with borders, rich panels) frame each line: "│ text   │".
 _FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
@@ -240,6 +249,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 m = _PDSH.match(s)
                 if m is None and "Test " in s:
                     m = _NCCL_TESTS.match(s)
+                if m is None and s.find("]: ", 0, 120) > 0:
+                    m = _UNIT_PID_START.match(s)  # an export's "gemma3.server[16376]: ..." (time already gone)
         elif source is None and tags and tags[-1] in _RAY_SYS_TAGS and s.find(": ", i, i + 80) > 0:
             m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
         elif step == 1 and time is not None and not tags and level is None and s.find("]: ", i, i + 120) > 0:
