@@ -907,6 +907,7 @@ def _stack_waits(h: _Host) -> dict[int, str]:
 
 
 _WAITING = {"collective"}
+_TIMEOUTS = {"collective timeout", "gloo timeout"}
 _NOT_TRANSPORT = {"SIGTERM from the agent", "rendezvous closed", "peer-caused"}  # kinds that are no transport error
 _OUTSIDE = {"sleep", "io", "running", "data", "gil", "lock"}
 
@@ -956,7 +957,7 @@ def _straggler(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, 
             if rk is not None:
                 waiting[seq].add(rk)
             reporters.add(h.ev.host)
-    timed_out = {h.ev.host for h in group if h.kind == "collective timeout"}
+    timed_out = {h.ev.host for h in group if h.kind in _TIMEOUTS}
     if not waiting and not timed_out:
         return _stack_straggler(group)
     # a transport error of its own (a timeout, a connection its peer closed): not the rank the others waited for

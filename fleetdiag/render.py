@@ -373,7 +373,9 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             where.append(loc)
         grid.add_row("where", PathSafe(" · ".join(where)))
         grid.add_row("log line", PathSafe(d.line, style="dim"))
-        kind = " · ".join(x for x in (d.exception_type, d.category) if x)
+        # a line that is not the cause itself says what it is (peer-caused, launcher, wrapper)
+        role = d.role if d.role and d.role != "cause" else None
+        kind = " · ".join(x for x in (d.exception_type, d.category, role) if x)
         grid.add_row(
             "kind", Text(f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}")
         )
