@@ -420,11 +420,10 @@ def oom_line(ev: HostEvidence) -> str | None:
     """The kernel's OOM-killer line for the rank's pid, among the kernel lines the probe read."""
     if ev.pid is None:
         return None
-    pat = re.compile(rf"(?:Killed process|pid[= ]){ev.pid}\b")
-    for ln in ev.kernel:
-        if pat.search(ln) and re.search(r"[Oo]ut of memory|oom[-_]kill|Killed process", ln):
-            return ln
-    return None
+    pat = re.compile(rf"(?:Killed process |pid[= ]){ev.pid}\b")
+    hits = [ln for ln in ev.kernel if pat.search(ln) and re.search(r"[Oo]ut of memory|oom[-_]kill|Killed process", ln)]
+    hits.sort(key=lambda ln: "Killed process" not in ln)  # the kernel's own sentence first
+    return hits[0] if hits else None
 
 
 def _stamp(text: str) -> str | None:

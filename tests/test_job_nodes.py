@@ -76,9 +76,22 @@ CASES = cases()
 KINDS = {c.id: c.label.get("kind") or "exception" for c in CASES}
 
 
+STANDINS = HERE / "standins_kernel"
+
+
 def skewed_date(bindir: Path) -> Path:
-    """A stand-in ``date``: +30 s on a host whose log path has ``/ahead/``, −30 s on ``/behind/``."""
+    """A stand-in ``date``: +30 s on a host whose log path has ``/ahead/``, −30 s on ``/behind/``; and a
+    ``dmesg`` serving the host's recorded kernel log (``kern.log`` beside its log; none: an empty one)."""
     bindir.mkdir(parents=True, exist_ok=True)
+    for tool, mode in (("dmesg", "dmesg"), ("journalctl", "dmesg")):
+        exe = bindir / tool
+        exe.write_text(
+            "#!/bin/sh\n"
+            'k="${FD_LOG%/*}/kern.log"; [ -f "$k" ] || k=/dev/null\n'
+            f"FD_STANDIN_MODE={mode}; FD_STANDIN_KERN=$k; export FD_STANDIN_MODE FD_STANDIN_KERN\n"
+            f"exec '{STANDINS / tool}' \"$@\"\n"
+        )
+        exe.chmod(0o755)
     real = "/bin/date" if os.path.exists("/bin/date") else "/usr/bin/date"
     exe = bindir / "date"
     exe.write_text(
@@ -107,7 +120,8 @@ def lay_out(sshd, root: Path, skew: bool, which: list[Case] | None = None) -> tu
     """One inventory with every case: host name -> (case, node)."""
     lines = ["hosts:"]
     where: dict[str, tuple[Case, str]] = {}
-    for k, c in enumerate(which or CASES):
+    for c in which or CASES:
+        k = CASES.index(c)  # the case's own hour, the same in every run
         r = (k + skew) % len(c.hosts)
         hosts = c.hosts[r:] + c.hosts[:r]  # rotated orders
         for j, node in enumerate(hosts):
@@ -130,6 +144,9 @@ def lay_out(sshd, root: Path, skew: bool, which: list[Case] | None = None) -> tu
                     text = text.replace(p, str(mine))
             log = hdir / "train.log"
             log.write_text(text)
+            kern = (c.label.get("evidence") or {}).get("kernel") or {}
+            if node in kern:
+                shutil.copy(c.base / kern[node], hdir / "kern.log")
             fr = ""
             if c.fr.get(node):
                 (hdir / "fr").mkdir()
@@ -206,7 +223,7 @@ def fleet(sshd, tmp_path_factory):
     for skew in (False, True):
         root = tmp_path_factory.mktemp("skew" if skew else "sync")
         inv, where = lay_out(sshd, root, skew, skew_cases() if skew else None)
-        extra = ["--path-prepend", str(skewed_date(root / "bin"))] if skew else []
+        extra = ["--path-prepend", str(skewed_date(root / "bin"))]  # in sync: no /ahead/ or /behind/ in a path
         code, out = probe(sshd, inv, "--json", "--fanout", "8", "--timeout", "120", *extra)
         assert code == 1, out[-2000:]
         runs[skew] = (json.loads(out), where)
@@ -254,6 +271,8 @@ def test_two_jobs_at_once_are_two_root_causes(fleet) -> None:
 
 def test_signal_deaths_name_the_signal_and_the_kernel_log(fleet) -> None:
     doc, where = fleet[False]
+    rc = next(rc for rc in doc["root_causes"] if where[rc["host"]][0].id == "host_oom")
+    assert "the kernel: " in rc["why"] and "Killed process 666" in rc["why"], rc["why"]
     for rc in doc["root_causes"]:
         c, _ = where[rc["host"]]
         if re.search(r"exitcode: -(9|11)\b", rc["line"]) and KINDS[c.id] != "native":
