@@ -133,3 +133,29 @@ def test_a_hang_straggler_named_by_ras() -> None:
     (rc,) = root_causes(hosts)
     assert (rc.host, rc.rank) == ("gpu-b", 5) and "NCCL RAS" in rc.why
     assert any(e.startswith("NCCL RAS on ") for e in rc.evidence)
+
+
+H200 = __import__("pathlib").Path(__file__).resolve().parent / "fixtures" / "device" / "h200_1gpu" / "ras"
+
+
+def _body(name: str) -> str:
+    text = (H200 / name).read_text()
+    return text.split("----- BEGIN BODY\n", 1)[1].split("----- END BODY", 1)[0] if "BEGIN BODY" in text else text
+
+
+def test_real_answers_of_an_idle_and_a_pending_nccl_job() -> None:
+    """Recorded on the H200 host (NCCL 2.28.9, one rank): RAS answers, names nobody; ncclras 2.28.9 has no -f."""
+    for name in ("idle_text.txt", "pending_text.txt", "ncclras_idle.txt"):
+        rep = ras.parse_text(_body(name))
+        assert rep.available and rep.version == "2.28.9" and rep.status == ["RUNNING OK"] and rep.named == []
+        assert rep.summary == "RAS answered (None, text): no rank singled out (RUNNING OK)"
+    for name in ("idle_json.txt", "pending_json.txt"):
+        rep = ras.parse_json(_body(name))
+        assert rep.available and rep.version == "2.28.9" and rep.status == ["OK"] and rep.named == []
+    assert "json" not in (H200 / "ncclras_idle_json.txt").read_text().split("Options:", 1)[1]  # the gate: no -f
+    wrapped = "@@fd_ras_start available=yes via=ncclras format=text addr=localhost:28028\n"
+    rep = ras.parse(wrapped + _body("idle_text.txt") + "@@fd_ras_end\n")
+    assert rep is not None and rep.available and rep.via == "ncclras"
+    refused = "@@fd_ras_start available=yes via=nc format=text addr=localhost:28028\n\n@@fd_ras_end\n"
+    assert (H200 / "no_job_text.txt").read_text().count("Connection refused") == 1  # what nothing listening looks like
+    assert "no RAS listening" in ras.parse(refused).reason

@@ -97,6 +97,10 @@ def parse_text(text: str) -> RasReport:
     behind_group = False
     for raw in _clean(text[:MAX_BYTES]).splitlines():
         line = raw.strip()
+        v = re.match(r"NCCL version (\S+)", line)
+        if v and rep.version is None:
+            rep.version = v.group(1)[:20]
+            continue
         if line in ("Errors", "Warnings") or line.startswith("Communicators") or line.startswith("Job summary"):
             section = line.split()[0]
             continue
@@ -159,6 +163,25 @@ def parse_json(text: str) -> RasReport:
             continue
         miss = c.get("missing_ranks") if isinstance(c.get("missing_ranks"), list) else []
         rep.status.append("INCOMPLETE" if miss else "OK")
+        counts: dict[int, int] = {}  # rank -> collectives it launched: one rank behind all others is named
+        for r in (c.get("ranks") or [])[:4096] if isinstance(c.get("ranks"), list) else []:
+            cc = r.get("collective_counts") if isinstance(r, dict) else None
+            if isinstance(r.get("rank"), int) and isinstance(cc, dict):
+                counts[r["rank"]] = sum(v for v in cc.values() if isinstance(v, int) and not isinstance(v, bool))
+        if len(counts) > 1:
+            low = min(counts.values())
+            behind = [r for r, n in counts.items() if n == low]
+            if len(behind) == 1 and max(counts.values()) > low:
+                m = next(x for x in c["ranks"] if isinstance(x, dict) and x.get("rank") == behind[0])
+                _add(
+                    rep,
+                    RasNamed(
+                        "behind",
+                        rank=behind[0],
+                        host=_clean(str(m.get("host") or ""))[:100] or None,
+                        pid=m.get("pid") if isinstance(m.get("pid"), int) else None,
+                    ),
+                )
         for m in miss[:64]:
             if not isinstance(m, dict):
                 continue

@@ -52,7 +52,9 @@ fd_ras() { # fd_ras PID...: NCCL RAS's STATUS, when a job process has NCCL loade
     # JSON where the client offers it (NCCL 2.28.7 and later)
     if fd_stacks_to 3 ncclras --help 2>&1 | grep -q 'json'; then fd_ras_fmt=json; fi
     echo "@@fd_ras_start available=yes via=ncclras format=$fd_ras_fmt addr=$fd_ras_h:$fd_ras_port"
-    fd_stacks_to "$fd_ras_t" ncclras -h "$fd_ras_h" -p "$fd_ras_port" -t "$((fd_ras_t - 2))" -f "$fd_ras_fmt" 2>&1 |
+    # -f only where the client has it (ncclras 2.28.9 refuses the option: "invalid option -- 'f'")
+    if [ "$fd_ras_fmt" = json ]; then set -- -f json; else set --; fi
+    fd_stacks_to "$fd_ras_t" ncclras -h "$fd_ras_h" -p "$fd_ras_port" -t "$((fd_ras_t - 2))" "$@" 2>&1 |
       head -c "${FD_RAS_BYTES:-262144}"
   elif command -v nc >/dev/null 2>&1; then
     echo "@@fd_ras_start available=yes via=nc format=text addr=$fd_ras_h:$fd_ras_port"
