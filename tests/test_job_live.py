@@ -228,3 +228,23 @@ def test_node_records_are_bounded_and_data() -> None:
     assert all("\x1b" not in e["path"] for e in n["error_files"])
     assert any(x.startswith("fr /tmp/big") for x in n["notes"]) and any("garbled" in x for x in n["notes"])
     assert n["error_files"] == [] and n["flight_recorder"] == [] and sum("garbled" in x for x in n["notes"]) == 2
+
+
+def test_real_nccl_flight_recorder_dumps_of_the_h200() -> None:
+    """torch's own NCCL dumps (one rank, NCCL 2.28.9, tests/fixtures/device/h200_1gpu/fr_nccl): an all_reduce
+    pending behind a GPU sleep is enqueued #18 with #17 completed, in the pickle and in the JSON alike."""
+    base = HERE / "fixtures" / "device" / "h200_1gpu" / "fr_nccl"
+    for name in ("dump_nccl_trace_pending.pkl", "dump_nccl_trace_json_pending.json"):
+        rec = node_mod.parse_flight_recorder((base / name).read_bytes(), f"/tmp/nccl_trace_rank_0.{name}")
+        assert (rec.last_enqueued, rec.last_completed, rec.op, rec.state, rec.world) == (
+            18,
+            17,
+            "nccl:all_reduce",
+            "scheduled",
+            1,
+        ), rec
+        assert rec.error is None and rec.version == "2.10"
+    done = node_mod.parse_flight_recorder((base / "dump_nccl_trace_end.pkl").read_bytes(), "x")
+    assert (done.last_enqueued, done.state) == (18, "completed")
+    empty = node_mod.parse_flight_recorder((base / "dump_fr_trace_idle.pkl").read_bytes(), "x")
+    assert empty.error == "no collective in the dump"  # the backend-generic dump of an NCCL job: no entries
