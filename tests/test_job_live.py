@@ -248,3 +248,33 @@ def test_real_nccl_flight_recorder_dumps_of_the_h200() -> None:
     assert (done.last_enqueued, done.state) == (18, "completed")
     empty = node_mod.parse_flight_recorder((base / "dump_fr_trace_idle.pkl").read_bytes(), "x")
     assert empty.error == "no collective in the dump"  # the backend-generic dump of an NCCL job: no entries
+
+
+def test_node_script_bounds_what_it_sends(tmp_path: Path) -> None:
+    """remote/node.sh under the real sh: dumps past the total are named, not sent; a file that is a link or
+    too large is not read; a hostile error_file: path in the log is only read when it is a .json file."""
+    from fleetdiag import funnel
+    from fleetdiag.analysis import load_rules
+    from fleetdiag.probe import spec_for
+
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    blob = (GLOO / "g3_hang.fr_rank_0").read_bytes()
+    for r in range(3):  # a real dump, padded past a million bytes (the padding follows the pickle's STOP)
+        (fr / f"nccl_trace_rank_{r}").write_bytes(blob + b"\0" * 1_200_000)
+    (fr / "nccl_trace_rank_9").symlink_to("/etc/passwd")
+    log = tmp_path / "train.log"
+    log.write_text("[rank0]: boom\n  error_file: /etc/passwd\n  error_file: /nonexistent/error.json\n")
+    spec = spec_for(str(log), load_rules(user_default=False))
+    spec.extra += node_mod.SCRIPT
+    spec.extra_vars.update(node_mod.script_vars(str(fr / "nccl_trace_rank_")))
+    res = funnel.run_local(spec, timeout=60)
+    n = node_mod.parse_node(res.facts.get("node_raw"))
+    assert n is not None
+    assert [d["rank"] for d in n["flight_recorder"]] == [0, 1] and all(
+        d["last_enqueued"] == 6 for d in n["flight_recorder"]
+    )
+    assert any("nccl_trace_rank_2: not sent" in x for x in n["notes"]), n["notes"]
+    assert any("nccl_trace_rank_9: not a regular file" in x for x in n["notes"]), n["notes"]
+    assert any("/nonexistent/error.json: not a regular file" in x for x in n["notes"])
+    assert not any("passwd" in json.dumps(e) for e in n["error_files"])  # not a .json: never named, never read

@@ -25,6 +25,7 @@ MAX_PROCS = 16
 MAX_FILES = 8
 ERR_BYTES = 64 * 1024
 FR_BYTES = 2 * 1024 * 1024
+TOTAL_BYTES = 3 * 1024 * 1024  # of all files one probe sends (base64: 4 MiB of the 8 MiB output cap)
 FR_ENTRIES = 4096  # entries of one dump looked at (its last ones)
 DEFAULT_FR_PREFIX = "/tmp/nccl_trace_rank_"
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -37,6 +38,7 @@ def script_vars(fr_prefix: str | None = None) -> dict[str, object]:
         "FD_NODE_FILES": MAX_FILES,
         "FD_NODE_ERRB": ERR_BYTES,
         "FD_NODE_FRB": FR_BYTES,
+        "FD_NODE_TOTAL": TOTAL_BYTES,
         "FD_NODE_FR": fr_prefix or "",
     }
 

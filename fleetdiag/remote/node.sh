@@ -11,7 +11,8 @@
 #   N<TAB>b64<TAB>ID<TAB>CHUNK                                  its bytes, base64 (a pickle is binary)
 #   N<TAB>note<TAB>TEXT                                         what was skipped, and why
 # Bounds: FD_NODE_PROCS processes (16), FD_NODE_FILES files of each kind (8), FD_NODE_ERRB bytes per error
-# file (65536), FD_NODE_FRB bytes per dump (2 MiB); a larger file is named, not read. Only regular files.
+# file (65536), FD_NODE_FRB bytes per dump (2 MiB), FD_NODE_TOTAL bytes of files in all (3 MiB: base64 keeps the
+# answer under the transport's output cap); a larger file is named, not read. Only regular files.
 
 fd_n() { printf 'N\t%s\t%s\n' "$1" "$2"; }
 
@@ -51,6 +52,10 @@ fd_node_file() { # fd_node_file KIND MAXBYTES PATH: name it, and send its bytes 
   fd_node_mt=$(date -r "$3" +%s 2>/dev/null || stat -c %Y "$3" 2>/dev/null)
   printf 'N\tfile\t%s\t%s\t%s\t%s\t%s\n' "$fd_node_id" "$1" "${fd_node_sz:-0}" "${fd_node_mt:-}" "$3"
   if [ "${fd_node_sz:-0}" -gt "$2" ]; then fd_n note "$1 $3: $fd_node_sz bytes, over the $2 read"; return 0; fi
+  if [ $((fd_node_sent + ${fd_node_sz:-0})) -gt "${FD_NODE_TOTAL:-3145728}" ]; then
+    fd_n note "$1 $3: not sent, the ${FD_NODE_TOTAL:-3145728} bytes of files one probe sends are spent"; return 0
+  fi
+  fd_node_sent=$((fd_node_sent + ${fd_node_sz:-0}))
   if command -v base64 >/dev/null 2>&1; then
     head -c "$2" "$3" 2>/dev/null | base64 2>/dev/null | while IFS= read -r fd_node_l; do
       printf 'N\tb64\t%s\t%s\n' "$fd_node_id" "$fd_node_l"
@@ -119,4 +124,5 @@ $fd_node_p" ;; esac
   done
 }
 fd_node_envs=
+fd_node_sent=0
 fd_node_main
