@@ -896,6 +896,13 @@ def _ras_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
     return None
 
 
+def _knows_where(h: _Host) -> bool:
+    """Whether a stalled host says where its ranks are: stacks, Flight Recorder dumps, RAS."""
+    node = h.ev.facts.get("node") if isinstance(h.ev.facts.get("node"), dict) else {}
+    ras = (h.ev.facts.get("stacks") or {}).get("ras")
+    return bool(_stack_waits(h) or node.get("flight_recorder") or (isinstance(ras, dict) and ras.get("available")))
+
+
 def _stack_waits(h: _Host) -> dict[int, str]:
     """rank -> wait kind, from the host's stacks facts (py-spy or /proc)."""
     out: dict[int, str] = {}
@@ -908,7 +915,7 @@ def _stack_waits(h: _Host) -> dict[int, str]:
 _WAITING = {"collective"}
 _TIMEOUTS = {"collective timeout", "gloo timeout"}
 _NOT_TRANSPORT = {"SIGTERM from the agent", "rendezvous closed", "peer-caused"}  # kinds that are no transport error
-_OUTSIDE = {"sleep", "io", "running", "data", "gil", "lock"}
+_OUTSIDE = {"sleep", "io", "running", "data", "checkpoint", "compile"}  # doing something else than waiting
 
 
 def _stack_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
@@ -919,9 +926,9 @@ def _stack_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
         for r, w in _stack_waits(h).items():
             waits[r] = (w, h)
     inside = {r for r, (w, _) in waits.items() if w in _WAITING}
-    outside = [r for r, (w, _) in waits.items() if w not in _WAITING]
-    if not inside or len(outside) != 1:
-        return None
+    outside = [r for r, (w, _) in waits.items() if w in _OUTSIDE]
+    if not inside or len(outside) != 1 or len(inside) + 1 != len(waits):
+        return None  # a rank on a lock or a socket of its own could be either: no claim
     rank = outside[0]
     w, h = waits[rank]
     if h.ev.quiet:  # its line: where it is instead (py-spy's frame, or what /proc says)
@@ -1129,7 +1136,7 @@ def root_causes(results: Sequence[Any], *, rules: JobRules | None = None, window
         hosts.append(h)
     out: list[RootCause] = []
     for g, formed in groups(hosts, window):
-        if len(g) < 2 or all(h.ev.quiet for h in g) and not any(_stack_waits(h) for h in g):
+        if len(g) < 2 or (all(h.ev.quiet for h in g) and not any(_knows_where(h) for h in g)):
             continue
         found = _root(g, rules)
         if found is None:

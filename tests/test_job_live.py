@@ -278,3 +278,21 @@ def test_node_script_bounds_what_it_sends(tmp_path: Path) -> None:
     assert any("nccl_trace_rank_9: not a regular file" in x for x in n["notes"]), n["notes"]
     assert any("/nonexistent/error.json: not a regular file" in x for x in n["notes"])
     assert not any("passwd" in json.dumps(e) for e in n["error_files"])  # not a .json: never named, never read
+
+
+def test_a_stalled_job_named_from_its_flight_recorder_alone() -> None:
+    """Three stalled hosts, no stacks read (--no-stacks), each with its rank's real dump (g3_hang): rank 1 is
+    behind. And a rank blocked on a lock of its own (not sleeping, not in I/O) is no straggler by stacks."""
+    hosts = []
+    for r in range(3):
+        rec = node_mod.parse_flight_recorder((GLOO / f"g3_hang.fr_rank_{r}").read_bytes(), f"/x/nccl_trace_rank_{r}")
+        facts = {"node": {"procs": [], "error_files": [], "flight_recorder": [rec.to_json()], "notes": []}}
+        hosts.append(HostResult(host=f"n{r}", verdict="stalled", summary="silent", facts=facts))
+    (rc,) = root_causes(hosts)
+    assert (rc.host, rc.rank) == ("n1", 1) and "Flight Recorder" in rc.why
+    assert "Flight Recorder dumps found for ranks 0–2" in rc.evidence
+    waits = []
+    for r, w in enumerate(("collective", "lock", "collective")):
+        procs = [{"pid": r, "rank": r, "wait": w, "via": "wchan", "env": {"RANK": str(r), "WORLD_SIZE": "3"}}]
+        waits.append(HostResult(host=f"n{r}", verdict="stalled", summary="silent", facts={"stacks": {"procs": procs}}))
+    assert root_causes(waits) == []
