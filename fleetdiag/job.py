@@ -377,6 +377,15 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
     ev.kind = classify(ev, rules)
     if not ev.kind and ev.role and "peer" in ev.role:
         ev.kind = "peer-caused"
+    first = _first_signal_death(ev, rules)
+    if first is not None:  # an earlier attempt's rank died by a signal; what the log shows after is its restart's
+        line, code, pid = first
+        ev.line = ev.message = line
+        ev.traceback, ev.lineno, ev.time = [], None, _stamp(line)
+        ev.kind, ev.pid = "", pid
+        ev.signal = SIGNALS.get(-code, f"signal {-code}")
+        ev.chosen = f"its rank died by {ev.signal} (exit code {code}) before the error the log ends with (a restart's)"
+        return
     if not is_launcher_line(ev.line):
         return
     peer = [ln for ln in ev.lines if not is_launcher_line(ln) and rules.any_peer_caused(ln)]
@@ -404,6 +413,24 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
         ev.chosen = f"its rank died by {rep.signal} (exit code {rep.code}) with no error of its own"
         if rep.line and ev.line != rep.line and not _LAUNCHER.search(ev.line):
             ev.line = rep.line
+
+
+def _first_signal_death(ev: HostEvidence, rules: JobRules) -> tuple[str, int, int] | None:
+    """The launcher's first report of a rank killed by a signal, when it comes before the host's decisive line
+    and no transport error of the rank's own precedes it: (line, exit code, pid)."""
+    idx = _find(ev)
+    for i, ln in enumerate(ev.lines):
+        if idx is not None and i >= idx:
+            return None
+        if not is_launcher_line(ln) and rules.any_peer_caused(ln):
+            return None
+        m = _LAUNCHER.search(ln) if "exitcode" in ln else None
+        if m:
+            code = int(m["code"])
+            if code < 0 and -code not in _STOPPED_BY_AGENT and ln != ev.line:
+                return (ln, code, int(m["pid"])) if idx is not None else None
+            return None
+    return None
 
 
 def _error_file(ev: HostEvidence, rep: LauncherReport) -> dict[str, Any] | None:
