@@ -289,7 +289,10 @@ def classify(ev: HostEvidence, rules: JobRules) -> str:
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV"}
 SIGNALS.update({13: "SIGPIPE", 15: "SIGTERM"})
-_STOPPED_BY_AGENT = {1, 2, 15}  # the agent's own teardown signals: a consequence, never a rank's own death
+_STOPPED_BY_AGENT = {1, 2, 15}
+_ABORT = re.compile(
+    r"Fatal Python error: Aborted|terminate called (?:after|without)|Aborted \(core dumped\)|SIGABRT"
+)  # the agent's own teardown signals: a consequence, never a rank's own death
 # torchrun's launcher line and its summary's fields (the summary: "rank : 2 (local_rank: 0)", "exitcode : -9 (pid: 7)")
 _LAUNCHER = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)")
 _SUM_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
@@ -386,6 +389,19 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
         ev.signal = SIGNALS.get(-code, f"signal {-code}")
         ev.chosen = f"its rank died by {ev.signal} (exit code {code}) before the error the log ends with (a restart's)"
         return
+    if not ev.kind and _ABORT.search(ev.line):
+        # an abort after the rank's own watchdog or transport error is that error's end (the watchdog aborts the
+        # process): the earlier, peer-caused line is the rank's
+        idx = _find(ev)
+        before = [ln for ln in ev.lines[: idx if idx is not None else 0] if rules.any_peer_caused(ln)]
+        before = [ln for ln in before if not is_launcher_line(ln)]
+        if before:
+            pick = next((ln for ln in before if _rank_of_line(ln) is not None), before[0])
+            ev.line, ev.message, ev.traceback, ev.lineno = pick, pick, [], None
+            ev.time = _stamp(pick)
+            ev.kind = classify(ev, rules) or "peer-caused"
+            ev.chosen = "the rank's own error before the abort it ended in"
+            return
     if not is_launcher_line(ev.line):
         return
     peer = [ln for ln in ev.lines if not is_launcher_line(ln) and rules.any_peer_caused(ln)]
