@@ -958,7 +958,9 @@ def _stack_waits(h: _Host) -> dict[int, str]:
 _WAITING = {"collective"}
 _TIMEOUTS = {"collective timeout", "gloo timeout"}
 _NOT_TRANSPORT = {"SIGTERM from the agent", "rendezvous closed", "peer-caused"}  # kinds that are no transport error
-_OUTSIDE = {"sleep", "io", "running", "data", "checkpoint", "compile"}  # doing something else than waiting
+# doing something else than waiting in the collective: sleeping, reading (a socket, a pipe, a queue), in I/O,
+# loading data, running; a rank's collective wait is a futex beside its gloo/NCCL threads, or its stack says so
+_OUTSIDE = {"sleep", "io", "running", "data", "checkpoint", "compile", "queue", "socket", "child", "event-loop"}
 
 
 def _stack_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:

@@ -141,6 +141,16 @@ def _per_node(path: Path) -> list[HostResult]:
     return out
 
 
+def test_recorded_io_hang_names_rank1_from_proc() -> None:
+    """tests/corpus_multinode/hang_io: rank 1 blocks in recv() on a silent data server (wchan wait_woken), its
+    peers wait in all_reduce (futex beside pt_gloo_runloop): /proc alone names rank 1."""
+    label = json.loads((LIVE.parent / "hang_io.json").read_text())
+    nodes = _per_node(LIVE.parent / "hang_io" / "stacks_sh_nopyspy.txt")
+    for order in (nodes, nodes[::-1]):
+        (rc,) = root_causes(order)
+        assert (rc.host, rc.rank) == (label["root_host"], label["root_rank"]) and "by /proc" in rc.why, rc.why
+
+
 @pytest.mark.parametrize("view", ["stacks_sh.txt", "stacks_sh_nopyspy.txt"])
 def test_recorded_live_hang_names_rank2(view: str) -> None:
     label = json.loads((LIVE.parent / "hang_live.json").read_text())

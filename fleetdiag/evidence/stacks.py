@@ -593,6 +593,9 @@ def where_waits(p: ProcStack) -> Wait:
     comm = comm_threads(p)
     if sc in ("clock_nanosleep", "nanosleep") and kind in (UNKNOWN, LOCK, SLEEP):
         return Wait(SLEEP, WHAT[SLEEP] + f" (main thread in {sc})", at or sc, None, "wchan")
+    if sc in ("read", "recvfrom", "pread64") and kind in (UNKNOWN, QUEUE, SOCKET, LOCK):
+        kind = SOCKET if sc == "recvfrom" else QUEUE
+        return Wait(kind, WHAT[kind] + f" (main thread in {sc})", at or sc, None, "wchan")
     futex = sc == "futex" or (sc is None and "futex" in str(at or ""))
     if futex and comm and kind in (UNKNOWN, LOCK):
         # a rank's main thread blocked on a futex while its gloo/NCCL threads run: where a collective waits
