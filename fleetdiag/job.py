@@ -209,6 +209,9 @@ def evidence_from_result(
         if not _quiet_member(result):
             return None
         dec = _QuietLine(line=str(getattr(result, "summary", "") or "no error of its own"))
+        if lines is None:  # its own log lines, not the summary (a straggler's last line is one of them)
+            kept_q = (getattr(result, "facts", None) or {}).get("job")
+            lines = [str(x) for x in kept_q.get("lines") or []] if isinstance(kept_q, dict) else []
     facts = dict(getattr(result, "facts", None) or {})
     clock = facts.get("clock") if isinstance(facts.get("clock"), dict) else {}
     timing = getattr(result, "timing", None)
@@ -939,6 +942,14 @@ def _ras_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
     return None
 
 
+def _where_now(h: _Host, rank: int | None) -> str | None:
+    """Where a live straggler is, as its stacks say (py-spy's frame, or /proc)."""
+    for p in (h.ev.facts.get("stacks") or {}).get("procs") or []:
+        if isinstance(p, dict) and (rank is None or p.get("rank") == rank) and p.get("what"):
+            return str(p["what"]) + (f" at {p['where']}" if p.get("where") else "")
+    return None
+
+
 def _knows_where(h: _Host) -> bool:
     """Whether a stalled host says where its ranks are: stacks, Flight Recorder dumps, RAS."""
     node = h.ev.facts.get("node") if isinstance(h.ev.facts.get("node"), dict) else {}
@@ -976,9 +987,6 @@ def _stack_straggler(group: list[_Host]) -> tuple[_Host, int, str] | None:
         return None  # a rank on a lock or a socket of its own could be either: no claim
     rank = outside[0]
     w, h = waits[rank]
-    if h.ev.quiet:  # its line: where it is instead (py-spy's frame, or what /proc says)
-        p = next(p for p in (h.ev.facts.get("stacks") or {}).get("procs") or [] if p.get("rank") == rank)
-        h.ev.line = str(p.get("what") or w) + (f" at {p['where']}" if p.get("where") else "")
     via = {
         str(p.get("via"))
         for g in group
@@ -1079,8 +1087,11 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
         who = f"rank {rank}" if rank is not None else h.ev.host
         first = min((g.t for g in group if g is not h and g.kind and g.t is not None), default=None)
         last = _last_own(h.ev, first)
-        line = f"straggler: {who} never reached the collective its peers wait in" + (
-            f"; its last line: {last}" if last else (f" — {h.ev.line}" if h.ev.quiet else "")
+        where = _where_now(h, rank) if h.ev.quiet else None
+        line = (
+            f"straggler: {who} never reached the collective its peers wait in"
+            + (f" — {where}" if where else "")
+            + (f"; its last line: {last}" if last else "")
         )
         return h, rank, line, why
     for h in sorted(group, key=lambda h: (h.t is None, h.t or 0.0)):
@@ -1374,6 +1385,14 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
             chosen.append(i)
             room -= 1
     return [_clip(lines[i]) for i in sorted(chosen)]
+
+
+QUIET_LINES = 20  # log lines kept for a stalled host with no error of its own
+
+
+def clip(line: str) -> str:
+    """A kept line, cut to KEEP_WIDTH."""
+    return _clip(line)
 
 
 def _clip(line: str) -> str:

@@ -430,6 +430,8 @@ def add_job_facts(res: HostResult, fr: FunnelResult, received: float | None = No
         kept = job_mod.job_facts(res, [ln.text for ln in fr.lines()])
         if kept is not None:
             res.facts["job"] = kept
+    elif res.verdict == STALLED:  # a straggler candidate: its last lines say the step it is stuck in
+        res.facts["job"] = {"kind": "", "lines": [job_mod.clip(ln.text) for ln in fr.lines()[-job_mod.QUIET_LINES :]]}
 
 
 def save_evidence(directory: Path, name: str, raw: bytes, stage: str = "funnel") -> Path:

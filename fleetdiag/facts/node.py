@@ -319,7 +319,7 @@ def parse_node(records: list[str] | None) -> dict[str, Any] | None:
         kind, _, rest = rec.partition("\t")
         if kind == "proc" and len(nf.procs) < MAX_PROCS:
             p = _proc(rest)
-            if p is not None:
+            if p is not None and all(q["pid"] != p["pid"] for q in nf.procs):
                 nf.procs.append(p)
         elif kind == "file" and len(files) < 2 * MAX_FILES:
             parts = rest.split("\t", 4)

@@ -76,13 +76,10 @@ fd_node_main() {
     fd_node_list=$(fd_node_pids "$f")
   fi
   if [ -n "$fd_node_list" ]; then
-    fd_node_all=$fd_node_list
-    fd_node_kids=$(fd_node_children | awk -v want=" $(echo "$fd_node_list" | tr '\n' ' ') " 'index(want, " " $2 " ") { print $1 }' | head -n "${FD_NODE_PROCS:-16}")
+    fd_node_all=" $(echo "$fd_node_list" | tr '\n' ' ') "
+    fd_node_kids=$(fd_node_children | awk -v want="$fd_node_all" 'index(want, " " $2 " ") { print $1 }' | head -n "${FD_NODE_PROCS:-16}")
     for fd_node_p in $fd_node_kids; do
-      case "$(printf '\n%s\n' "$fd_node_all")" in *"
-$fd_node_p
-"*) ;; *) fd_node_all="$fd_node_all
-$fd_node_p" ;; esac
+      case $fd_node_all in *" $fd_node_p "*) ;; *) fd_node_all="$fd_node_all$fd_node_p " ;; esac
     done
     fd_node_k=0
     for fd_node_p in $fd_node_all; do
