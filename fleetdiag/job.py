@@ -1224,7 +1224,7 @@ def root_causes(results: Sequence[Any], *, rules: JobRules | None = None, window
 _GLOG_HEAD = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+\] ")
 
 
-def summary_line(rc: RootCause, width: int = 60) -> str:
+def summary_line(rc: RootCause, width: int = 80) -> str:
     """The fleet view's opening line for a job."""
     msg = rc.line.strip()
     for prefix in re.findall(r"^(?:\[[^\]]*\]:?\s*)+", msg)[:1]:
