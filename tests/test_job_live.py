@@ -224,7 +224,8 @@ def test_a_hostile_dump_is_refused_never_run() -> None:
 def test_node_records_are_bounded_and_data() -> None:
     """remote/node.sh's records: a hostile environment value and path stay text; garbled bytes are a note."""
     recs = [
-        "proc\tpid=12 ppid=1 state=S env=RANK=3,WORLD_SIZE=8,MASTER_ADDR=10.0.0.1,evil=1,=2 cmd=python\x1b[2J t.py",
+        "proc\tpid=12 ppid=1 state=S env=RANK=3,WORLD_SIZE=8,MASTER_ADDR=10.0.0.1,evil=1,=2 cmd=python\x1b[2J t.py --api-key sk-abcdef123456",
+        "proc\tpid=12 ppid=1 state=S env=RANK=3 cmd=python t.py",
         "file\t1\terrfile\t10\t1796116715\t/tmp/e\x1b]0;x\x07.json",
         "b64\t1\t!!!notbase64",
         "file\t2\tfr\t5\t\t/tmp/nccl_trace_rank_0",
@@ -235,6 +236,7 @@ def test_node_records_are_bounded_and_data() -> None:
     assert n is not None
     (p,) = n["procs"]
     assert p["env"] == {"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "10.0.0.1"} and "\x1b" not in p["cmdline"]
+    assert "sk-abcdef123456" not in p["cmdline"] and "--api-key" in p["cmdline"]  # once per pid, its secret masked
     assert all("\x1b" not in e["path"] for e in n["error_files"])
     assert any(x.startswith("fr /tmp/big") for x in n["notes"]) and any("garbled" in x for x in n["notes"])
     assert n["error_files"] == [] and n["flight_recorder"] == [] and sum("garbled" in x for x in n["notes"]) == 2

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import remote
+from ..redact import redact_cmdline
 
 SCRIPT = remote.load("node.sh")
 MAX_PROCS = 16
@@ -302,7 +303,7 @@ def _proc(rest: str) -> dict[str, Any] | None:
         "ppid": int(m.group(2)) if m.group(2).isdigit() else None,
         "state": _text(m.group(3), 4),
         "env": env,
-        "cmdline": _text(m.group(5).strip(), 512),
+        "cmdline": redact_cmdline(_text(m.group(5).strip(), 512)),  # an --api-key never reaches a report
     }
 
 
