@@ -406,8 +406,12 @@ def _ssh_config(target: str, port: int | None, user: str | None, opts: Transport
         paths = [str(default)] if os.access(default, os.R_OK) else []
     if not paths:
         return None
+    args = (getpass.getuser(), user or (), target, port or ())
     try:
-        return SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (), target, port or ())
+        try:
+            return SSHClientConfig.load(None, paths, False, False, False, *args)  # canonical, final: asyncssh >= 2.19
+        except TypeError:
+            return SSHClientConfig.load(None, paths, False, *args)  # asyncssh 2.18
     except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
         return None
 
