@@ -27,13 +27,13 @@ from ..job import clock_sample as job_clock_sample
 from ..probe import (
     HostLike,
     ProbeSettings,
-    add_job_facts,
-    apply_source,
-    finish,
-    given_source,
+    host_facts,
+    host_result,
+    kernel_command,
     open_host,
+    remote_spec,
+    source_name,
     source_of,
-    spec_for,
 )
 from ..reach import (
     AUTH,
@@ -44,8 +44,9 @@ from ..reach import (
     OVERSIZE,
     TIMEOUT,
     HostError,
+    PartialOutput,
 )
-from ..records import FunnelResult, Line, Timing
+from ..records import FunnelResult, HostResult, Line, Timing, Verdict
 from ..transport import explain
 from .buffer import LineBuffer
 from .settings import WatchSettings
@@ -112,6 +113,12 @@ class HostWatcher:
         self._pos = 0
         self.analyses = 0
         self.clock: dict[str, Any] | None = None  # the latest remote clock sample (heartbeats), for job analysis
+        self.kernel: list[str] = []  # the snapshot's kernel/GPU part (kernel.sh), as probe read it
+        self.received: float | None = None  # unix time the snapshot arrived (its remote clock's pair)
+        self.remote_offset: float | None = None  # the remote clock minus ours (snapshot, then each heartbeat)
+        self._conn: Any = None  # the connection being followed, while it is
+        self._kernel_task: asyncio.Task[None] | None = None
+        self._kernel_read_for: set[str] = set()  # app errors the kernel part was read again for
 
     # -- time: monotonic inside, unix time in the view --
     def _now(self) -> float:
@@ -180,13 +187,16 @@ class HostWatcher:
             return await open_host(self.host, ps)
 
     def _spec(self, source: LogSource) -> follow_mod.FollowSpec:
-        fs = spec_for(source.value if source.kind == "file" else "", self.rules, self.host.funnel)
-        apply_source(fs, source, self.host, self.settings.path_prepend)
-        if self.settings.facts:
-            from .. import facts as facts_mod  # lazily: facts are optional
-
-            fs.extra += facts_mod.SNIPPET
-            fs.extra_vars.update(facts_mod.snippet_vars(None))
+        s = self.settings
+        fs = remote_spec(  # the probe's own exec is the snapshot
+            self.host,
+            source,
+            source.value if source.kind == "file" else "",
+            self.rules,
+            facts=s.facts,
+            kernel=s.kernel,
+            path_prepend=s.path_prepend,
+        )
         return follow_mod.FollowSpec(
             funnel=fs,
             waiting=self.rules.waiting_ere(),
@@ -214,6 +224,7 @@ class HostWatcher:
         dog = _Watchdog(self._now, conn.close)
         dog.arm(s.transport.connect_timeout + s.transport.command_timeout, "no answer to the follower's exec request")
         dog_task = asyncio.ensure_future(dog.run())
+        self._conn = conn
         try:
             t0 = time.perf_counter()
             async with conn.stream(command) as stream:
@@ -225,6 +236,9 @@ class HostWatcher:
             raise
         finally:
             dog_task.cancel()
+            self._conn = None
+            if self._kernel_task is not None:
+                self._kernel_task.cancel()
         if dog.fired:
             raise HostError(TIMEOUT, dog.fired)
 
@@ -273,13 +287,13 @@ class HostWatcher:
         pid = (fr.facts.get("remote") or {}).get("pid")
         if pid and str(pid).isdigit():  # the newest last; earlier ones are ended by the next follower
             self.remote_pids = (self.remote_pids + [int(pid)])[-4:]
-        if self.settings.facts:
-            from .. import facts as facts_mod
-
-            self.facts = facts_mod.build(fr.facts.get("raw"))
+        self.facts = host_facts(fr, self.settings.facts) or {}
+        self.kernel = list(fr.kernel)
+        self.received = time.time()
+        self.remote_offset = None if fr.now is None else fr.now - self.received
         self.view.markers = list(fr.markers)
         # which source the snapshot read (discovery names its own), and what idle time means for it
-        self.log_source = fr.facts.get("log_source") or given_source(self.log_name, self.source, self.settings.log)
+        self.log_source = source_name(fr, self.log_name, self.source, self.settings.log)
         if (self.log_source or {}).get("kind") in STREAMS:
             self.view.idle_from = "last line received"
             self.view.markers.append("a stream has no size or mtime: idle time counts from the last line received")
@@ -317,6 +331,8 @@ class HostWatcher:
             if rec.mtime is not None and rec.now:
                 st.set_activity(now - max(0.0, rec.now - rec.mtime), now)
             if rec.now:
+                self.remote_offset = rec.now - time.time()
+            if rec.now:
                 rtt = self.view.rtt_ms / 1000.0 if self.view.rtt_ms is not None else None
                 self.clock = job_clock_sample(str(rec.now), time.time(), rtt) or self.clock
             self.evaluate()
@@ -340,18 +356,23 @@ class HostWatcher:
     def _analyze(self) -> None:
         st = self.state
         status = st.log_status
-        fr = FunnelResult(
+        fr = FunnelResult(  # what probe would read now: the buffered lines, the snapshot's facts and kernel part
             path=st.log_path,
             status="ok" if status in ("ok", "missing", "empty") else status,
             tail=self.buffer.lines(),
             facts=self.raw_facts,
+            kernel=self.kernel,
         )
+        offset = self.remote_offset
+        if offset is not None:  # on the remote clock, as the kernel's times are (the evidence compares them)
+            fr.now = time.time() + offset
+            if self.view.last_activity is not None and self.view.idle_from == "log mtime":
+                fr.mtime = self.view.last_activity + offset
         if status == "missing" and not len(self.buffer):
             fr.status = "missing"
         timing = Timing(rtt_ms=self.view.rtt_ms, round_trips=1)
-        res = finish(self.host.name, fr, self.rules, math.inf, timing, self.facts)
-        res.log_source = self.log_source
-        add_job_facts(res, fr)  # the lines a job-level root cause needs (fleetdiag.job)
+        # silence is the state machine's to judge (its clock runs on): math.inf keeps probe's judgement out
+        res = host_result(self.host.name, fr, self.rules, math.inf, timing, self.facts, self.log_source, self.received)
         if self.clock is not None:
             res.facts["clock"] = dict(self.clock)
             if self.clock.get("zone"):
@@ -361,3 +382,32 @@ class HostWatcher:
         self.buffer.dirty = False
         self.analyses += 1
         st.analysed(res, self._now())
+        self._reread_kernel(res)
+
+    def _reread_kernel(self, res: HostResult) -> None:
+        """A failure that appeared after the snapshot: read the kernel part again, beside the follower on
+        the same connection, so a fault as new as the error can name it (then re-analyse). Once per error."""
+        d = res.decisive
+        if not self.settings.kernel or self._conn is None or d is None or res.verdict != Verdict.FAILED:
+            return
+        key = d.fingerprint or d.line
+        if d.source == "kernel" or key in self._kernel_read_for:
+            return
+        if self._kernel_task is not None and not self._kernel_task.done():
+            return
+        self._kernel_read_for.add(key)
+        self._kernel_task = asyncio.ensure_future(self._read_kernel(self._conn))
+
+    async def _read_kernel(self, conn: Any) -> None:
+        command, mark = kernel_command(self.settings.path_prepend)
+        try:
+            out = (await conn.run(command, self.settings.transport.command_timeout))[0]
+        except PartialOutput as exc:
+            out = exc.data
+        except (HostError, OSError):
+            return  # the follower's own loop notices a dead connection
+        fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
+        if fr.kernel and fr.kernel != self.kernel:
+            self.kernel = fr.kernel
+            self._analyze()
+            self.evaluate()

@@ -66,6 +66,7 @@ class WatchEvent:
     rtt_ms: float | None = None
     log: str | None = None
     idle_from: str | None = None  # what idle_seconds counts from: "log mtime" or "last line received" (a stream)
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # kernel/GPU evidence, as probe's JSON has it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +84,7 @@ class WatchEvent:
             "rtt_ms": self.rtt_ms,
             "log": self.log,
             "idle_from": self.idle_from,
+            "evidence": self.evidence,
         }
 
 
