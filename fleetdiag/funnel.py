@@ -57,6 +57,9 @@ class FunnelSpec:
     window_bytes: int = 1024 * 1024
     context_lines: int = 400
     timeout: int = 30  # seconds, per pass, on the remote side
+    # seconds a ``command`` source may run (it is read once and must end): below the exec's own timeout,
+    # so a command that does not end is reported as such, not cut with the whole answer
+    command_timeout: int = 30
     # The head pass: lines naming the job's rendezvous (one ERE, ``fleetdiag.job.endpoint_ere``; ""
     # skips it), at most ``head_lines`` of them in the first ``head_bytes`` of the latest run.
     endpoints: str = ""
@@ -120,6 +123,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_WIN": spec.window_bytes,
         "FD_CTX": spec.context_lines,
         "FD_TMO": spec.timeout,
+        "FD_CTMO": max(1, min(spec.timeout, spec.command_timeout)),
         "FD_EP": spec.endpoints,
         "FD_HEADB": spec.head_bytes,
         "FD_HEADN": spec.head_lines,

@@ -265,11 +265,15 @@ def remote_spec(
     facts: bool = True,
     kernel: bool = True,
     path_prepend: str | None = None,
+    command_timeout: float | None = None,
 ) -> funnel_mod.FunnelSpec:
     """What runs on a host in one exec: the funnel on its log source, the facts after it, the kernel
     part beside it, the remote clock last. The one builder: probe, sweep and the demo send it as it
-    is, watch's follower sends it as its snapshot, so a host's first watch verdict is probe's."""
+    is, watch's follower sends it as its snapshot, so a host's first watch verdict is probe's.
+    ``command_timeout``: the exec's own limit; a ``command`` source gets half of it to end."""
     spec = spec_for(log_path or "", rules, host.funnel)
+    if command_timeout:
+        spec.command_timeout = max(1, int(command_timeout / 2))
     apply_source(spec, source, host, path_prepend)
     if facts:  # same exec: the facts snippet runs after the funnel
         spec.extra += facts_mod.SNIPPET
@@ -286,7 +290,14 @@ def probe_command(
 ) -> tuple[str, str]:
     """The one exec a probe sends, and its output marker (the benchmarks send this very command)."""
     spec = remote_spec(
-        host, source, log_path, rules, facts=settings.facts, kernel=settings.kernel, path_prepend=settings.path_prepend
+        host,
+        source,
+        log_path,
+        rules,
+        facts=settings.facts,
+        kernel=settings.kernel,
+        path_prepend=settings.path_prepend,
+        command_timeout=settings.transport.command_timeout,
     )
     mark = funnel_mod.new_mark()
     return funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), mark

@@ -165,7 +165,16 @@ fd_stream() {
         fi
       fi ;;
     command)
-      fd_buf=$($TO sh -c "$2" 2>/dev/null </dev/null | tail -c "$FD_SBYTES" | tr -d '\000') ;;
+      # Read once: its output is the log. It must end within FD_CTMO seconds (inside the command's own
+      # timeout); one cut there is the host's status, never an empty, healthy log.
+      fd_buf=$({ $TOC sh -c "$2" 2>/dev/null </dev/null; printf '\n%s rc %s\n' "$FD_MARK" "$?"; } |
+        tail -c "$FD_SBYTES" | tr -d '\000')
+      fd_rc=${fd_buf##*"$FD_MARK rc "}
+      fd_buf=$(printf '%s' "${fd_buf%"$NL$FD_MARK rc "*}")
+      if [ -n "$TOC" ] && { [ "$fd_rc" = 124 ] || [ "$fd_rc" = 137 ]; }; then
+        m reason "the command did not end within ${FD_CTMO}s; a command source is read once and must end (for watch to stream one, let it print once and stream under \$FLEETDIAG_FOLLOW, e.g. kubectl logs \${FLEETDIAG_FOLLOW:+-f --tail 0} POD)"
+        m status unreadable; return
+      fi ;;
     cri)
       # "TIME STREAM F|P text": the prefix dropped; P is a partial line, joined to the next one.
       mt=$(stat -L -c '%Y' "$2" 2>/dev/null) && m mtime "$mt"

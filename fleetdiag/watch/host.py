@@ -196,6 +196,7 @@ class HostWatcher:
             facts=s.facts,
             kernel=s.kernel,
             path_prepend=s.path_prepend,
+            command_timeout=s.transport.command_timeout,
         )
         return follow_mod.FollowSpec(
             funnel=fs,
@@ -208,7 +209,13 @@ class HostWatcher:
             heartbeat=self.settings.heartbeat,
             mode=self.settings.mode,
             shell=self.settings.shell,
+            once=self._once(source),
         )
+
+    @staticmethod
+    def _once(source: LogSource) -> bool:
+        """A ``command`` source that does not stream under FLEETDIAG_FOLLOW: its output is read once."""
+        return source.kind == "command" and not follow_mod.streams(source.value)
 
     async def _follow(self, conn: Any, source: LogSource) -> None:
         """One exec: the snapshot, then records until the connection ends or goes silent.
@@ -299,6 +306,8 @@ class HostWatcher:
             self.view.markers.append("a stream has no size or mtime: idle time counts from the last line received")
         else:
             self.view.idle_from = "log mtime"
+        # a command read once is a finished log: its silence says nothing (no stall by idle time)
+        st.final = self._once(self.source) and fr.status in ("ok", "empty")
         self.buffer.reset(fr.lines() if fr.status == "ok" else ())
         self.state.run_start = fr.run_start
         self._pos = fr.size or 0

@@ -162,6 +162,7 @@ class HostState:
     stall_limit: float | None = None  # silence beyond this may be a stall (None: serving); set per analysis
     parsed: list[Any] = field(default_factory=list)  # the latest run's buffered lines, parsed once per analysis
     judged: tuple[float, Silence] | None = None  # (when, judgement) while silent past the limit
+    final: bool = False  # the log is complete (a command's output, read once): no stall by silence
 
     # -- evidence --
     def idle(self, now: float) -> float | None:
@@ -238,7 +239,7 @@ class HostState:
         missing = self.log_status in ("missing", "no-match")
         if v.process_alive is False:
             return STALLED, f"no process matches '{s.process}', and the log names no error"
-        idle = self.idle(now)
+        idle = None if self.final else self.idle(now)
         if missing:
             if idle is not None and idle >= self.stall_after:
                 return STALLED, f"the log has not appeared for {ago(idle)}: {v.log}"
