@@ -274,13 +274,13 @@ def test_a_spare_closed_by_the_server_falls_back_to_a_new_channel(sshd, tmp_path
 
 
 def test_an_untested_asyncssh_release_gets_its_own_login_and_channels(sshd, tmp_path, monkeypatch):
-    """On a release outside sshfast.TESTED (2.19 lacks a hook the short login calls) nothing is
+    """On a release outside sshfast.TESTED (2.23, say) nothing is
     patched: the same probe verdict, asyncssh's own round trips, no spare channel."""
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
-    assert sshfast.tested((2, 24, 1)) and not sshfast.tested((2, 19, 0)) and not sshfast.tested((2, 25))
+    assert sshfast.tested((2, 24, 1)) and not sshfast.tested((2, 23, 0)) and not sshfast.tested((2, 25))
     assert sshfast._release("2.25.0rc1") == (2, 25)
-    monkeypatch.setattr(sshfast, "ASYNCSSH_VERSION", (2, 19, 0))
+    monkeypatch.setattr(sshfast, "ASYNCSSH_VERSION", (2, 23, 0))
     assert not sshfast.enabled()
     n, res = asyncio.run(_count(sshd, log, sshd.opts()))
     assert res.verdict == FAILED, res.error
