@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import follow as follow_mod
 from .. import funnel as funnel_mod
+from ..analysis.tracebacks import CARET, CODE, FRAME, TB_START
 from ..inventory.model import LogSource
 from ..job import clock_sample as job_clock_sample
 from ..probe import (
@@ -54,8 +55,19 @@ from .state import HostState, HostView
 
 # Sources followed as a stream (no size or mtime: idle is the time since the last line arrived).
 STREAMS = ("journal", "docker", "command")
+# Seconds a healthy host's routine lines wait at most for their analysis (see HostWatcher._due).
+ROUTINE_EVERY = 10.0
+# Seconds a decisive line inside a traceback still being written waits for the block's end (its exception
+# line): the next burst usually brings it within a poll; a log cut there is decided on what is there.
+SETTLE = 0.5
+# A follower that ran this long and ended is started again on the same connection (see _follow_on).
+RESTART_AFTER = 5.0
 # No retry fixes these, and repeating a refused login can get the client banned.
 PERMANENT = (AUTH, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, KEY, OVERSIZE)
+
+
+class _Ended(Exception):
+    """The remote follower's output ended (its exec finished) on a connection that may still be up."""
 
 
 class _Watchdog:
@@ -119,6 +131,9 @@ class HostWatcher:
         self._conn: Any = None  # the connection being followed, while it is
         self._kernel_task: asyncio.Task[None] | None = None
         self._kernel_read_for: set[str] = set()  # app errors the kernel part was read again for
+        self._analysed_at = -math.inf  # monotonic time of the last analysis
+        self._settle: asyncio.TimerHandle | None = None  # pending: an unfinished traceback's deadline
+        self._settled = False  # analysing after that deadline: take what is there
 
     # -- time: monotonic inside, unix time in the view --
     def _now(self) -> float:
@@ -154,7 +169,7 @@ class HostWatcher:
             try:
                 conn = await self._connect()
                 try:
-                    await self._follow(conn, source)
+                    await self._follow_on(conn, source)
                 finally:
                     conn.close()
                 err = "the follower stopped"
@@ -217,6 +232,21 @@ class HostWatcher:
         """A ``command`` source that does not stream under FLEETDIAG_FOLLOW: its output is read once."""
         return source.kind == "command" and not follow_mod.streams(source.value)
 
+    async def _follow_on(self, conn: Any, source: LogSource) -> None:
+        """Followers on one connection: one that ends while the connection stays up (ended on the host,
+        by a newer follower, an admin's kill) is started again at once, without a reconnect, so the host
+        is never shown down for it. One that ends within RESTART_AFTER s of its start is a failure."""
+        while True:
+            started = self._now()
+            try:
+                await self._follow(conn, source)
+                return
+            except _Ended as ended:
+                closed = getattr(getattr(conn, "conn", None), "is_closed", lambda: True)()
+                if closed or self._now() - started < RESTART_AFTER:
+                    raise HostError(CLOSED, str(ended)) from None
+                self.view.markers = (self.view.markers + [f"{ended}: started again"])[-5:]
+
     async def _follow(self, conn: Any, source: LogSource) -> None:
         """One exec: the snapshot, then records until the connection ends or goes silent.
 
@@ -237,7 +267,7 @@ class HostWatcher:
             async with conn.stream(command) as stream:
                 self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
                 await self._read(stream, mark, dog)
-        except (HostError, OSError):
+        except (HostError, OSError, _Ended):
             if dog.fired:
                 raise HostError(TIMEOUT, dog.fired) from None
             raise
@@ -277,7 +307,7 @@ class HostWatcher:
             if dog.fired:
                 raise HostError(TIMEOUT, dog.fired)
             status = stream.exit_status
-            raise HostError(CLOSED, "the remote follower ended" + (f" (exit status {status})" if status else ""))
+            raise _Ended("the remote follower ended" + (f" (exit status {status})" if status else ""))
         return line
 
     # -- applying what arrives --
@@ -332,7 +362,7 @@ class HostWatcher:
                 st.set_activity(now, now)
                 st.log_status = "ok"
                 st.seen_log = True
-            if self.buffer.dirty:
+            if self._due():
                 self._analyze()
             self.evaluate()
         elif isinstance(rec, follow_mod.Heartbeat):
@@ -344,6 +374,8 @@ class HostWatcher:
             if rec.now:
                 rtt = self.view.rtt_ms / 1000.0 if self.view.rtt_ms is not None else None
                 self.clock = job_clock_sample(str(rec.now), time.time(), rtt) or self.clock
+            if self._due():  # a healthy host's routine lines, once ROUTINE_EVERY has passed
+                self._analyze()
             self.evaluate()
         elif isinstance(rec, follow_mod.Reset):
             self.buffer.reset()
@@ -388,10 +420,40 @@ class HostWatcher:
                 res.facts["zone"] = self.clock["zone"]
         if self.buffer.dropped:
             res.markers.append(f"watch buffer: {self.buffer.dropped} lines from the middle of the run not kept")
-        self.buffer.dirty = False
+        if _unfinished(res) and not self._settled:  # a traceback still being written: its end decides
+            if self._settle is None:
+                self._settle = asyncio.get_running_loop().call_later(SETTLE, self._settle_now)
+            return
+        if self._settle is not None:
+            self._settle.cancel()
+            self._settle = None
+        self.buffer.dirty = self.buffer.urgent = False
         self.analyses += 1
-        st.analysed(res, self._now())
+        self._analysed_at = self._now()
+        st.analysed(res, self._analysed_at)
         self._reread_kernel(res)
+
+    def _settle_now(self) -> None:
+        """The traceback stayed unfinished for SETTLE seconds: decide on what is there."""
+        self._settle = None
+        self._settled = True
+        try:
+            self._analyze()
+        finally:
+            self._settled = False
+        self.evaluate()
+
+    def _due(self) -> bool:
+        """Whether what arrived needs an analysis now. Error-shaped, context and run-start lines always do;
+        routine lines cannot make a healthy log fail, so a healthy host re-analyses for them at most every
+        ROUTINE_EVERY seconds (a busy serving log on fifty hosts would otherwise keep the controller busy)."""
+        b = self.buffer
+        if not b.dirty:
+            return False
+        res = self.view.result
+        if b.urgent or res is None or res.verdict != Verdict.HEALTHY:
+            return True
+        return self._now() - self._analysed_at >= ROUTINE_EVERY
 
     def _reread_kernel(self, res: HostResult) -> None:
         """A failure that appeared after the snapshot: read the kernel part again, beside the follower on
@@ -420,3 +482,13 @@ class HostWatcher:
             self.kernel = fr.kernel
             self._analyze()
             self.evaluate()
+
+
+def _unfinished(res: HostResult) -> bool:
+    """The decisive line is a traceback's header, frame, code or caret line, with no exception type: the
+    block is being written (its exception line, the real decisive one, comes with the next burst)."""
+    d = res.decisive
+    if res.verdict != Verdict.FAILED or d is None or d.exception_type or d.source != "log":
+        return False
+    m = d.message or d.line
+    return bool(TB_START.search(m) or FRAME.match(m) or CARET.match(m) or CODE.match(m))
