@@ -24,6 +24,7 @@ caps are in bytes and leave a marker line, and over-long lines keep both ends.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -33,6 +34,7 @@ from . import remote
 from .records import FunnelResult, Line
 
 VERSION = 1
+DISCOVER_UNDER_ENV = "FLEETDIAG_DISCOVER_UNDER"
 
 
 @dataclass
@@ -84,6 +86,9 @@ class FunnelSpec:
     path_prepend: str = ""  # a remote dir before PATH (journalctl, docker, scontrol in odd places)
     docker_root: str = "/var/lib/docker"  # where a container's json-file log is, when docker logs is refused
     k8s_logs: str = "/var/log/containers"  # the kubelet's CRI logs (POD_NS_CONTAINER-ID.log)
+    # Discovery considers only the descendants of this pid on the host ("": every process). From
+    # $FLEETDIAG_DISCOVER_UNDER: the tests' sshd is this machine, whose other processes are not theirs.
+    discover_under: str = field(default_factory=lambda: os.environ.get(DISCOVER_UNDER_ENV, "").strip())
 
 
 # The script body (remote/funnel.sh). Values arrive as shell variables set above it;
@@ -137,6 +142,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_DPATH": spec.path_prepend,
         "FD_DOCKER_ROOT": spec.docker_root,
         "FD_K8S_LOGS": spec.k8s_logs,
+        "FD_UNDER": spec.discover_under if spec.discover_under.isdigit() else "",
         "FD_JOBS": JOBS_ERE,
         "FD_JOBMODS": JOB_MODULES_ERE,
         "FD_NOTJOBS": NOT_JOBS_ERE,

@@ -38,6 +38,17 @@ fd_procs() {
       if (score >= min) { sub(/ +$/, "", label); printf "%d\t%s\t%s\n", score, pid, label }
     }' | sort -t "$T" -k1,1nr -k2,2n
 }
+# Whether pid $1 descends from FD_UNDER (set: only that process's descendants are the job; a test's
+# own view of a shared machine). Walks PPid up, bounded.
+fd_under() {
+  [ -n "$FD_UNDER" ] || return 0
+  q=$1; k=0
+  while [ -n "$q" ] && [ "$q" -gt 1 ] && [ "$k" -lt 64 ]; do
+    [ "$q" = "$FD_UNDER" ] && return 0
+    q=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$q/status" 2>/dev/null); k=$((k + 1))
+  done
+  return 1
+}
 # Start time (clock ticks since boot) of a pid, to prefer the oldest: the launcher, not a worker.
 fd_start() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
 # (Pipes, not here-documents: bash writes a here-document to a temp file.)
@@ -46,6 +57,7 @@ fd_pick() {
     best=; bst=; bsc=
     while IFS="$T" read -r sc p lab; do
       [ -n "$bsc" ] && [ "$sc" -lt "$bsc" ] && break
+      fd_under "$p" || continue
       s=$(fd_start "$p"); [ -n "$s" ] || continue
       if [ -z "$best" ] || [ "$s" -lt "$bst" ]; then best=$p; bst=$s; bsc=$sc; blab=$lab; fi
     done
