@@ -22,27 +22,21 @@ SEED = (Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" /
 DECISIVE = "DP adjusted local rank 3 is out of bounds"
 
 
-def _inventory(sshd, tmp: Path) -> Path:
+def _inventory(write_inventory, tmp: Path) -> Path:
     log = tmp / "train.log"
     log.write_text(SEED)
     q = "'" + str(log).replace("'", "'\\''") + "'"
-    hosts = {"done": f"cat {q}", "endless": "echo loading; exec sleep 600"}
     # the endless one's passes get 2 s on the host (funnel.timeout), well inside the exec's own timeout
-    inv = tmp / "inventory.yaml"
-    inv.write_text(
-        "hosts:\n"
-        + "".join(
-            f"  {name}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-            f"    logs:\n      app: {json.dumps({'command': cmd})}\n"
-            + ("    funnel:\n      timeout: 2\n" if name == "endless" else "")
-            for name, cmd in hosts.items()
-        )
+    return write_inventory(
+        {
+            "done": {"logs": {"app": {"command": f"cat {q}"}}},
+            "endless": {"logs": {"app": {"command": "echo loading; exec sleep 600"}}, "funnel": {"timeout": 2}},
+        }
     )
-    return inv
 
 
-def test_probe_reads_a_finished_command_and_names_one_that_does_not_end(sshd, tmp_path: Path) -> None:
-    inv = _inventory(sshd, tmp_path)
+def test_probe_reads_a_finished_command_and_names_one_that_does_not_end(sshd, tmp_path: Path, write_inventory) -> None:
+    inv = _inventory(write_inventory, tmp_path)
     r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *_ssh_args(sshd)])
     hosts = {h["host"]: h for h in json.loads(r.output)["hosts"]}
     assert hosts["done"]["verdict"] == "failed" and DECISIVE in hosts["done"]["decisive"]["line"]
@@ -52,8 +46,8 @@ def test_probe_reads_a_finished_command_and_names_one_that_does_not_end(sshd, tm
     assert r.exit_code == Exit.FAILED
 
 
-def test_watch_reads_a_finished_command_once_and_a_cut_one_is_no_log(sshd, tmp_path: Path) -> None:
-    inv = _inventory(sshd, tmp_path)
+def test_watch_reads_a_finished_command_once_and_a_cut_one_is_no_log(sshd, tmp_path: Path, write_inventory) -> None:
+    inv = _inventory(write_inventory, tmp_path)
     r = CliRunner().invoke(
         main,
         ["-i", str(inv), "watch", "all", "--jsonl", "--duration", "10", "--heartbeat", "0.5s"] + _ssh_args(sshd),

@@ -45,7 +45,11 @@ fd_under() {
   q=$1; k=0
   while [ -n "$q" ] && [ "$q" -gt 1 ] && [ "$k" -lt 64 ]; do
     [ "$q" = "$FD_UNDER" ] && return 0
-    q=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$q/status" 2>/dev/null); k=$((k + 1))
+    n=$q; q=
+    while IFS= read -r l; do  # builtins only: no fork per step
+      case $l in PPid:*) q=${l#PPid:}; q=${q#"${q%%[!"$T" ]*}"}; break ;; esac
+    done 2>/dev/null <"/proc/$n/status"
+    k=$((k + 1))
   done
   return 1
 }
