@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .reach import CLOSED, KEY, MAX_OUTPUT, TIMEOUT, HostError, PartialOutput, TransportOptions
+from .reach import CLOSED, CONNECT_TIMEOUT, KEY, MAX_OUTPUT, TIMEOUT, HostError, PartialOutput, TransportOptions
 
 PERSIST_ENV = "FLEETDIAG_PERSIST"
 RUNTIME_ENV = "FLEETDIAG_RUNTIME_DIR"  # where the socket lives (tests, or a user who wants it elsewhere)
@@ -284,7 +284,7 @@ class Keeper:
             opts = TransportOptions(
                 known_hosts=params.get("known_hosts"),
                 accept_new=bool(params.get("accept_new")),
-                connect_timeout=float(params.get("connect_timeout") or 10.0),
+                connect_timeout=float(params.get("connect_timeout") or CONNECT_TIMEOUT),
                 ssh_config=params.get("ssh_config"),
                 client_keys=params.get("client_keys"),
                 keepalive=params.get("keepalive") or 30.0,  # notices a dead peer while idle
