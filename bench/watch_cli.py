@@ -167,7 +167,9 @@ def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
         watch.wait(20)
         proxyd.stdin.close()  # type: ignore[union-attr]
         proxyd.wait(10)
-    unreachable = sum(1 for d in ev.lines if d.get("event") == "state" and d["state"] == "unreachable")
+    down = [d["reason"][:60] for d in ev.lines if d.get("event") == "state" and d["state"] == "unreachable"]
+    unreachable = len(down)
+    final = ev.state()
     return {
         "hosts": n,
         "up_s": round(up_s, 1),
@@ -179,6 +181,8 @@ def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
         "target_ms": rtt / 2 + 50,
         "wrong_decisive": len(wrong),
         "unreachable_events": unreachable,
+        "unreachable_why": sorted(set(down))[:5],
+        "final_states": {st: list(final.values()).count(st) for st in sorted(set(final.values()))},
     }
 
 

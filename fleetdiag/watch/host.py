@@ -421,9 +421,14 @@ class HostWatcher:
         if self.buffer.dropped:
             res.markers.append(f"watch buffer: {self.buffer.dropped} lines from the middle of the run not kept")
         if _unfinished(res) and not self._settled:  # a traceback still being written: its end decides
-            if self._settle is None:
-                self._settle = asyncio.get_running_loop().call_later(SETTLE, self._settle_now)
-            return
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # driven by hand (no loop to wait in): decide now
+                loop = None
+            if loop is not None:
+                if self._settle is None:
+                    self._settle = loop.call_later(SETTLE, self._settle_now)
+                return
         if self._settle is not None:
             self._settle.cancel()
             self._settle = None
