@@ -43,6 +43,10 @@ class HostError(Exception):
         self.kind = kind
 
 
+# The key files asyncssh (like ssh) tries from ~/.ssh when no key is named, in its order: the one list
+# (the keeper keys a kept connection by them, the auth message says whether any exists).
+DEFAULT_KEY_FILES = ("id_ed25519_sk", "id_ecdsa_sk", "id_ed448", "id_ed25519", "id_ecdsa", "id_rsa", "id_dsa")
+
 # The defaults, written once: seconds to connect and log in, and for the remote command.
 CONNECT_TIMEOUT = 10.0
 COMMAND_TIMEOUT = 60.0

@@ -28,6 +28,7 @@ from . import sshfast
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
     CLOSED,
+    DEFAULT_KEY_FILES,
     DNS,
     HOSTKEY_CHANGED,
     HOSTKEY_UNKNOWN,
@@ -540,9 +541,7 @@ def _auth_reason(where: str, opts: TransportOptions) -> str:
     else:
         agent = None
     ssh_dir = Path.home() / ".ssh"
-    has_keys = any(
-        (ssh_dir / n).exists() for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk", "id_dsa")
-    )
+    has_keys = any((ssh_dir / n).exists() for n in DEFAULT_KEY_FILES)
     if agent and not has_keys:
         return (
             f"{text}: {agent} and no default key in {ssh_dir}; start ssh-agent and ssh-add, or pass --identity KEYFILE"
