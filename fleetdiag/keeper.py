@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import child
 from .reach import CLOSED, KEY, MAX_OUTPUT, TIMEOUT, HostError, PartialOutput, TransportOptions
 
 PERSIST_ENV = "FLEETDIAG_PERSIST"
@@ -587,11 +588,9 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
-# The keeper runs this fleetdiag (an editable checkout too), whatever PYTHONPATH the command had.
-_BOOT = (
-    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); from fleetdiag.keeper import _detach_main; "
-    "sys.exit(_detach_main(sys.argv[2:]))"
-)
+# The keeper runs this fleetdiag (an editable checkout too), whatever PYTHONPATH the command had, and
+# nothing from the command's working directory (child.py: isolated mode, fixed cwd, explicit sys.path).
+_BOOT = "from fleetdiag.keeper import _detach_main; sys.exit(_detach_main(sys.argv[2:]))"
 
 
 def spawn(directory: Path, persist: float) -> bytes:
@@ -602,12 +601,13 @@ def spawn(directory: Path, persist: float) -> bytes:
     """
     try:
         proc = subprocess.run(  # `fleetdiag.keeper` in its argv: ps shows what it is
-            [sys.executable, "-c", _BOOT, "fleetdiag.keeper", str(directory), repr(float(persist))],
+            child.python_argv(_BOOT, "fleetdiag.keeper", str(directory), repr(float(persist))),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             close_fds=True,
             start_new_session=True,
+            cwd=child.CHILD_CWD,
             timeout=START_WAIT * 2,
             check=False,
         )
