@@ -56,13 +56,15 @@ class _Client(asyncssh.SSHClient):
     host with no known key at all may be trusted on first use.
     """
 
-    def __init__(self, opts: TransportOptions):
+    def __init__(self, opts: TransportOptions, known: KnownHosts | None = None):
         self.opts = opts
+        self.known = known
         self.verdict: str | None = None
         self.new_key: asyncssh.SSHKey | None = None
         self.fingerprint = ""
         self.conn: Any = None
-        self.known_path: Path = opts.known_hosts_file()
+        files = known.files if known is not None and known.files else [str(opts.known_hosts_file())]
+        self.known_path: Path = Path(files[0]).expanduser()  # where --accept-new appends, as ssh does
         self.key_host: str | None = None  # the name known_hosts knows the host by (HostKeyAlias or target)
         self.key_port: int | None = None
 
@@ -70,27 +72,15 @@ class _Client(asyncssh.SSHClient):
         self.conn = conn
         sshfast.shorten(conn)
 
-    def _effective_known_hosts(self) -> Any:
-        """The known_hosts asyncssh checked: our option, ssh config's UserKnownHostsFile, or the default."""
-        value = getattr(self.conn, "_known_hosts", None)
-        if isinstance(value, str) and value:
-            return value
-        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-            return list(value)
-        return str(self.opts.known_hosts_file())
-
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         self.fingerprint = key.get_fingerprint()
         self.key_host, self.key_port = host, port
-        effective = self._effective_known_hosts()
-        first = effective[0] if isinstance(effective, list) else effective
-        self.known_path = Path(first).expanduser()
+        if self.known is not None and key in self.known.revoked:  # asyncssh checks this first; so do we
+            self.verdict = HOSTKEY_REVOKED
+            return False
         trusted = getattr(self.conn, "_trusted_host_keys", None)
-        if trusted is None:  # not the asyncssh we know: look the host up ourselves
-            try:
-                trusted = list(asyncssh.match_known_hosts(effective, host, addr, port)[0])
-            except (OSError, ValueError):
-                trusted = []
+        if trusted is None and self.known is not None:  # not the asyncssh we know: our own lookup's answer
+            trusted = self.known.trusted
         if trusted:
             self.verdict = HOSTKEY_CHANGED
             return False
@@ -99,6 +89,68 @@ class _Client(asyncssh.SSHClient):
             self.new_key = key
             return True
         return False
+
+
+HOSTKEY_REVOKED = "revoked"  # a verdict of _Client only: reported as HOSTKEY_CHANGED
+
+
+class KnownHosts:
+    """The known_hosts lookup handed to asyncssh (its documented callable form): revoked keys hold on every port.
+
+    asyncssh's own lookup, when nothing *trusted* matches ``[host]:port``, matches again without
+    the port and keeps that second answer's revoked list only, so ``@revoked [host]:2222 KEY``
+    was dropped and the key looked unknown (then ``--accept-new`` trusted it). Here the revoked
+    keys are every ``@revoked`` entry matching the host with its port or without, and they are
+    taken out of the trusted ones. A missing file is an empty one (as ssh treats it);
+    ``UserKnownHostsFile none`` means no file, so no key is known (asyncssh would check none).
+    """
+
+    def __init__(self, files: list[str]):
+        self.files = files
+        self.revoked: set[Any] = set()
+        self.trusted: list[Any] = []
+
+    def _text(self) -> str:
+        parts = []
+        for name in self.files:
+            try:
+                with open(Path(name).expanduser(), encoding="utf-8", errors="replace") as fh:
+                    parts.append(fh.read(MAX_KNOWN_HOSTS))
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue
+        return "\n".join(parts)
+
+    def __call__(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
+        text = self._text()
+        trusted, ca_keys, *_ = asyncssh.import_known_hosts(text).match(host, addr, port)
+        revoked_only = "\n".join(_unmark(line) for line in text.splitlines() if line.lstrip().startswith("@revoked"))
+        if revoked_only:
+            marked = asyncssh.import_known_hosts(revoked_only)
+            for p in {port, None}:  # the port's entries, and the host's without a port
+                self.revoked.update(marked.match(host, addr, p)[0])
+        self.trusted = [k for k in trusted if k not in self.revoked]
+        return self.trusted, [k for k in ca_keys if k not in self.revoked], list(self.revoked)
+
+
+MAX_KNOWN_HOSTS = 16 * 1024 * 1024  # read from each known_hosts file at most
+
+
+def _unmark(line: str) -> str:
+    """``@revoked PATTERN KEY`` as a plain ``PATTERN KEY`` entry (so matching finds it as a host key)."""
+    parts = line.strip()[1:].split(None, 2)
+    return " ".join(parts[1:]) if len(parts) == 3 else ""
+
+
+def known_hosts_files(opts: TransportOptions, config: Any) -> list[str]:
+    """The known_hosts files that decide a host's key, as asyncssh picks them: ``--known-hosts``,
+    else the ssh config's UserKnownHostsFile and GlobalKnownHostsFile, else ``~/.ssh/known_hosts``."""
+    if opts.known_hosts:
+        return [str(Path(opts.known_hosts).expanduser())]
+    user = config.get("UserKnownHostsFile") if config is not None else None
+    if user is not None:
+        glob = config.get("GlobalKnownHostsFile") or []
+        return [str(Path(f).expanduser()) for f in [*user, *glob]]
+    return [str(opts.known_hosts_file())]
 
 
 @dataclass
@@ -335,8 +387,6 @@ def _connect_kwargs(
         kw["port"] = port
     if user:
         kw["username"] = user
-    if opts.known_hosts:
-        kw["known_hosts"] = str(Path(opts.known_hosts).expanduser())
     if opts.ssh_config is not None:
         kw["config"] = opts.ssh_config
     if opts.client_keys is not None:
@@ -347,6 +397,7 @@ def _connect_kwargs(
         kw["passphrase"] = secret
     if config is _UNREAD:
         config = _ssh_config(target, port, user, opts)
+    kw["known_hosts"] = KnownHosts(known_hosts_files(opts, config))
     if config is None or config.get("Ciphers") is None:  # else the user chose, and asyncssh applies it
         kw["encryption_algs"] = _ciphers()
     kw.update(opts.extra)
@@ -447,8 +498,8 @@ async def _open(
     via: str | None = None,
     config: Any = _UNREAD,
 ) -> asyncssh.SSHClientConnection:
-    client = _Client(opts)
     kw = _connect_kwargs(target, port, user, opts, config)
+    client = _Client(opts, kw["known_hosts"])
     if tunnel is not None:
         kw["tunnel"] = tunnel
     where = f"{target}:{port or 22}"
@@ -464,6 +515,12 @@ async def _open(
             f"{' (through jump host ' + via + ')' if via else ''}: no answer from the host",
         ) from exc
     except asyncssh.HostKeyNotVerifiable as exc:
+        if client.verdict == HOSTKEY_REVOKED or (client.verdict is None and client.known and client.known.revoked):
+            raise HostError(
+                HOSTKEY_CHANGED,
+                f"REVOKED HOST KEY for {where}: {client.known_path} marks this host's key @revoked; refused, "
+                "never accepted (not even with --accept-new); this may be an attack",
+            ) from exc
         if client.verdict == HOSTKEY_CHANGED:
             raise HostError(
                 HOSTKEY_CHANGED,
