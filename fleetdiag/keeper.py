@@ -19,6 +19,11 @@ Why it is shaped like this:
   jump chain, identity files, known_hosts, ssh config (their contents or
   identity on disk), the agent socket and the options that change the login.
   A changed inventory entry or ssh config therefore never reuses a connection.
+- **Trust re-checked on every reuse.** A kept connection remembers every file that
+  decided its trust (``transport.trust_of``: the ssh config and the files it
+  Includes, each known_hosts file that applied, the key files); on each reuse,
+  and while idle, a changed one closes it, so a revoked or removed key is refused
+  by the next command exactly as a direct connection would refuse it.
 - **Never in the way.** The client waits at most ~200 ms for the keeper's
   hello; a missing, stale or wedged keeper means a direct connection, silently.
   The keeper detaches fully (double fork, ``setsid``, stdio on /dev/null, no
@@ -185,6 +190,21 @@ def connection_key(params: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
+def _options(params: dict[str, Any]) -> TransportOptions:
+    """The transport options a kept connection is dialled with, from its plain description."""
+    opts = TransportOptions(
+        known_hosts=params.get("known_hosts"),
+        accept_new=bool(params.get("accept_new")),
+        connect_timeout=float(params.get("connect_timeout") or 10.0),
+        ssh_config=params.get("ssh_config"),
+        client_keys=params.get("client_keys"),
+        keepalive=params.get("keepalive") or 30.0,  # notices a dead peer while idle
+    )
+    if params.get("client_keys") is None:  # the client's agent, not the one the keeper was started with
+        opts.extra["agent_path"] = params.get("agent_path")
+    return opts
+
+
 def _plain(jump: Any) -> Any:
     """A jump (one hop tuple, or a chain of them) as JSON lists."""
     if jump is None:
@@ -245,6 +265,8 @@ class Kept:
     uses: int = 0
     spare_uses: int = 0  # commands that started on a channel opened ahead of need
     busy: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    trust: Any = None  # transport.Trust: what decided this connection's trust when it was dialled
 
     def alive(self) -> bool:
         c = self.conn.conn
@@ -274,31 +296,39 @@ class Keeper:
         lock = self.dialling.setdefault(key, asyncio.Lock())
         async with lock:
             k = self.kept.get(key)
-            if k is not None and (fresh or not k.alive()):
+            if k is not None and (fresh or not k.alive() or not self.trusted(k)):
                 self.drop(key)
                 k = None
             if k is not None:
                 k.persist = max(k.persist, persist)
                 return k, True, 0.0
-            from .transport import connect
+            from .transport import connect, trust_of
 
-            opts = TransportOptions(
-                known_hosts=params.get("known_hosts"),
-                accept_new=bool(params.get("accept_new")),
-                connect_timeout=float(params.get("connect_timeout") or 10.0),
-                ssh_config=params.get("ssh_config"),
-                client_keys=params.get("client_keys"),
-                keepalive=params.get("keepalive") or 30.0,  # notices a dead peer while idle
-            )
-            if params.get("client_keys") is None:  # the client's agent, not the one the keeper was started with
-                opts.extra["agent_path"] = params.get("agent_path")
-            conn = await connect(
-                params["target"], params.get("port"), params.get("user"), opts, jump=_unplain(params.get("jump"))
-            )
+            opts = _options(params)
+            jump = _unplain(params.get("jump"))
+            trust = trust_of(params["target"], params.get("port"), params.get("user"), opts, jump)
+            conn = await connect(params["target"], params.get("port"), params.get("user"), opts, jump=jump)
             conn.keep_spare()  # the next command on this host costs its exec alone
             k = Kept(key, label, f"{params['target']}:{params.get('port') or 22}", conn, persist=persist)
+            k.params, k.trust = params, trust
             self.kept[key] = k
             return k, False, conn.connect_ms
+
+    def trusted(self, k: Kept) -> bool:
+        """Whether what decided ``k``'s trust (ssh config and its Includes, known_hosts, key files) still
+        holds: a kept connection never outlives a revoked or removed key. Cheap when nothing changed."""
+        if k.trust is None or k.trust.unchanged():
+            return True
+        from .transport import trust_of
+
+        params = k.params
+        now = trust_of(
+            params["target"], params.get("port"), params.get("user"), _options(params), _unplain(params.get("jump"))
+        )
+        if now.digest != k.trust.digest:
+            return False
+        k.trust = now  # touched, not changed
+        return True
 
     def drop(self, key: str) -> None:
         k = self.kept.pop(key, None)
@@ -497,7 +527,7 @@ class Keeper:
             await asyncio.sleep(0.5)
             now = time.monotonic()
             for key, k in list(self.kept.items()):
-                if k.busy == 0 and (now - k.last_used > k.persist or not k.alive()):
+                if k.busy == 0 and (now - k.last_used > k.persist or not k.alive() or not self.trusted(k)):
                     self.drop(key)
             try:
                 if os.stat(socket_path(self.dir)).st_ino != self.sock_ino:

@@ -149,3 +149,43 @@ def test_relative_paths_work_through_the_keeper(sshd, tmp_path, rt):
     assert pids_with("fleetdiag.keeper", str(rt)), "the kept probes went through a keeper"
     listed = json.loads(cli(rt, "connections", "--json").stdout)["connections"]
     assert len(listed) == 1 and listed[0]["uses"] == 2
+
+
+def test_kept_connection_is_closed_when_what_decided_its_trust_changes(sshd, tmp_path, rt):
+    """A known_hosts named by an Include'd ssh config file: revoke the key there while the connection is
+    kept and the next probe refuses it as a direct probe does; the kept connection is closed. Then an edit
+    of the Include'd file itself (another known_hosts, where the key is unknown) is noticed the same way."""
+    kh = tmp_path / "kh"
+    kh.write_text(sshd.known_hosts.read_text())
+    empty = tmp_path / "kh-empty"
+    empty.write_text("")
+    inc = tmp_path / "conf.d" / "nodes.conf"
+    inc.parent.mkdir()
+    inc.write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {kh}\n")
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Include {inc.parent}/*.conf\n")
+    inv = inventory(tmp_path, sshd)
+    ssh = ("--identity", str(sshd.client_key), "--ssh-config", str(cfg))
+
+    def probe(persist: str = "5m") -> dict:
+        return hosts_of(cli(rt, "-i", str(inv), "probe", "n0", "--json", "--persist", persist, *ssh))["n0"]
+
+    def kept() -> list:
+        return json.loads(cli(rt, "connections", "--json").stdout)["connections"]
+
+    for _ in range(2):
+        assert DECISIVE in probe()["decisive"]["line"]
+    assert [c["uses"] for c in kept()] == [2], "the second probe reused the kept connection"
+    kh.write_text(f"@revoked [127.0.0.1]:{sshd.port} {sshd.host_pub}\n")
+    kept_now, direct = probe(), probe("0")
+    for host in (kept_now, direct):
+        assert host["verdict"] == "unreachable" and host["facts"]["error_kind"] == "hostkey-changed", host
+    assert kept_now["error"] == direct["error"]
+    assert kept() == [], "the connection opened under the old known_hosts is closed"
+    kh.write_text(sshd.known_hosts.read_text())
+    assert DECISIVE in probe()["decisive"]["line"]
+    inc.write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {empty}\n")
+    kept_now, direct = probe(), probe("0")
+    for host in (kept_now, direct):
+        assert host["facts"]["error_kind"] == "hostkey-unknown", host
+    assert kept() == []
