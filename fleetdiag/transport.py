@@ -17,7 +17,7 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +30,11 @@ from . import sshfast
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
     CLOSED,
+    CUT_LOST,
+    CUT_OVERSIZE,
+    CUT_TIMEOUT,
     DNS,
+    DONE,
     HOSTKEY_CHANGED,
     HOSTKEY_UNKNOWN,
     JUMP,
@@ -38,15 +42,22 @@ from .reach import (  # noqa: F401  (re-exported: the options and errors live wi
     LOCAL,
     MAX_OUTPUT,
     NETWORK,
+    NOT_RUN,
     OVERSIZE,
     PASSPHRASE_ENV,
     REFUSED,
+    STDERR_KEEP,
     TIMEOUT,
+    CommandEnd,
     HostError,
     JumpHop,
     PartialOutput,
+    RunOutcome,
     TransportOptions,
+    outcome,
     parse_jump_chain,
+    scrub,
+    too_much,
 )
 
 
@@ -175,8 +186,6 @@ class Connection:
     open_trips: int = field(default=2, init=False)  # round trips the last command took to start: open + exec, or exec
     last_rtt_ms: float | None = field(default=None, init=False)  # from the last command's start
 
-    STDERR_KEEP = 4096
-
     def keep_spare(self) -> None:
         """From now on keep one session channel open ahead of need: each command costs its exec only.
 
@@ -202,6 +211,15 @@ class Connection:
         if self.spare is not None:
             self.spare.prime()
 
+    async def execute(self, command: str, timeout: float | None, cap: int = MAX_OUTPUT) -> RunOutcome:
+        """Run one command (``reach.Runner``): its outcome, never raised; a cut output keeps what arrived."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        end = await run_on(self, command, timeout, cap, out.append, err.append)
+        res = outcome(end, b"".join(out), b"".join(err), self.where, timeout, cap)
+        self.last_stderr, self.last_status, self.last_rtt_ms = res.stderr, res.status, res.rtt_ms
+        return res
+
     async def run(
         self, command: str, timeout: float | None, cap: int = MAX_OUTPUT
     ) -> tuple[bytes, int | None, float, float]:
@@ -212,79 +230,7 @@ class Connection:
         (with what arrived) when its output was cut by the timeout or a
         dropped connection.
         """
-        t0 = time.perf_counter()
-        chunks: list[bytes] = []
-        err: list[bytes] = []
-        self.last_stderr, self.last_status = b"", None
-        try:
-            proc = await asyncio.wait_for(self.create_process(command, stdin=asyncssh.DEVNULL), timeout)
-        except (asyncio.TimeoutError, TimeoutError) as exc:
-            raise HostError(
-                TIMEOUT, f"no answer within {timeout:g}s to the command: logged in, then the host stopped answering"
-            ) from exc
-        except (asyncssh.Error, OSError) as exc:
-            raise explain(exc) from exc
-        t_open = time.perf_counter()
-        self.last_rtt_ms = (t_open - t0) * 1000 / self.open_trips
-        left = None if timeout is None else max(0.1, timeout - (t_open - t0))
-
-        async def drain_err() -> None:
-            kept = 0
-            while True:
-                data = await proc.stderr.read(65536)
-                if not data:
-                    break
-                if kept < self.STDERR_KEEP:
-                    err.append(data[: self.STDERR_KEEP - kept])
-                    kept += len(err[-1])
-
-        async def drain() -> None:
-            err_task = asyncio.ensure_future(drain_err())
-            got = 0
-            try:
-                while True:
-                    data = await proc.stdout.read(65536)
-                    if not data:
-                        break
-                    got += len(data)
-                    if got > cap:
-                        proc.close()
-                        raise HostError(OVERSIZE, too_much(cap, self.where))
-                    chunks.append(data)
-                await err_task
-            finally:
-                err_task.cancel()
-            await proc.wait_closed()
-
-        try:
-            await asyncio.wait_for(drain(), left)
-        except HostError:
-            self.command_done()
-            self.last_stderr = b"".join(err)
-            chunks.clear()
-            raise
-        except (asyncio.TimeoutError, TimeoutError):
-            proc.close()
-            self.command_done()
-            got = sum(map(len, chunks))
-            self.last_stderr = b"".join(err)
-            if got:
-                why = f"command timed out after {timeout:g}s; output stopped after {_size(got)}"
-            else:
-                why = f"no output within {timeout:g}s: the command started, then the host went silent"
-            raise PartialOutput(b"".join(chunks), why) from None
-        except (asyncssh.Error, OSError) as exc:
-            got = sum(map(len, chunks))
-            self.last_stderr = b"".join(err)
-            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-            raise PartialOutput(
-                b"".join(chunks), f"connection to {self.where} lost after {_size(got)} of output ({_scrub(reason)})"
-            ) from exc
-        t1 = time.perf_counter()
-        self.command_done()
-        self.last_stderr = b"".join(err)
-        self.last_status = proc.exit_status
-        return b"".join(chunks), proc.exit_status, (t_open - t0) * 1000, (t1 - t0) * 1000
+        return (await self.execute(command, timeout, cap)).result()
 
     @asynccontextmanager
     async def stream(self, command: str, cap: int | None = MAX_OUTPUT) -> AsyncIterator[LineStream]:
@@ -310,12 +256,89 @@ class Connection:
             t.close()
 
 
-def too_much(cap: int, where: str) -> str:
-    """The status of a host that sent more than ``cap`` bytes."""
-    return (
-        f"{where} sent more than {cap // (1024 * 1024) or 1} MiB of output: reading stopped "
-        "(does its login print without end? check the shell's startup files or a ForceCommand)"
-    )
+async def run_on(
+    conn: Connection,
+    command: str,
+    timeout: float | None,
+    cap: int,
+    on_stdout: Callable[[bytes], Any],
+    on_stderr: Callable[[bytes], Any],
+) -> CommandEnd:
+    """Start ``command`` on ``conn`` and read it to its end: the one command semantics, for the direct
+    runner and the keeper alike (which passes callbacks that send frames to its client).
+
+    stdout goes to ``on_stdout`` until ``cap`` bytes (then the command is closed: oversize); the
+    start of stderr (``STDERR_KEEP``) to ``on_stderr``; the callbacks may be coroutines. Never raises
+    for the host's doing: how it ended is in the returned :class:`CommandEnd`.
+    """
+    t0 = time.perf_counter()
+    try:
+        proc = await asyncio.wait_for(conn.create_process(command, stdin=asyncssh.DEVNULL), timeout)
+    except (asyncio.TimeoutError, TimeoutError):
+        return CommandEnd(
+            NOT_RUN,
+            kind=TIMEOUT,
+            reason=f"no answer within {timeout:g}s to the command: logged in, then the host stopped answering",
+        )
+    except (asyncssh.Error, OSError) as exc:
+        target, _, port = conn.where.rpartition(":")
+        he = explain(exc, target, int(port) if port.isdigit() else None)
+        return CommandEnd(NOT_RUN, kind=he.kind, reason=str(he))
+    trips = conn.open_trips  # read now: another command may start on this connection meanwhile
+    end = CommandEnd(open_ms=(time.perf_counter() - t0) * 1000, trips=trips)
+    left = None if timeout is None else max(0.1, timeout - end.open_ms / 1000)
+
+    async def give(fn: Callable[[bytes], Any], data: bytes) -> None:
+        r = fn(data)
+        if asyncio.iscoroutine(r):
+            await r
+
+    async def drain_err() -> None:
+        kept = 0
+        while True:
+            data = await proc.stderr.read(65536)
+            if not data:
+                return
+            if kept < STDERR_KEEP:
+                piece = data[: STDERR_KEEP - kept]
+                kept += len(piece)
+                await give(on_stderr, piece)
+
+    async def drain() -> None:
+        err_task = asyncio.ensure_future(drain_err())
+        try:
+            while True:
+                data = await proc.stdout.read(65536)
+                if not data:
+                    break
+                end.got += len(data)
+                if end.got > cap:
+                    end.ended = CUT_OVERSIZE
+                    proc.close()
+                    return
+                await give(on_stdout, data)
+            await err_task
+        finally:
+            err_task.cancel()
+        await proc.wait_closed()
+
+    try:
+        await asyncio.wait_for(drain(), left)
+    except (asyncio.TimeoutError, TimeoutError):
+        proc.close()
+        end.ended = CUT_TIMEOUT
+    except (asyncssh.Error, OSError) as exc:
+        end.ended = CUT_LOST
+        end.reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    except BaseException:  # the caller went away (deadline, Ctrl-C, the keeper's client): stop the command
+        proc.close()
+        raise
+    finally:
+        conn.command_done()
+    if end.ended == DONE:
+        end.status = proc.exit_status
+    end.total_ms = (time.perf_counter() - t0) * 1000
+    return end
 
 
 class LineStream:
@@ -368,10 +391,6 @@ class LineStream:
                 self.proc.close()
                 raise HostError(OVERSIZE, too_much(self.cap, self.where))
             self._buf += data
-
-
-def _size(n: int) -> str:
-    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB"
 
 
 _UNREAD: Any = object()  # _connect_kwargs reads the ssh config itself
@@ -760,7 +779,4 @@ def explain(exc: BaseException, target: str = "", port: int | None = None) -> Ho
 
 def _scrub(text: str, opts: TransportOptions | None = None) -> str:
     """Never let a passphrase (option or environment) reach a message."""
-    for secret in {os.environ.get(PASSPHRASE_ENV), opts.passphrase if opts else None}:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    return scrub(text, opts.passphrase if opts else None)
