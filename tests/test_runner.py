@@ -151,3 +151,19 @@ def test_passphrase_is_scrubbed_from_remote_stderr_on_both_runners(tmp_path, rt)
     for host in got:
         assert "login failed for *** here" in host["error"] and "exit status 127" in host["error"], host
     assert got[0]["error"] == got[1]["error"]
+
+
+def test_newline_in_a_found_file_name_never_starts_a_card_row(sshd, tmp_path, rt):
+    """A log the host's glob found, named ``job\\nERROR injected.log``: the card shows ``\\n``, no new row."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "job\nERROR injected.log").write_text(SEED)
+    inv = inventory(tmp_path, sshd, f"    logs:\n      vllm: {json.dumps(str(logs) + '/*.log')}\n")
+    env = env_for(rt, COLUMNS="300")
+    args = [a for a in argv(inv, sshd, "--persist", "0") if a != "--json"]
+    text = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+    assert DECISIVE in text.stdout, text.stderr
+    assert "job\\nERROR injected.log" in text.stdout
+    assert not any(line.lstrip().startswith("ERROR injected") for line in text.stdout.splitlines()), text.stdout
+    doc = json.loads(subprocess.run(argv(inv, sshd, "--persist", "0"), capture_output=True, text=True, env=env).stdout)
+    assert doc["hosts"][0]["log"] == str(logs / "job\nERROR injected.log")  # JSON keeps the real name
