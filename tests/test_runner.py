@@ -167,3 +167,26 @@ def test_newline_in_a_found_file_name_never_starts_a_card_row(sshd, tmp_path, rt
     assert not any(line.lstrip().startswith("ERROR injected") for line in text.stdout.splitlines()), text.stdout
     doc = json.loads(subprocess.run(argv(inv, sshd, "--persist", "0"), capture_output=True, text=True, env=env).stdout)
     assert doc["hosts"][0]["log"] == str(logs / "job\nERROR injected.log")  # JSON keeps the real name
+
+
+def test_redact_connections_hides_kept_host_names(sshd, tmp_path, rt):
+    """``--redact connections`` (table and --json) shows placeholders, never the kept hosts' real names."""
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        f"hosts:\n  n0:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    logs:\n      vllm: {log}\n"
+    )
+    env = env_for(rt, COLUMNS="200")
+    out = subprocess.run(argv(inv, sshd, "--persist", "5m"), capture_output=True, text=True, timeout=120, env=env)
+    assert DECISIVE in out.stdout, out.stderr
+    base = [sys.executable, "-c", "from fleetdiag.cli import main; main()"]
+    plain = subprocess.run([*base, "connections"], capture_output=True, text=True, timeout=60, env=env).stdout
+    assert "n0" in plain  # the control: unredacted, the name is there
+    for extra in ([], ["--json"]):
+        shown = subprocess.run(
+            [*base, "--redact", "connections", *extra], capture_output=True, text=True, timeout=60, env=env
+        ).stdout
+        assert "host-1" in shown, shown
+        assert " n0 " not in shown and '"n0"' not in shown, shown
