@@ -28,7 +28,10 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
 def import_path(cwd: str | None = None) -> list[str]:
     """The ``sys.path`` a child gets: ours without the working directory or anything relative to it."""
-    here = os.path.realpath(cwd or os.getcwd())
+    try:
+        here: str | None = os.path.realpath(cwd or os.getcwd())
+    except OSError:  # started from a directory since removed: drop every relative entry all the same
+        here = None
     kept: list[str] = []
     for entry in sys.path:
         if not entry or not os.path.isabs(entry):
