@@ -89,6 +89,7 @@ START_WAIT = 3.0  # how long a command waits for a keeper it started before conn
 SOCKET_NAME = "keeper.sock"
 LOCK_NAME = "keeper.lock"
 EXIT_GRACE = 2.0  # an idle keeper with no connection exits after this
+TRUST_CHECK = 5.0  # seconds between checks of idle connections' trust files (every reuse checks them too)
 
 
 # --------------------------------------------------------------------------- the place
@@ -460,11 +461,14 @@ class Keeper:
 
     async def reap(self) -> None:
         """Close connections idle past their persist; exit when none is left, or the socket is not ours."""
+        checked = time.monotonic()
         while not self.stop.is_set():
             await asyncio.sleep(0.5)
             now = time.monotonic()
+            check = now - checked >= TRUST_CHECK  # idle connections' trust files: every few seconds, not 2/s
+            checked = now if check else checked
             for key, k in list(self.kept.items()):
-                if k.busy == 0 and (now - k.last_used > k.persist or not k.alive() or not self.trusted(k)):
+                if k.busy == 0 and (now - k.last_used > k.persist or not k.alive() or (check and not self.trusted(k))):
                     self.drop(key)
             try:
                 if os.stat(socket_path(self.dir)).st_ino != self.sock_ino:
