@@ -133,14 +133,14 @@ def test_known_hosts_lookup_keeps_revoked_keys_on_every_port(sshd):
 
 def test_relative_paths_work_through_the_keeper(sshd, tmp_path, rt):
     """--known-hosts, --identity and --ssh-config relative to the command's directory reach the keeper
-    (which runs from /) as absolute paths: the kept probe is the direct one's."""
+    and the worker processes (which run from /) as absolute paths: the kept probe is the direct one's."""
     work = tmp_path / "work"
     work.mkdir()
     (work / "kh").write_text(sshd.known_hosts.read_text())
     (work / "key").write_bytes(sshd.client_key.read_bytes())
     os.chmod(work / "key", 0o600)
     (work / "cfg").write_text("# empty\n")
-    inv = inventory(tmp_path, sshd)
+    inv = inventory(tmp_path, sshd, ("n0", "n1"))
     rel = ["--known-hosts", "kh", "--identity", "key", "--ssh-config", "cfg"]
     for persist in ("0", "5m", "5m"):
         out = cli(rt, "-i", str(inv), "probe", "n0", "--json", "--persist", persist, *rel, cwd=work)
@@ -149,6 +149,9 @@ def test_relative_paths_work_through_the_keeper(sshd, tmp_path, rt):
     assert pids_with("fleetdiag.keeper", str(rt)), "the kept probes went through a keeper"
     listed = json.loads(cli(rt, "connections", "--json").stdout)["connections"]
     assert len(listed) == 1 and listed[0]["uses"] == 2
+    spread = cli(rt, "-i", str(inv), "probe", "--workers", "2", "all", "--json", "--persist", "0", *rel, cwd=work)
+    for host in hosts_of(spread).values():
+        assert DECISIVE in (host.get("decisive") or {}).get("line", ""), host
 
 
 def test_kept_connection_is_closed_when_what_decided_its_trust_changes(sshd, tmp_path, rt):
