@@ -192,3 +192,37 @@ def test_kept_connection_is_closed_when_what_decided_its_trust_changes(sshd, tmp
     for host in (kept_now, direct):
         assert host["facts"]["error_kind"] == "hostkey-unknown", host
     assert kept() == []
+
+
+def test_trust_of_follows_includes_known_hosts_and_key_files(tmp_path, monkeypatch):
+    """What decides a kept connection's trust: a new file in an Include'd directory, an edited known_hosts
+    named there, a replaced key file each change it; touching a file without changing it does not."""
+    from fleetdiag.reach import TransportOptions
+    from fleetdiag.transport import trust_of
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "conf.d").mkdir()
+    kh, key = tmp_path / "kh", tmp_path / "id"
+    kh.write_text("")
+    key.write_text("k1")
+    cfg = tmp_path / "config"
+    cfg.write_text(f"Include {tmp_path}/conf.d/*.conf\nHost n0\n  IdentityFile {key}\n")
+    opts = TransportOptions(ssh_config=[str(cfg)])
+
+    def now():
+        return trust_of("n0", None, None, opts)
+
+    first = now()
+    assert str(key) in first.files and str(tmp_path / "conf.d") in first.files
+    os.utime(cfg)  # touched, not changed
+    assert now().digest == first.digest
+    (tmp_path / "conf.d" / "a.conf").write_text(f"Host n0\n  UserKnownHostsFile {kh}\n")
+    assert not first.unchanged()
+    second = now()
+    assert second.digest != first.digest and str(kh) in second.files
+    kh.write_text("n0 ssh-ed25519 AAAA\n")
+    assert not second.unchanged() and now().digest != second.digest
+    third = now()
+    os.unlink(key)
+    key.write_text("k2")  # another key file in its place
+    assert not third.unchanged() and now().digest != third.digest
