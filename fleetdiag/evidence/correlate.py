@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .gpu_health import GpuHealth
-from .kernel import KernelEvent, bus_key
+from .kernel import KernelEvent, aer_fatal, bus_key
 from .xid import XidTable, default_xid_table
 
 BURST_GAP = 120.0  # seconds of silence that separate two bursts of kernel lines
 WINDOW_BEFORE = 900.0  # a kernel event this long before the app error can still be its cause
 WINDOW_AFTER = 120.0  # kernel clocks (dmesg -T) drift: allow the kernel line to look later
+RELOAD_GRACE = 30.0  # a fault this close before a driver load belongs to that load (a probe that failed)
+_ASKED = re.compile(r"recovery action changed from .*? to \S+ \(([^)]+)\)")
 
 HINTS = {
     "host-oom": "host memory ran out and the kernel killed the process: lower host memory use "
@@ -227,12 +229,16 @@ def decide(
     # the latest burst decides; in it, the first cause-capable line (strong before app-level before weak)
     scored.sort(key=lambda s: s[0])
     rank, ev, why = scored[-1]
+    return _decision(ev, why, app, table)
+
+
+def _decision(ev: KernelEvent, why: str, app: AppError | None, table: XidTable) -> KernelDecision:
     cat, _, hint = _class(ev, table)
     code = ev.cause_code if ev.kind == "xid" and ev.code == 45 and ev.cause_code else ev.code
     if ev.kind == "xid":
         info = table.get(code)
         why = f"Xid {code} ({info.name}); {why}"
-        asked = re.search(r"recovery action changed from .*? to \S+ \(([^)]+)\)", ev.message)
+        asked = _ASKED.search(ev.message)
         if asked:
             hint = f"the driver asks for: {asked.group(1)}; {hint}"
     return KernelDecision(
@@ -246,6 +252,107 @@ def decide(
         consequence=app.line if app else None,
         event=ev,
     )
+
+
+# ------------------------------------------------------------------ a fault that stands on its own
+
+
+def current(events: list[KernelEvent]) -> list[KernelEvent]:
+    """The events of the running kernel and NVIDIA driver: history ends at the last boot ('Linux version',
+    a journal's '-- Boot --') and at the last driver load, except a fault within RELOAD_GRACE seconds before
+    that load (the load's own probe failing: 'fallen off the bus' then 'loading NVIDIA UNIX … Module')."""
+    evs = sorted(events, key=lambda e: e.pos)
+    boots = [i for i, e in enumerate(evs) if e.marker == "boot"]
+    if boots:
+        evs = evs[boots[-1] + 1 :]
+    loads = [i for i, e in enumerate(evs) if e.marker == "driver-load"]
+    if not loads:
+        return evs
+    load = evs[loads[-1]]
+    keep = []
+    for e in evs[: loads[-1]]:
+        if e.time is not None and load.time is not None and load.time - e.time <= RELOAD_GRACE:
+            keep.append(e)
+    return keep + evs[loads[-1] + 1 :]
+
+
+def _effective_code(ev: KernelEvent) -> int | None:
+    return ev.cause_code if ev.code == 45 and ev.cause_code is not None else ev.code
+
+
+def _on_gpu_path(ev: KernelEvent, window: list[KernelEvent], gpu_buses: set[str]) -> bool:
+    """A PCIe error on a GPU's path: printed by the nvidia driver, on a GPU's bus, or on the port above a GPU
+    that the same burst shows failing (the nvidia driver unable to recover, an Xid, a GPU off the bus)."""
+    if ev.driver == "nvidia" or (ev.bus and ev.bus in gpu_buses):
+        return True
+    for e in window:
+        if e.kind == "pcie-recovery" and (e.driver == "nvidia" or (e.bus and e.bus in gpu_buses)):
+            return True
+        if e.kind in ("xid", "gpu-lost", "gpu-init"):
+            return True
+    return False
+
+
+def unrecovered(ev: KernelEvent, window: list[KernelEvent], gpu_buses: set[str], table: XidTable) -> bool:
+    """Is this event a hardware or driver fault the GPU does not come back from without a reset, a reboot or
+    an RMA? The Xids NVIDIA's catalog sends there (by their action class: hardware, driver), Xid 45 caused by
+    one of them, Xid 154 asking for any recovery, a GPU off the bus or lost, an adapter that failed to
+    initialise or needs a reset, a GSP failure, a fatal AER on a GPU's path, a fatal NVSwitch SXid."""
+    if ev.benign:
+        return False
+    if ev.kind == "xid":
+        code = _effective_code(ev)
+        if code == 45:
+            return False  # cleanup after a killed process
+        if code == 154:
+            asked = _ASKED.search(ev.message)
+            return bool(asked) and asked.group(1).strip().lower() != "none"
+        return table.get(code).action in ("hardware", "driver")
+    if ev.kind in ("gpu-lost", "gpu-init", "gsp"):
+        return True
+    if ev.kind == "pcie-aer":
+        return aer_fatal(ev.severity) and _on_gpu_path(ev, window, gpu_buses)
+    if ev.kind == "sxid":
+        return ev.severity == "fatal"
+    return False
+
+
+def standalone(
+    events: list[KernelEvent], health: list[GpuHealth] | None = None, table: XidTable | None = None
+) -> KernelDecision | None:
+    """The unrecovered GPU fault of the current boot that makes a host ``degraded`` on its own, whatever its
+    log says and whether or not nvidia-smi answers; None when there is none.
+
+    The latest burst that holds one decides; in it, the first such line. A driver-class Xid that follows an
+    application fault on the same GPU in its burst (Xid 109 after Xid 13) is that fault's consequence, not a
+    fault of its own. Corrected errors, benign lines, OOM kills and segfaults never qualify."""
+    table = table or default_xid_table()
+    evs = current(events)
+    gpu_buses = {e.bus for e in evs if e.bus and e.kind in ("xid", "gpu-lost", "gpu-init", "gsp")}
+    gpu_buses |= {e.bus for e in evs if e.bus and e.uuid}  # 'NVRM: GPU at PCI:…: GPU-uuid'
+    gpu_buses |= {g.bus for g in health or [] if g.bus}
+    cands = [e for e in evs if _class(e, table)[0] is not None]
+    if not cands:
+        return None
+    for burst in reversed(_bursts(cands)):
+        window = _window(evs, burst)
+        app_fault: set[str | None] = set()
+        for ev in burst:
+            if ev.kind == "xid" and table.get(_effective_code(ev)).action == "application":
+                app_fault.add(ev.bus)
+                continue
+            if not unrecovered(ev, window, gpu_buses, table):
+                continue
+            if ev.kind == "xid" and ev.bus in app_fault and table.get(_effective_code(ev)).action == "driver":
+                continue  # the application fault's aftermath on its own GPU
+            return _decision(ev, "an unrecovered GPU fault of the current boot", None, table)
+    return None
+
+
+def _window(evs: list[KernelEvent], burst: list[KernelEvent]) -> list[KernelEvent]:
+    """Every event (details too) from the burst's first line to its last, by source order."""
+    lo, hi = min(e.pos for e in burst), max(e.pos for e in burst)
+    return [e for e in evs if lo - 20 <= e.pos <= hi + 20]
 
 
 def evidence(

@@ -39,7 +39,7 @@ from ..records import (
     HostResult,
 )
 from ..units import iso
-from .correlate import AppError, KernelDecision, decide, evidence
+from .correlate import AppError, KernelDecision, current, decide, evidence, standalone
 from .gpu_health import GpuHealth, degraded, parse_health
 from .kernel import KernelCollection, bus_key, parse_sections
 from .xid import XidTable
@@ -47,6 +47,9 @@ from .xid import XidTable
 # The remote part: kernel.sh's functions, then the call that prints its sections as K records.
 SCRIPT = remote.load("kernel.sh") + remote.load("kernel_probe.sh")
 QUIET_AFTER = 60.0  # a log silent this long (and naming no error) may have been stopped by a kernel event
+# A failed job's own error this far from the GPU (its code, its config, its disk) keeps its place next to an
+# unrecovered GPU fault; any other (CUDA, NCCL, OOM, a native crash, unknown) is taken as the fault's consequence.
+UNRELATED = ("config", "import", "python", "disk")
 GPU_HINT = (
     "the failing rank's GPU is faulty now: drain the node and reset the GPU; RMA it if the fault persists after a reset"
 )
@@ -242,7 +245,13 @@ def apply(res: HostResult, fr: FunnelResult, table: XidTable | None = None) -> H
     """Put the kernel/GPU evidence of ``fr`` into ``res`` and let it decide the cause when it is one."""
     if not fr.kernel:
         return res
-    kc = parse_sections("\n".join(fr.kernel))
+    return apply_collection(res, fr, parse_sections("\n".join(fr.kernel)), table)
+
+
+def apply_collection(
+    res: HostResult, fr: FunnelResult, kc: KernelCollection, table: XidTable | None = None
+) -> HostResult:
+    """``apply`` on a collection already read (the probe's K records, or a ticket's files for ``analyze``)."""
     fact = _fact(kc)
     if fact is not None:
         res.facts["kernel_log"] = fact
@@ -279,7 +288,67 @@ def apply(res: HostResult, fr: FunnelResult, table: XidTable | None = None) -> H
             res.verdict = FAILED
             return res
     reasons = degraded(health)
+    fault = standalone(current(events), health, table)
+    if fault is not None:
+        return _standing_fault(res, fault, kc, health, reasons)
     if reasons and res.verdict in (HEALTHY, STARTING, NO_LOG):
         res.verdict = DEGRADED
         res.summary = "; ".join(reasons) + (f" (log: {res.summary})" if res.summary else "")
     return res
+
+
+def _standing_fault(
+    res: HostResult, fault: KernelDecision, kc: KernelCollection, health: list[GpuHealth], reasons: list[str]
+) -> HostResult:
+    """An unrecovered GPU fault of the current boot that no application error was tied to: the host is
+    ``degraded`` (``failed`` when its job failed of something the fault explains) with the kernel line as its
+    cause, nvidia-smi refining what it says and its absence clearing nothing."""
+    d = res.decisive
+    note, confidence = _smi_says(fault, kc, health)
+    if res.verdict == FAILED and d is not None and d.category in UNRELATED:
+        res.markers.append(f"the kernel log also shows an unrecovered GPU fault: {fault.line}")
+        return res
+    if res.verdict == STALLED:
+        res.markers.append(f"the kernel log shows an unrecovered GPU fault: {fault.line}")
+        return res
+    job_failed = res.verdict == FAILED and d is not None
+    new = _kernel_decisive(fault, d if job_failed else None, linked=False)
+    new.reason = f"{fault.why}; {note}"
+    new.confidence = confidence
+    if job_failed:
+        new.consequence = d.line
+        res.decisive = new
+        return res
+    log_summary = res.summary if res.verdict != NO_LOG else (res.error or "")
+    res.decisive = new
+    res.verdict = DEGRADED
+    res.summary = "; ".join([f"kernel: {fault.event.message if fault.event else fault.line}", *reasons]) + (
+        f" (log: {log_summary})" if log_summary else ""
+    )
+    return res
+
+
+def _smi_says(fault: KernelDecision, kc: KernelCollection, health: list[GpuHealth]) -> tuple[str, float]:
+    """What nvidia-smi adds to a kernel fault, and the confidence that results."""
+    bus = fault.event.bus if fault.event is not None else None
+    if kc.smi_status in (None, "absent"):
+        return "nvidia-smi is not installed: the kernel line stands alone", 0.8
+    if not health:
+        return "nvidia-smi answers but reaches no GPU", 0.9
+    g = next((g for g in health if bus and g.bus == bus), None)
+    if g is not None and g.degrading:
+        name = f"GPU {g.index}" if g.index is not None else f"GPU {g.bus_id}"
+        return f"nvidia-smi confirms: {name}: {'; '.join(g.degrading)}", 0.95
+    if g is None and bus:
+        return f"nvidia-smi does not list the GPU at {bus}", 0.9
+    if g is not None:
+        pend = [f for f in g.faults if "pending" in f]
+        name = f"GPU {g.index}" if g.index is not None else f"GPU {g.bus_id}"
+        if pend:
+            return f"nvidia-smi: {name}: {'; '.join(pend)}", 0.9
+        return (
+            f"nvidia-smi reaches {name} now with no fault: a reset may have cleared it; "
+            "check it before it takes jobs again",
+            0.6,
+        )
+    return "nvidia-smi answers; the kernel line names no GPU it lists", 0.75

@@ -1,7 +1,7 @@
 # fleetdiag kernel evidence (POSIX sh, read-only): kernel lines of interest and GPU health, in marked sections.
 # Self-contained: functions prefixed fd_kernel_, no global options set. Bounds: FD_KERNEL_LINES, FD_KERNEL_BYTES.
 
-fd_kernel_ere='NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|PCIe Bus Error|AER:|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|NV_ERR_|RmInitAdapter'
+fd_kernel_ere='NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|PCIe Bus Error|AER|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|NV_ERR_|RmInitAdapter|Linux version'
 
 fd_kernel_to() { # fd_kernel_to SECONDS CMD...: run under timeout -k where timeout exists
   fd_kernel_s=$1; shift
