@@ -256,19 +256,25 @@ def parse_jump(text: str) -> tuple[str, int | None, str | None]:
     return h.host, h.port, h.user
 
 
+def host_path(host: HostLike, settings: ProbeSettings) -> str | None:
+    """The remote dirs searched first for this host's tools: ``--path-prepend``, else its inventory entry."""
+    return settings.path_prepend or getattr(host, "path_prepend", None)
+
+
 def probe_command(
     host: HostLike, source: LogSource, log_path: str | None, settings: ProbeSettings, rules: Rules
 ) -> tuple[str, str]:
     """The one exec a probe sends, and its output marker: the funnel, the facts after it, the
     kernel part beside it, the remote clock last. (The benchmarks send this very command.)"""
     spec = spec_for(log_path or "", rules, host.funnel)
-    apply_source(spec, source, host, settings.path_prepend)
+    path = host_path(host, settings)
+    apply_source(spec, source, host, path)
     if settings.facts:  # same exec: the facts snippet runs after the funnel
         spec.extra += facts_mod.SNIPPET
-        spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
+        spec.extra_vars.update(facts_mod.snippet_vars(path))
     if settings.kernel:  # same exec, beside the funnel: kernel log and GPU health
         spec.side += evidence_mod.SCRIPT
-        spec.extra_vars.update(evidence_mod.script_vars(settings.path_prepend))
+        spec.extra_vars.update(evidence_mod.script_vars(path))
     spec.last += CLOCK_SNIPPET  # last: read right before the answer leaves
     mark = funnel_mod.new_mark()
     return funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), mark

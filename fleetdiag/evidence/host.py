@@ -118,6 +118,13 @@ def app_time(text: str | None, now: float | None, tz_offset: int = 0) -> float |
 
 
 _PID = re.compile(r"\bpid[= ](\d+)|\[(\d+)\]")
+# the shell reporting a native program's death: sh/bash 'line 15:   341 Segmentation fault      (core dumped) CMD',
+# zsh '[1]    2111498 segmentation fault (core dumped)  CMD': the pid and the program the kernel names (comm)
+_SHELL_DEATH = re.compile(
+    r"(?:^|:\s+|^\[\d+\][+-]?\s+)(?P<pid>\d+)\s+(?:Segmentation fault|Aborted|Killed|Bus error|Illegal instruction|"
+    r"Floating point exception|Trace/breakpoint trap|segmentation fault|abort|killed|bus error|"
+    r"illegal hardware instruction)\s+(?:\(core dumped\)\s+)?(?P<cmd>\S+)"
+)
 _NAME = re.compile(r"^\(?([A-Za-z_][\w:.\-]*)")
 _DEVICE = re.compile(r"current device: (\d+)|\bcuda:(\d+)|\bGPU (\d+)\b|\bdevice (\d+)\b")
 _UUID = re.compile(r"\bGPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
@@ -148,6 +155,10 @@ def app_error(d: Decisive, facts: dict[str, Any], when: float | None) -> AppErro
     m = _NAME.match(proc.strip())
     if m and not m.group(1).startswith(("rank", "pid")):
         name = m.group(1)
+    shell = _SHELL_DEATH.search(d.line)
+    if shell:  # the shell names the native program that died, and its pid
+        pid = int(shell["pid"])
+        name = name or shell["cmd"].rsplit("/", 1)[-1]
     text = "\n".join([d.message or d.line, *d.traceback[-20:]])
     ordinal = None
     m = _DEVICE.search(text)

@@ -51,7 +51,9 @@ _RE_PCI = re.compile(r"\b(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F
 _RE_FALLEN = re.compile(r"fallen off the bus")
 _RE_LOST = re.compile(r"NV_ERR_GPU_IS_LOST|GPU is lost")
 _RE_INIT = re.compile(r"RmInitAdapter failed|NV_ERR_RESET_REQUIRED|GPU Reset Required")
-_RE_GSP = re.compile(r"GSP.*(?:[Tt]imeout|timed out|heartbeat|crashed|halt)|[Hh]eartbeat.*GSP")
+_RE_GSP = re.compile(  # the GSP firmware stopped answering: its heartbeat, an RPC, a crash
+    r"GSP.*(?:[Tt]imeout|timed out|heartbeat|crashed|halt)|[Hh]eartbeat.*GSP|_kgspIsHeartbeatTimedOut|_kgspLogRpcTimeout"
+)
 _RE_EDAC_UE = re.compile(r"EDAC .*\b(?:UE|[Uu]ncorrected|[Uu]ncorrectable)\b")
 _RE_GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F:.]+):\s*(?P<uuid>GPU-[0-9a-fA-F-]+)")
 _RE_OOM_KILL = re.compile(
