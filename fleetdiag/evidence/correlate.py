@@ -122,20 +122,27 @@ def _class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
 
 def _bursts(events: list[KernelEvent]) -> list[list[KernelEvent]]:
     """Events in time order (source order for equal or unknown times), cut where the log fell silent."""
+    if all(e.time is not None for e in events):
+        clock = {id(e): e.time for e in events}
+    elif all(e.mono is not None for e in events):  # seconds since boot with no wall clock (a saved dmesg)
+        clock = {id(e): e.mono for e in events}
+    else:
+        clock = {id(e): e.time for e in events}
     evs = (
-        sorted(events, key=lambda e: (e.time if e.time is not None else float("-inf"), e.pos))
-        if all(e.time is not None for e in events)
+        sorted(events, key=lambda e: (clock[id(e)], e.pos))
+        if all(clock[id(e)] is not None for e in events)
         else sorted(events, key=lambda e: e.pos)
     )
     out: list[list[KernelEvent]] = []
     last: float | None = None
     for e in evs:
-        if out and not (e.time is not None and last is not None and e.time - last > BURST_GAP):
+        t = clock[id(e)]
+        if out and not (t is not None and last is not None and t - last > BURST_GAP):
             out[-1].append(e)
         else:
             out.append([e])
-        if e.time is not None:
-            last = e.time
+        if t is not None:
+            last = t
     return out
 
 
@@ -271,7 +278,8 @@ def current(events: list[KernelEvent]) -> list[KernelEvent]:
     load = evs[loads[-1]]
     keep = []
     for e in evs[: loads[-1]]:
-        if e.time is not None and load.time is not None and load.time - e.time <= RELOAD_GRACE:
+        a, b = (e.time, load.time) if e.time is not None and load.time is not None else (e.mono, load.mono)
+        if a is not None and b is not None and 0 <= b - a <= RELOAD_GRACE:
             keep.append(e)
     return keep + evs[loads[-1] + 1 :]
 

@@ -39,10 +39,15 @@ from ..records import (
     HostResult,
 )
 from ..units import iso
-from .correlate import AppError, KernelDecision, current, decide, evidence, standalone
+from .correlate import AppError, KernelDecision, current, decide, evidence, standalone, unrecovered
 from .gpu_health import GpuHealth, degraded, parse_health
 from .kernel import KernelCollection, bus_key, parse_sections
-from .xid import XidTable
+from .xid import XidTable, default_xid_table
+
+
+def table_or_default(table: XidTable | None) -> XidTable:
+    return table or default_xid_table()
+
 
 # The remote part: kernel.sh's functions, then the call that prints its sections as K records.
 SCRIPT = remote.load("kernel.sh") + remote.load("kernel_probe.sh")
@@ -187,6 +192,26 @@ def app_error(d: Decisive, facts: dict[str, Any], when: float | None) -> AppErro
     )
 
 
+_STAMP_AT_START = re.compile(
+    r"^(?:\S+\s+)?(?:\(\S+ pid=\d+\)\s+)?(?:[A-Z]+\s+)?"
+    r"(?P<t>\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"|\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?|[A-Za-z]{3}\s+\d{1,2} \d\d:\d\d:\d\d)"
+)
+_GLOG_AT_START = re.compile(r"^[IWEF](?P<t>\d{4} \d\d:\d\d:\d\d(?:\.\d+)?)\b")
+
+
+def last_stamp(lines: list[str], now: float | None, tz_offset: int = 0) -> float | None:
+    """The time of the latest line that starts with a stamp (ISO, vLLM's, syslog/journald, glog), read from the
+    end: where a saved copy of a log ends."""
+    for text in reversed(lines[-200:]):
+        m = _GLOG_AT_START.match(text) or _STAMP_AT_START.match(text)
+        if m:
+            t = app_time(m["t"], now, tz_offset)
+            if t is not None:
+                return t
+    return None
+
+
 # ------------------------------------------------------------------ the decision, applied
 
 
@@ -260,36 +285,62 @@ def apply(res: HostResult, fr: FunnelResult, table: XidTable | None = None) -> H
 
 
 def apply_collection(
-    res: HostResult, fr: FunnelResult, kc: KernelCollection, table: XidTable | None = None
+    res: HostResult, fr: FunnelResult, kc: KernelCollection, table: XidTable | None = None, live: bool = True
 ) -> HostResult:
-    """``apply`` on a collection already read (the probe's K records, or a ticket's files for ``analyze``)."""
+    """``apply`` on a collection already read (the probe's K records, or a ticket's files for ``analyze``).
+
+    ``live``: the log's mtime is when the job last wrote (a probe). A ticket's copy (``live=False``) has only
+    the times written in its lines: its end is its last stamp, an error line without a stamp has no time, and
+    a log that names no error ended because of a kernel fault when that fault is near its end (or, with no
+    stamps, when it never finished starting)."""
     fact = _fact(kc)
     if fact is not None:
         res.facts["kernel_log"] = fact
     events = kc.events()
-    health = parse_health(kc.smi) if kc.smi_status == "ok" else []
+    if kc.health is not None:
+        health = kc.health
+    else:
+        health = parse_health(kc.smi) if kc.smi_status == "ok" else []
     now = kc.clock.now if kc.clock.now is not None else fr.now
     d = res.decisive
     app: AppError | None = None
     silent = False
     if d is not None and res.verdict in (FAILED, STALLED):
-        when = app_time(d.time, now, kc.clock.tz_offset) or fr.mtime
+        when = app_time(d.time, now, kc.clock.tz_offset) or (fr.mtime if live else None)
         app = app_error(d, res.facts, when)
     elif (
-        fr.status == "ok"
+        live
+        and fr.status == "ok"
         and res.verdict in (HEALTHY, STARTING, STALLED)
         and fr.mtime is not None
         and (fr.idle_seconds or 0) >= QUIET_AFTER
     ):
         app = AppError(line="", time=fr.mtime)  # the log's last write: what stopped it?
         silent = True
+    elif not live and fr.status == "ok" and res.verdict in (HEALTHY, STARTING, STALLED):
+        end = last_stamp([ln.text for ln in fr.lines()], now, kc.clock.tz_offset)
+        if end is not None or res.verdict in (STARTING, STALLED):
+            app = AppError(line="", time=end)  # where the copy ends: what ended it?
+            silent = True
     dec = decide(app, events, health, table) if app is not None else None
     res.evidence = evidence(None if silent else app, events, health)
     if dec is not None:
         res.decisive = _kernel_decisive(dec, d, linked=not dec.why.endswith(("time window", "latest kernel fault")))
         if silent:
-            res.decisive.reason = f"{dec.why}; the log fell silent at {iso(fr.mtime)}"
-            res.summary = (f"the log stopped {iso(fr.mtime)}: " + (res.summary or "")).rstrip(": ")
+            end = app.time if app is not None else None
+            res.decisive.reason = (
+                f"{dec.why}; the log fell silent at {iso(fr.mtime)}"
+                if live
+                else f"{dec.why}; the log names no error and ends " + (f"at {iso(end)}" if end else "there")
+            )
+            if live:
+                res.summary = (f"the log stopped {iso(fr.mtime)}: " + (res.summary or "")).rstrip(": ")
+        if (
+            dec.event is not None
+            and kc.smi_status == "ok"
+            and unrecovered(dec.event, [], set(), table_or_default(table))
+        ):
+            res.decisive.reason += "; " + _smi_says(dec, kc, health)[0]  # what nvidia-smi says of that GPU now
         res.verdict = FAILED
         return res
     if app is not None and not silent and d is not None:
@@ -342,6 +393,8 @@ def _standing_fault(
 def _smi_says(fault: KernelDecision, kc: KernelCollection, health: list[GpuHealth]) -> tuple[str, float]:
     """What nvidia-smi adds to a kernel fault, and the confidence that results."""
     bus = fault.event.bus if fault.event is not None else None
+    if kc.smi_status == "not-given":
+        return "no nvidia-smi output given: the kernel line stands alone", 0.8
     if kc.smi_status in (None, "absent"):
         return "nvidia-smi is not installed: the kernel line stands alone", 0.8
     if not health:

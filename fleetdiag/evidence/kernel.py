@@ -14,6 +14,7 @@ import re
 import time as _time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 # ---------------------------------------------------------------- time prefixes
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
@@ -131,6 +132,7 @@ class KernelEvent:
     pos: int = 0  # order in the source
     benign: bool = False
     driver: str | None = None  # the kernel driver that printed a device line ('nvidia', 'pcieport')
+    mono: float | None = None  # seconds since boot as printed ('[ 123.456]'): order and gaps without a wall clock
     marker: str | None = None  # 'boot' (a new kernel) or 'driver-load' (the NVIDIA module loaded): history ends
 
 
@@ -375,8 +377,13 @@ def parse_kernel_lines(lines: list[str] | str, clock: Clock | None = None) -> li
         if ev.kind == "other":
             continue
         ev.line, ev.time, ev.pos = raw.rstrip("\n"), t, i
+        mono = _RE_MONO.search(raw)
+        ev.mono = float(mono.group(1)) if mono else None
         out.append(ev)
     return out
+
+
+_RE_MONO = re.compile(r"^(?:[^\[]{0,80}kernel:\s?)?\[\s*(\d+\.\d+)\]")
 
 
 _RE_CONT = re.compile(r"^\s+NVRM: ")  # dmesg's continuation of a multi-line NVRM message: indented, no stamp
@@ -415,7 +422,8 @@ class KernelCollection:
     truncated: bool = False
     smi_fields: str | None = None
     smi: list[str] = field(default_factory=list)
-    smi_status: str | None = None  # ok | absent | error
+    smi_status: str | None = None  # ok | absent | error | not-given (offline: no nvidia-smi file)
+    health: list[Any] | None = None  # GpuHealth already parsed (offline files); None: parse ``smi`` as CSV
 
     def events(self) -> list[KernelEvent]:
         return parse_kernel_lines(self.lines, self.clock)
