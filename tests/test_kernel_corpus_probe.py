@@ -62,6 +62,8 @@ def _case(path: Path) -> dict:
 
 
 CASES = [_case(p) for p in CASE_FILES]
+# native programs' errors paired with kernel lines (tests/fixtures/kernel_native/README.md): a job host each
+NATIVE = [_case(p) for p in sorted((HERE / "fixtures" / "kernel_native").glob("*.json"))]
 
 
 def _category(case: dict) -> str:
@@ -221,6 +223,8 @@ def fleet(sshd, tmp_path_factory: pytest.TempPathFactory) -> dict:
         has_smi = bool(case["files"].get("smi"))
         hosts.append(_host_setup(case, "job", root, uptime, smi=has_smi or turn[k] % 2 == 0))
         hosts.append(_host_setup(case, "idle", root, uptime, smi=turn[k] % 2 == 1))
+    for case in NATIVE:
+        hosts.append(_host_setup(case, "job", root, uptime, smi=False))
     inv = root / "inventory.yaml"
     inv.write_text(
         "defaults:\n"
@@ -294,7 +298,7 @@ IDS = [c["id"] for c in CASES]
 
 def test_every_case_is_probed(fleet: dict) -> None:
     assert len(CASES) >= 17 + 10
-    assert set(fleet["json"]) == set(fleet["hosts"])
+    assert set(fleet["json"]) == set(fleet["hosts"]) and NATIVE
     assert fleet["code"] == 1 and fleet["text_code"] == 1  # failed and degraded hosts: exit 1
     with_smi = [h for h in fleet["hosts"].values() if h["smi"]]
     assert 0.3 < len(with_smi) / len(fleet["hosts"]) < 0.7
@@ -371,6 +375,26 @@ def test_fallen_off_the_bus_without_nvidia_smi(fleet: dict) -> None:
         assert host["facts"]["kernel_log"]["kernel_log"] == "read"
         card = _card(fleet["text"], f"idle-{case['id']}")
         assert "fallen off the bus" in card and "drain" in card
+
+
+@pytest.mark.parametrize("case", NATIVE, ids=[c["id"] for c in NATIVE])
+def test_a_native_programs_error_correlates_with_the_kernel_line(fleet: dict, case: dict) -> None:
+    """No Python traceback: the shell's 'Segmentation fault (core dumped)' of a C++ server is tied to the
+    kernel's segfault line by the program's name (container and host pids differ), over an Xid of the same
+    second that names another process."""
+    name = f"job-{case['id']}"
+    host = fleet["json"][name]
+    d = host["decisive"]
+    assert host["verdict"] == "failed" and d["source"] == "kernel", host
+    assert case["decisive_kernel_line"] in d["line"] and d["category"] == _category(case), d
+    assert case["decisive_app_line"] in (d["consequence"] or ""), d
+    for decoy in case["decoys"]:
+        assert decoy not in d["line"]
+    assert "process tritonserver" in d["reason"] and d["confidence"] >= 0.9, d
+    assert host["evidence"][0]["source"] == "log" and case["decisive_app_line"] in host["evidence"][0]["line"]
+    card = _card(fleet["text"], name)
+    cons = next(ln for ln in card.splitlines() if "consequence" in ln)
+    assert case["decisive_app_line"] in cons
 
 
 def test_the_json_host_record_keeps_its_shape(fleet: dict) -> None:
