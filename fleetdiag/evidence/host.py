@@ -52,9 +52,10 @@ def table_or_default(table: XidTable | None) -> XidTable:
 # The remote part: kernel.sh's functions, then the call that prints its sections as K records.
 SCRIPT = remote.load("kernel.sh") + remote.load("kernel_probe.sh")
 QUIET_AFTER = 60.0  # a log silent this long (and naming no error) may have been stopped by a kernel event
-# A failed job's own error this far from the GPU (its code, its config, its disk) keeps its place next to an
-# unrecovered GPU fault; any other (CUDA, NCCL, OOM, a native crash, unknown) is taken as the fault's consequence.
-UNRELATED = ("config", "import", "python", "disk")
+# A failed job's own error this far from the GPU (its code, its imports, its disk) keeps its place next to an
+# unrecovered GPU fault; any other (CUDA, NCCL, OOM, a native crash, a GPU count that no longer adds up, unknown)
+# is taken as the fault's consequence.
+UNRELATED = ("import", "python", "disk")
 GPU_HINT = (
     "the failing rank's GPU is faulty now: drain the node and reset the GPU; RMA it if the fault persists after a reset"
 )
