@@ -133,6 +133,10 @@ def test_kernel_log_alone_from_stdin_log_and_a_crlf_file(tmp_path: Path) -> None
     assert code == 1 and host["verdict"] == "degraded" and host["log"] == "<stdin>"
     assert "fallen off the bus and is not responding" in host["decisive"]["line"]
     assert "\r" not in host["decisive"]["line"]
+    code, out = _analyze("--kernel", "-", "--json", stdin=kern.read_bytes().decode())
+    assert code == 1 and json.loads(out)["verdict"] == "degraded"  # 'journalctl -k | fleetdiag analyze --kernel -'
+    code, out = _analyze("--kernel", "-", "-", stdin="x\n")
+    assert code == 2 and "not both" in out
     code, out = _analyze("--kernel", str(tmp_path / "absent.txt"))
     assert code == 2 and "absent.txt: no such file" in out
     code, out = _analyze()

@@ -24,7 +24,7 @@ from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
     "--kernel",
     "kernel_file",
     metavar="FILE",
-    type=click.Path(dir_okay=False),
+    type=click.Path(dir_okay=False, allow_dash=True),
     help="The host's kernel log (dmesg, dmesg -T/-H, journalctl -k in any short format, kern.log): "
     "decided with the log as probe decides it. Without PATH: the kernel log alone.",
 )
@@ -57,15 +57,23 @@ def analyze(
     a ticket's kernel log and nvidia-smi output too."""
     if path is None and kernel_file is None and smi_file is None:
         raise click.UsageError("give a log file (or - for stdin), or --kernel FILE for a kernel log alone")
+    if kernel_file == "-" and path == "-":
+        raise click.UsageError("stdin can be the log or the kernel log (--kernel -), not both")
     for opt, f in (("--kernel", kernel_file), ("--smi", smi_file)):
-        if f is not None and not os.path.isfile(f):
+        if f is not None and f != "-" and (not os.path.exists(f) or os.path.isdir(f)):
             raise click.BadParameter(f"{f}: no such file", param_hint=opt)
     kc = None
     if kernel_file is not None or smi_file is not None:
         from ..evidence.kernel import KernelCollection
         from ..evidence.offline import add_smi_file, read_kernel_file
 
-        kc = read_kernel_file(kernel_file) if kernel_file else KernelCollection(smi_status="not-given")
+        if kernel_file == "-" and getattr(sys.stdin, "buffer", None) is None:
+            raise click.UsageError("'--kernel -' reads the kernel log from stdin, but stdin is closed")
+        kc = (
+            read_kernel_file(sys.stdin if kernel_file == "-" else kernel_file)
+            if kernel_file
+            else KernelCollection(smi_status="not-given")
+        )
         if smi_file:
             add_smi_file(kc, smi_file)
     if path is None:

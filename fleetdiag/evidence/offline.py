@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter, deque
 from pathlib import Path
+from typing import TextIO
 
 from .gpu_health import parse_smi_text
 from .kernel import INTEREST_ERE, Clock, KernelCollection
@@ -52,19 +53,22 @@ def detect_form(lines: list[str]) -> str:
     return seen.most_common(1)[0][0] if seen else "no timestamps"
 
 
-def read_kernel_file(path: str | Path, tz_offset: int = 0) -> KernelCollection:
-    """The lines of interest of a saved kernel log, as a KernelCollection like the probe's (no GPU health)."""
+def read_kernel_file(path: str | Path | TextIO, tz_offset: int = 0) -> KernelCollection:
+    """The lines of interest of a saved kernel log (a path, or an open text stream such as stdin), as a
+    KernelCollection like the probe's (no GPU health)."""
+    if isinstance(path, (str, Path)):
+        with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
+            return read_kernel_file(fh, tz_offset)
     kept: deque[str] = deque(maxlen=KEEP_LINES)
     truncated = False
-    with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
-        for raw in fh:
-            line = raw.rstrip("\r\n")
-            if len(line) > MAX_LINE:
-                line = line[:MAX_LINE]
-            if _INTEREST.search(line) or (_CONT.match(line) and kept):
-                if len(kept) == kept.maxlen:
-                    truncated = True
-                kept.append(line)
+    for raw in path:
+        line = raw.rstrip("\r\n")
+        if len(line) > MAX_LINE:
+            line = line[:MAX_LINE]
+        if _INTEREST.search(line) or (_CONT.match(line) and kept):
+            if len(kept) == kept.maxlen:
+                truncated = True
+            kept.append(line)
     lines = list(kept)
     kc = KernelCollection(source=detect_form(lines), clock=Clock(tz_offset=tz_offset), lines=lines)
     kc.truncated = truncated
