@@ -176,3 +176,17 @@ def test_more_kernel_line_forms() -> None:
     assert (a.kind, a.bus, a.severity) == ("pcie-aer-detail", "63:00", "uncorrected")
     assert (b.kind, b.driver, b.bus) == ("pcie-recovery", "nvidia", "63:00")
     assert (c.kind, c.driver, c.severity) == ("pcie-aer", "pcieport", "uncorrectable (fatal)")
+
+
+def test_a_standing_fault_is_one_incident_by_its_line(tmp_path) -> None:
+    from fleetdiag.store import incident_key
+
+    fell = f"{_boot(NOW - 600)} NVRM: Xid (PCI:0000:19:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    other = (
+        f"{_boot(NOW - 600)} NVRM: Xid (PCI:0000:19:00): 48, An uncorrectable double bit error (DBE) has been detected"
+    )
+    keys = [
+        incident_key(finish(h, _fr(["serving 200 OK"], _kernel_records([k], None), idle=2), load_rules(), facts={}))
+        for h, k in (("a", fell), ("b", fell), ("c", other))
+    ]
+    assert keys[0] == keys[1] and keys[0] != keys[2] and keys[0].startswith("degraded:")
