@@ -44,6 +44,9 @@ CASE_FILES = sorted(
     key=lambda p: p.stem,
 )
 CATEGORY = {**BY_KIND, "gpu-init": "driver"}
+# An adapter that fails to initialise is named a driver fault (reset or reboot first; drain and RMA if it
+# persists), whatever its report later found below it.
+CATEGORY_OF = {"cmpunlocker4-rminitadapter-cannot-attach": "driver"}
 # Shared cases whose fault is of the hardware or driver class but does not stand alone, and why.
 NOT_ALONE = {
     "gpud117-xid45-hung-task": "a task blocked 120 s can be any driver or I/O; it explains a dead job, not a node",
@@ -67,7 +70,7 @@ NATIVE = [_case(p) for p in sorted((HERE / "fixtures" / "kernel_native").glob("*
 
 
 def _category(case: dict) -> str:
-    return CATEGORY.get(case["kind"]) or OTHER[case["id"]]
+    return CATEGORY_OF.get(case["id"]) or CATEGORY.get(case["kind"]) or OTHER[case["id"]]
 
 
 def stands_alone(case: dict) -> bool:
@@ -170,7 +173,7 @@ def _bindir(d: Path, *, mode: str, kern: Path, smi: Path | None) -> Path:
             "#!/bin/sh\n"
             + fast[tool]
             + "".join(f"{k}='{v}'; export {k}\n" for k, v in env.items())
-            + f"exec '{STANDINS / tool}' \"$@\"\n"
+            + f"exec python3 -S '{STANDINS / tool}' \"$@\"\n"  # -S: no site import, half the start-up
         )
         exe.chmod(0o755)
     return d

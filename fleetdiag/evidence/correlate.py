@@ -213,7 +213,7 @@ def decide(
     if not cands:
         return None
     bursts = _bursts(cands)
-    scored: list[tuple[tuple[int, ...], KernelEvent, str]] = []
+    scored: list[tuple[tuple[int, ...], KernelEvent, str]] = []  # (link, burst, strength, hardware, -order)
     for bi, burst in enumerate(bursts):
         for ei, ev in enumerate(burst):
             cat, strength, _ = _class(ev, table)
@@ -229,11 +229,14 @@ def decide(
             if app is not None and not link and strength in ("weak", "app") and not win:
                 continue  # an unlinked weak or application-level event does not beat the app's own error
             why = link or ("in the failure's time window" if win else "the host's latest kernel fault")
-            rank = (1 if link else 0, bi, 0 if strength == "weak" else 1, -ei)
+            # in a burst: a hardware fault (drain, RMA) before a driver one, then the first line (a later line of
+            # the same GPU is the first one's consequence)
+            hw = 1 if cat == "hardware" and strength == "strong" else 0
+            rank = (1 if link else 0, bi, 0 if strength == "weak" else 1, hw, -ei)
             scored.append((rank, ev, why))
     if not scored:
         return None
-    # the latest burst decides; in it, the first cause-capable line (strong before app-level before weak)
+    # the latest burst decides; in it, strong before weak, a hardware fault before others, then the first line
     scored.sort(key=lambda s: s[0])
     rank, ev, why = scored[-1]
     return _decision(ev, why, app, table)
@@ -331,9 +334,11 @@ def standalone(
     """The unrecovered GPU fault of the current boot that makes a host ``degraded`` on its own, whatever its
     log says and whether or not nvidia-smi answers; None when there is none.
 
-    The latest burst that holds one decides; in it, the first such line. A driver-class Xid that follows an
-    application fault on the same GPU in its burst (Xid 109 after Xid 13) is that fault's consequence, not a
-    fault of its own. Corrected errors, benign lines, OOM kills and segfaults never qualify."""
+    The latest burst that holds one decides. In it, each GPU's first such line is that GPU's fault (later lines
+    on the same GPU are its consequences); of several GPUs' faults a hardware one (drain, RMA) is named before a
+    driver one (a reset), then the earliest. A driver-class Xid that follows an application fault on the same
+    GPU in its burst (Xid 109 after Xid 13) is that fault's consequence, not a fault of its own. Corrected
+    errors, benign lines, OOM kills and segfaults never qualify."""
     table = table or default_xid_table()
     evs = current(events)
     gpu_buses = {e.bus for e in evs if e.bus and e.kind in ("xid", "gpu-lost", "gpu-init", "gsp")}
@@ -345,7 +350,8 @@ def standalone(
     for burst in reversed(_bursts(cands)):
         window = _window(evs, burst)
         app_fault: set[str | None] = set()
-        for ev in burst:
+        first: dict[str | None, tuple[int, KernelEvent]] = {}  # bus -> (order in the burst, its first fault)
+        for i, ev in enumerate(burst):
             if ev.kind == "xid" and table.get(_effective_code(ev)).action == "application":
                 app_fault.add(ev.bus)
                 continue
@@ -353,6 +359,9 @@ def standalone(
                 continue
             if ev.kind == "xid" and ev.bus in app_fault and table.get(_effective_code(ev)).action == "driver":
                 continue  # the application fault's aftermath on its own GPU
+            first.setdefault(ev.bus, (i, ev))
+        if first:
+            _, ev = min(first.values(), key=lambda f: (_class(f[1], table)[0] != "hardware", f[0]))
             return _decision(ev, "an unrecovered GPU fault of the current boot", None, table)
     return None
 
