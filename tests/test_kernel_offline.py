@@ -22,7 +22,7 @@ from fleetdiag.cli import main
 from fleetdiag.evidence.gpu_health import degraded, parse_smi_text
 from fleetdiag.evidence.offline import detect_form, read_kernel_file
 
-from .test_kernel_corpus_probe import CASES, _category, stands_alone
+from .test_kernel_corpus_probe import CASES, _category, names_the_line, stands_alone
 from .test_kernel_evidence import FIXTURES, STANDINS
 
 IDS = [c["id"] for c in CASES]
@@ -45,7 +45,7 @@ def test_a_tickets_attachments_decide_like_a_probe(case: dict) -> None:
     dec = host["decisive"]
     if app:  # the job's error is the consequence of the kernel line
         assert host["verdict"] == "failed" and code == 1, host
-        assert dec["source"] == "kernel" and case["decisive_kernel_line"] in dec["line"], dec
+        assert dec["source"] == "kernel" and names_the_line(case, dec["line"]), dec
         assert dec["category"] == _category(case)
     elif stands_alone(case):
         assert host["verdict"] == "degraded" and code == 1, host
@@ -63,7 +63,7 @@ def test_a_tickets_attachments_decide_like_a_probe(case: dict) -> None:
         assert host["facts"]["kernel_log"]["kernel_log"] == "read"
         _, card = _analyze(*([str(d / app)] if app else []), *args)
         row = next(ln for ln in card.splitlines() if "kernel line" in ln)
-        assert case["decisive_kernel_line"] in row
+        assert names_the_line(case, row)
 
 
 def _forms(tmp: Path, recording: Path) -> dict[str, str]:

@@ -51,6 +51,7 @@ class AppError:
     gpu: int | None = None  # GPU index (the rank's device, after CUDA_VISIBLE_DEVICES)
     bus: str | None = None
     uuid: str | None = None
+    names: frozenset[str] = frozenset()  # program names the log itself names (its binary, its source file)
 
 
 @dataclass
@@ -150,9 +151,13 @@ def _oom_episode_line(burst: list[KernelEvent], victim: KernelEvent) -> KernelEv
     """The line that states an OOM kill: 'Out of memory: Kill(ed) process', else 'Killed process',
     else the 'invoked oom-killer' header of the episode the reaper line belongs to."""
     i = burst.index(victim)
-    for k in ("oom-kill", "oom-killed"):
+    for stated in (
+        lambda e: e.kind == "oom-kill" and "Kill" in e.message and "process" in e.message,  # 'Out of memory: Kill…'
+        lambda e: e.kind == "oom-killed",  # 'Killed process N (name)'
+        lambda e: e.kind == "oom-kill",  # the 'oom-kill:constraint=…,task=…,pid=N' summary
+    ):
         for e in burst:
-            if e.kind == k and e.pid == victim.pid:
+            if stated(e) and e.pid == victim.pid:
                 return e
     for e in reversed(burst[:i]):
         if e.kind == "oom-invoke":
@@ -178,7 +183,17 @@ def _linked(ev: KernelEvent, app: AppError | None, app_bus: str | None) -> str |
         return f"process {ev.process}"
     if app_bus and ev.bus == app_bus:
         return f"GPU {ev.bus}"
+    if ev.process and _specific(ev.process) and any(_same_name(n, ev.process) for n in app.names):
+        return f"process {ev.process} (named in the log)"
     return None
+
+
+# comms every GPU host runs many of: a match by one of these says nothing
+_GENERIC = re.compile(r"^(?:python[\d.]*|pt_main_thread|pt_autograd_\d+|bash|sh|java|node|ray::\w*|<unknown>)$", re.I)
+
+
+def _specific(name: str) -> bool:
+    return len(name) >= 6 and not _GENERIC.match(name)
 
 
 def _same_name(a: str, b: str) -> bool:

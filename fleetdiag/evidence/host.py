@@ -123,7 +123,7 @@ def app_time(text: str | None, now: float | None, tz_offset: int = 0) -> float |
     return None
 
 
-_PID = re.compile(r"\bpid[= ](\d+)|\[(\d+)\]")
+_PID = re.compile(r"\bpid[=:]?\s*(\d+)|\[(\d+)\]")
 # the shell reporting a native program's death: sh/bash 'line 15:   341 Segmentation fault      (core dumped) CMD',
 # zsh '[1]    2111498 segmentation fault (core dumped)  CMD': the pid and the program the kernel names (comm)
 _SHELL_DEATH = re.compile(
@@ -148,8 +148,44 @@ def _host_gpu(ordinal: int | None, facts: dict[str, Any]) -> int | None:
     return ordinal
 
 
-def app_error(d: Decisive, facts: dict[str, Any], when: float | None) -> AppError:
-    """What correlate needs of the log's decisive error: its line, time, pid, process name and GPU."""
+_RANK_PID = "(?:\\[rank{r}\\]|\\brank {r}/\\d+).*?\\bpid[=:]?\\s*(\\d+)"
+
+
+def _rank_pid(rank: int, lines: list[str]) -> int | None:
+    """The rank's pid as the log states it: its own line ('[rank1] … pid 659'), else torchelastic's summary
+    ('rank : 1 (local_rank: 0)' then 'exitcode : -6 (pid: 2136)')."""
+    rx = re.compile(_RANK_PID.format(r=rank))
+    for text in lines:
+        m = rx.search(text)
+        if m:
+            return int(m.group(1))
+    head = re.compile(rf"^\s*rank\s*:\s*{rank}\b")
+    for i, text in enumerate(lines):
+        if head.match(text):
+            for nxt in lines[i + 1 : i + 3]:
+                m = re.search(r"\(pid: (\d+)\)", nxt)
+                if m:
+                    return int(m.group(1))
+    return None
+
+
+def _log_names(lines: list[str]) -> frozenset[str]:
+    """Program names the log names: the last part of a path ('/tmp/native/illegal_address_32g'), a source
+    file's stem ('illegal_address_32g.cu:26'). The kernel's comm (15 characters) links to one of these."""
+    out: set[str] = set()
+    for text in lines[:400]:
+        for m in re.finditer(r"(?:/|\b)([A-Za-z_][\w+-]{5,})(?:\.(?:cu|cpp|cc|c)\b|\s|$|:)", text):
+            out.add(m.group(1))
+        if len(out) > 2000:
+            break
+    return frozenset(out)
+
+
+def app_error(d: Decisive, facts: dict[str, Any], when: float | None, log_lines: list[str] | None = None) -> AppError:
+    """What correlate needs of the log's decisive error: its line, time, pid, process name and GPU.
+
+    ``log_lines`` (the funnel's lines) add the rank's pid where the log states it ('[rank1] … pid 659') and
+    the program names the log names, for a native program whose error line names neither."""
     proc = d.process or ""
     pid = None
     for src in (proc, d.line):
@@ -165,6 +201,12 @@ def app_error(d: Decisive, facts: dict[str, Any], when: float | None) -> AppErro
     if shell:  # the shell names the native program that died, and its pid
         pid = int(shell["pid"])
         name = name or shell["cmd"].rsplit("/", 1)[-1]
+    rank = d.rank
+    if rank is None:
+        rm = re.match(r"rank(\d+)$", proc.strip())
+        rank = int(rm.group(1)) if rm else None
+    if pid is None and rank is not None and log_lines:
+        pid = _rank_pid(rank, log_lines)
     text = "\n".join([d.message or d.line, *d.traceback[-20:]])
     ordinal = None
     m = _DEVICE.search(text)
@@ -190,11 +232,12 @@ def app_error(d: Decisive, facts: dict[str, Any], when: float | None) -> AppErro
         gpu=_host_gpu(ordinal, facts),
         uuid=uuid.group(0) if uuid else None,
         bus=pci.group(0) if pci else None,
+        names=_log_names([*(log_lines or []), d.line, *d.traceback]),
     )
 
 
 _STAMP_AT_START = re.compile(
-    r"^(?:\S+\s+)?(?:\(\S+ pid=\d+\)\s+)?(?:[A-Z]+\s+)?"
+    r"^\[?(?:\S+\s+)?(?:\(\S+ pid=\d+\)\s+)?(?:[A-Z]+\s+)?"
     r"(?P<t>\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
     r"|\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?|[A-Za-z]{3}\s+\d{1,2} \d\d:\d\d:\d\d)"
 )
@@ -308,7 +351,7 @@ def apply_collection(
     silent = False
     if d is not None and res.verdict in (FAILED, STALLED):
         when = app_time(d.time, now, kc.clock.tz_offset) or (fr.mtime if live else None)
-        app = app_error(d, res.facts, when)
+        app = app_error(d, res.facts, when, [ln.text for ln in fr.lines()])
     elif (
         live
         and fr.status == "ok"
@@ -316,12 +359,12 @@ def apply_collection(
         and fr.mtime is not None
         and (fr.idle_seconds or 0) >= QUIET_AFTER
     ):
-        app = AppError(line="", time=fr.mtime)  # the log's last write: what stopped it?
+        app = AppError(line="", time=fr.mtime, names=_log_names([ln.text for ln in fr.lines()]))  # what stopped it?
         silent = True
     elif not live and fr.status == "ok" and res.verdict in (HEALTHY, STARTING, STALLED):
         end = last_stamp([ln.text for ln in fr.lines()], now, kc.clock.tz_offset)
         if end is not None or res.verdict in (STARTING, STALLED):
-            app = AppError(line="", time=end)  # where the copy ends: what ended it?
+            app = AppError(line="", time=end, names=_log_names([ln.text for ln in fr.lines()]))  # what ended it?
             silent = True
     dec = decide(app, events, health, table) if app is not None else None
     res.evidence = evidence(None if silent else app, events, health)
