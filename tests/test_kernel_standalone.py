@@ -190,3 +190,56 @@ def test_a_standing_fault_is_one_incident_by_its_line(tmp_path) -> None:
         for h, k in (("a", fell), ("b", fell), ("c", other))
     ]
     assert keys[0] == keys[1] and keys[0] != keys[2] and keys[0].startswith("degraded:")
+
+
+def test_the_ranks_pid_and_the_programs_name_come_from_the_log() -> None:
+    d = Decisive(line="[rank1]: RuntimeError: CUDA error: an illegal memory access", message="x", process="rank1")
+    own = ["2026-12-01 09:32:43,131 INFO [rank1] train: rank 1/3 local_rank 0 node_rank 1 pid 659 master x:1"]
+    assert app_error(d, {}, None, own).pid == 659
+    summary = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 1 (local_rank: 0)",
+        "  exitcode  : -6 (pid: 2136)",
+    ]
+    assert app_error(d, {}, None, summary).pid == 2136
+    launcher = "failed (exitcode: -9) local_rank: 0 (pid: 666) of binary: /opt/torch/.venv/bin/python"
+    assert app_error(Decisive(line=launcher, message=launcher), {}, None).pid == 666
+    native = [
+        "[2026-12-01 09:32:36] start: /tmp/rec2/native/illegal_address_32g",
+        "CUDA error at illegal_address_32g.cu:26",
+    ]
+    a = app_error(Decisive(line=native[1], message=native[1]), {}, None, native)
+    assert "illegal_address_32g" in a.names
+
+
+def test_a_program_named_in_the_log_links_but_a_generic_comm_does_not() -> None:
+    from fleetdiag.evidence.correlate import AppError, decide
+
+    evs = parse_kernel_lines(
+        [
+            "[49.0] NVRM: Xid (PCI:0000:00:06): 43, pid=1, name=python, channel 0x0000000a",
+            "[49.1] NVRM: Xid (PCI:0000:00:06): 43, pid=2, name=device_assert, channel 0x0000000a",
+        ]
+    )
+    app = AppError(
+        line="CUDA error at device_assert.cu:28 code=710(cudaErrorAssert)", names=frozenset({"device_assert"})
+    )
+    got = decide(app, evs)
+    assert got is not None and "name=device_assert" in got.line and "named in the log" in got.why
+    generic = AppError(line="RuntimeError: CUDA error", names=frozenset({"python"}))
+    assert decide(generic, evs[:1]) is None  # an unlinked application Xid with no time: not this error's
+
+
+def test_an_oom_episode_is_named_by_its_killed_process_line() -> None:
+    from fleetdiag.evidence.correlate import AppError, decide
+
+    evs = parse_kernel_lines(
+        [
+            "[44.391812] python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+            "[44.391990] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),task_memcg=/n2,task=python,pid=666,uid=0",
+            "[44.392003] Memory cgroup out of memory: Killed process 666 (python) total-vm:1kB, anon-rss:1kB",
+        ]
+    )
+    got = decide(AppError(line="failed (exitcode: -9) local_rank: 0 (pid: 666)", pid=666), evs)
+    assert got is not None and "Memory cgroup out of memory: Killed process 666" in got.line
