@@ -53,7 +53,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .reach import CLOSED, KEY, MAX_OUTPUT, TIMEOUT, HostError, PartialOutput, TransportOptions
+from .reach import (
+    CLOSED,
+    CONNECT_TIMEOUT,
+    DEFAULT_KEY_FILES,
+    KEY,
+    MAX_OUTPUT,
+    TIMEOUT,
+    HostError,
+    PartialOutput,
+    TransportOptions,
+)
 
 PERSIST_ENV = "FLEETDIAG_PERSIST"
 RUNTIME_ENV = "FLEETDIAG_RUNTIME_DIR"  # where the socket lives (tests, or a user who wants it elsewhere)
@@ -169,7 +179,7 @@ def connection_key(params: dict[str, Any]) -> str:
         configs = [str(home_ssh / "config")]
     keys = params.get("client_keys")
     if keys is None:
-        keys = [str(home_ssh / n) for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk")]
+        keys = [str(home_ssh / n) for n in DEFAULT_KEY_FILES]
     known = params.get("known_hosts") or str(home_ssh / "known_hosts")
     decided = {
         "where": [params["target"], params.get("port"), params.get("user"), params.get("jump")],
@@ -284,7 +294,7 @@ class Keeper:
             opts = TransportOptions(
                 known_hosts=params.get("known_hosts"),
                 accept_new=bool(params.get("accept_new")),
-                connect_timeout=float(params.get("connect_timeout") or 10.0),
+                connect_timeout=float(params.get("connect_timeout") or CONNECT_TIMEOUT),
                 ssh_config=params.get("ssh_config"),
                 client_keys=params.get("client_keys"),
                 keepalive=params.get("keepalive") or 30.0,  # notices a dead peer while idle

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .probe import ProbeSettings, parse_jump
-from .reach import TransportOptions
+from .reach import COMMAND_TIMEOUT, CONNECT_TIMEOUT, TransportOptions
 
 JumpResolver = Callable[[str], tuple[str, int | None, str | None]]
 
@@ -37,8 +37,8 @@ def transport_options(options: dict[str, Any]) -> TransportOptions:
         accept_new=options.pop("accept_new", False),
         ssh_config=[config] if config else None,
         client_keys=list(options.pop("identity", ())) or None,
-        connect_timeout=options.pop("connect_timeout", 10.0),
-        command_timeout=options.pop("command_timeout", 60.0),
+        connect_timeout=options.pop("connect_timeout", CONNECT_TIMEOUT),
+        command_timeout=options.pop("command_timeout", COMMAND_TIMEOUT),
     )
 
 

@@ -256,28 +256,96 @@ def parse_jump(text: str) -> tuple[str, int | None, str | None]:
     return h.host, h.port, h.user
 
 
-def host_path(host: HostLike, settings: ProbeSettings) -> str | None:
-    """The remote dirs searched first for this host's tools: ``--path-prepend``, else its inventory entry."""
-    return settings.path_prepend or getattr(host, "path_prepend", None)
+def remote_spec(
+    host: HostLike,
+    source: LogSource,
+    log_path: str | None,
+    rules: Rules,
+    *,
+    facts: bool = True,
+    kernel: bool = True,
+    path_prepend: str | None = None,
+    command_timeout: float | None = None,
+) -> funnel_mod.FunnelSpec:
+    """What runs on a host in one exec: the funnel on its log source, the facts after it, the kernel
+    part beside it, the remote clock last. The one builder: probe, sweep and the demo send it as it
+    is, watch's follower sends it as its snapshot, so a host's first watch verdict is probe's.
+    ``command_timeout``: the exec's own limit; a ``command`` source gets half of it to end."""
+    path_prepend = path_prepend or getattr(host, "path_prepend", None)  # --path-prepend, else the host's own
+    spec = spec_for(log_path or "", rules, host.funnel)
+    if command_timeout:
+        spec.command_timeout = max(1, int(command_timeout / 2))
+    apply_source(spec, source, host, path_prepend)
+    if facts:  # same exec: the facts snippet runs after the funnel
+        spec.extra += facts_mod.SNIPPET
+        spec.extra_vars.update(facts_mod.snippet_vars(path_prepend))
+    if kernel:  # same exec, beside the funnel: kernel log and GPU health
+        spec.side += evidence_mod.SCRIPT
+        spec.extra_vars.update(evidence_mod.script_vars(path_prepend))
+    spec.last += CLOCK_SNIPPET  # last: read right before the answer leaves
+    return spec
 
 
 def probe_command(
     host: HostLike, source: LogSource, log_path: str | None, settings: ProbeSettings, rules: Rules
 ) -> tuple[str, str]:
-    """The one exec a probe sends, and its output marker: the funnel, the facts after it, the
-    kernel part beside it, the remote clock last. (The benchmarks send this very command.)"""
-    spec = spec_for(log_path or "", rules, host.funnel)
-    path = host_path(host, settings)
-    apply_source(spec, source, host, path)
-    if settings.facts:  # same exec: the facts snippet runs after the funnel
-        spec.extra += facts_mod.SNIPPET
-        spec.extra_vars.update(facts_mod.snippet_vars(path))
-    if settings.kernel:  # same exec, beside the funnel: kernel log and GPU health
-        spec.side += evidence_mod.SCRIPT
-        spec.extra_vars.update(evidence_mod.script_vars(path))
-    spec.last += CLOCK_SNIPPET  # last: read right before the answer leaves
+    """The one exec a probe sends, and its output marker (the benchmarks send this very command)."""
+    spec = remote_spec(
+        host,
+        source,
+        log_path,
+        rules,
+        facts=settings.facts,
+        kernel=settings.kernel,
+        path_prepend=settings.path_prepend,
+        command_timeout=settings.transport.command_timeout,
+    )
     mark = funnel_mod.new_mark()
     return funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), mark
+
+
+def kernel_command(path_prepend: str | None = None) -> tuple[str, str]:
+    """The kernel part alone as one exec, and its output marker: watch reads it again on the same
+    connection when a failure appears after its snapshot (the fault is as new as the error)."""
+    mark = funnel_mod.new_mark()
+    script = remote.script(
+        {"FD_MARK": mark, **evidence_mod.script_vars(path_prepend)},
+        remote.load("prelude.sh"),
+        remote.load("begin.sh"),
+        evidence_mod.SCRIPT,
+        remote.load("end.sh"),
+    )
+    return funnel_mod.remote_command(script), mark
+
+
+def host_result(
+    name: str,
+    fr: FunnelResult,
+    rules: Rules,
+    stall_after: float,
+    timing: Timing | None,
+    facts: dict[str, Any] | None,
+    log_source: dict[str, str] | None,
+    received: float | None = None,
+) -> HostResult:
+    """The one step from a host's parsed output to its HostResult, for probe and for watch (its
+    snapshot and every re-analysis): the log's verdict, the kernel and GPU evidence (``finish``),
+    where the log came from, and what the job-level analysis needs (``add_job_facts``).
+    ``facts``: ``host_facts`` of the output (None: facts off); ``log_source``: ``source_name``'s."""
+    res = finish(name, fr, rules, stall_after, timing, facts)
+    res.log_source = log_source
+    add_job_facts(res, fr, received)
+    return res
+
+
+def host_facts(fr: FunnelResult, enabled: bool = True) -> dict[str, Any] | None:
+    """The host facts (GPUs, processes) the output carried; None when facts were not asked for."""
+    return facts_mod.build(fr.facts.get("raw")) if enabled else None
+
+
+def source_name(fr: FunnelResult, log_name: str, source: LogSource, log: str | None) -> dict[str, str] | None:
+    """``log_source`` of a result: what discovery found on the host, else the source the user named."""
+    return fr.facts.get("log_source") or given_source(log_name, source, log)
 
 
 async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:
@@ -317,10 +385,16 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             partial = None  # the end marker arrived: all of the funnel's output is here
         if partial:
             fr.markers.append(partial)
-        facts = facts_mod.build(fr.facts.get("raw")) if settings.facts else None
-        res = finish(host.name, fr, rules, _stall_after(host, settings), timing, facts)
-        res.log_source = fr.facts.get("log_source") or given_source(log_name, source, settings.log)
-        add_job_facts(res, fr, received)
+        res = host_result(
+            host.name,
+            fr,
+            rules,
+            _stall_after(host, settings),
+            timing,
+            host_facts(fr, settings.facts),
+            source_name(fr, log_name, source, settings.log),
+            received,
+        )
         if partial and fr.status == "error":  # cut before the funnel said anything
             res.verdict = UNREACHABLE
             res.error = partial

@@ -43,6 +43,15 @@ class HostError(Exception):
         self.kind = kind
 
 
+# The key files asyncssh (like ssh) tries from ~/.ssh when no key is named, in its order: the one list
+# (the keeper keys a kept connection by them, the auth message says whether any exists).
+DEFAULT_KEY_FILES = ("id_ed25519_sk", "id_ecdsa_sk", "id_ed448", "id_ed25519", "id_ecdsa", "id_rsa", "id_dsa")
+
+# The defaults, written once: seconds to connect and log in, and for the remote command.
+CONNECT_TIMEOUT = 10.0
+COMMAND_TIMEOUT = 60.0
+
+
 @dataclass
 class TransportOptions:
     """How to reach hosts. Defaults are safe: checked keys, timeouts on.
@@ -53,8 +62,8 @@ class TransportOptions:
 
     known_hosts: str | None = None  # a file; None: ssh config / ~/.ssh/known_hosts
     accept_new: bool = False
-    connect_timeout: float = 10.0
-    command_timeout: float = 60.0
+    connect_timeout: float = CONNECT_TIMEOUT
+    command_timeout: float = COMMAND_TIMEOUT
     ssh_config: list[str] | None = None  # None: ~/.ssh/config when it exists
     client_keys: list[str] | None = None  # None: agent + default keys + IdentityFile
     passphrase: str | None = field(default=None, repr=False)

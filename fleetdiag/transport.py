@@ -28,6 +28,7 @@ from . import sshfast
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
     CLOSED,
+    DEFAULT_KEY_FILES,
     DNS,
     HOSTKEY_CHANGED,
     HOSTKEY_UNKNOWN,
@@ -406,8 +407,12 @@ def _ssh_config(target: str, port: int | None, user: str | None, opts: Transport
         paths = [str(default)] if os.access(default, os.R_OK) else []
     if not paths:
         return None
+    args = (getpass.getuser(), user or (), target, port or ())
     try:
-        return SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (), target, port or ())
+        try:
+            return SSHClientConfig.load(None, paths, False, False, False, *args)  # canonical, final: asyncssh >= 2.19
+        except TypeError:
+            return SSHClientConfig.load(None, paths, False, *args)  # asyncssh 2.18
     except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
         return None
 
@@ -536,9 +541,7 @@ def _auth_reason(where: str, opts: TransportOptions) -> str:
     else:
         agent = None
     ssh_dir = Path.home() / ".ssh"
-    has_keys = any(
-        (ssh_dir / n).exists() for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk", "id_dsa")
-    )
+    has_keys = any((ssh_dir / n).exists() for n in DEFAULT_KEY_FILES)
     if agent and not has_keys:
         return (
             f"{text}: {agent} and no default key in {ssh_dir}; start ssh-agent and ssh-add, or pass --identity KEYFILE"

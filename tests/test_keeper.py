@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fleetdiag import keeper as keeper_mod
+from fleetdiag import sshfast
 from fleetdiag.delayproxy import DelayProxy
 
 from .procs import pids_with
@@ -537,7 +538,8 @@ def test_the_keeper_runs_commands_on_spare_channels(loud_sshd, rt, monkeypatch):
         listed = keeper_mod.list_kept(rt)
     finally:
         keeper_mod.close_kept(rt)
-    assert [(c["uses"], c["spare_uses"]) for c in listed] == [(3, 3)]
+    # asyncssh's own channels on a release the shortcuts were not tested on (fleetdiag.sshfast.TESTED)
+    assert [(c["uses"], c["spare_uses"]) for c in listed] == [(3, 3 if sshfast.enabled() else 0)]
 
 
 def test_a_busy_keeper_gets_longer_for_a_run_than_for_an_open(tmp_path, monkeypatch):

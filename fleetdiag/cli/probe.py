@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from ..exitcodes import exit_for
+from ..exitcodes import Exit, exit_for
 from ..inventory import fold
 from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: re-exported)
 from ..probe import ProbeSettings
@@ -237,7 +237,7 @@ def probe(
             ),
             soft_wrap=True,
         )
-        raise SystemExit(130)
+        raise SystemExit(int(Exit.INTERRUPTED))
     raise SystemExit(int(exit_for(results)))
 
 
