@@ -19,6 +19,7 @@ import pytest
 from fleetdiag.analysis import analyze_text
 from fleetdiag.evidence.correlate import AppError, correlate, decide
 from fleetdiag.evidence.gpu_health import degraded, parse_health
+from fleetdiag.evidence.host import app_time
 from fleetdiag.evidence.kernel import (
     Clock,
     bus_key,
@@ -140,7 +141,9 @@ def _app_error(case: dict) -> AppError | None:
     if not app:
         return None
     d = analyze_text((CORPUS / app).read_text(encoding="utf-8"))
-    return AppError(line=d.decisive.line, process=d.decisive.process) if d.decisive else None
+    if d.decisive is None:
+        return None
+    return AppError(line=d.decisive.line, process=d.decisive.process, time=app_time(d.decisive.time, None))
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])

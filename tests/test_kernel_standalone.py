@@ -243,3 +243,15 @@ def test_an_oom_episode_is_named_by_its_killed_process_line() -> None:
     )
     got = decide(AppError(line="failed (exitcode: -9) local_rank: 0 (pid: 666)", pid=666), evs)
     assert got is not None and "Memory cgroup out of memory: Killed process 666" in got.line
+
+
+def test_the_launchers_one_failed_child_is_the_failing_process() -> None:
+    line = "/pytorch/aten/src/ATen/native/cuda/IndexKernelUtils.cu:16: vectorized_gather_kernel: Assertion failed."
+    one = [
+        "E1201 09:25:30.625000 1748 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: -6) "
+        "local_rank: 0 (pid: 2136) of binary: /opt/torch/.venv/bin/python",
+        "  exitcode  : -6 (pid: 2136)",
+    ]
+    assert app_error(Decisive(line=line, message=line), {}, None, one).pid == 2136
+    two = [*one, "  exitcode  : -9 (pid: 2140)"]
+    assert app_error(Decisive(line=line, message=line), {}, None, two).pid is None

@@ -169,6 +169,19 @@ def _rank_pid(rank: int, lines: list[str]) -> int | None:
     return None
 
 
+_CHILD_PID = re.compile(
+    r"failed \(exitcode: -?\d+\) local_rank: \d+ \(pid: (\d+)\)|^\s*exitcode\s*: -?\d+ \(pid: (\d+)\)"
+)
+
+
+def _launcher_pid(lines: list[str]) -> int | None:
+    """The one child pid a launcher reports failed (torchelastic's 'failed (exitcode: -6) local_rank: 0
+    (pid: 2136)' and its summary's 'exitcode : -6 (pid: 2136)'): the failing process, when the error line
+    names none. Several failed children name no one."""
+    pids = {int(m.group(1) or m.group(2)) for m in (_CHILD_PID.search(t) for t in lines) if m}
+    return pids.pop() if len(pids) == 1 else None
+
+
 def _log_names(lines: list[str]) -> frozenset[str]:
     """Program names the log names: the last part of a path ('/tmp/native/illegal_address_32g'), a source
     file's stem ('illegal_address_32g.cu:26'). The kernel's comm (15 characters) links to one of these."""
@@ -207,6 +220,8 @@ def app_error(d: Decisive, facts: dict[str, Any], when: float | None, log_lines:
         rank = int(rm.group(1)) if rm else None
     if pid is None and rank is not None and log_lines:
         pid = _rank_pid(rank, log_lines)
+    if pid is None and log_lines:
+        pid = _launcher_pid(log_lines)
     text = "\n".join([d.message or d.line, *d.traceback[-20:]])
     ordinal = None
     m = _DEVICE.search(text)
