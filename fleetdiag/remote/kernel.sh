@@ -8,8 +8,17 @@ fd_kernel_to() { # fd_kernel_to SECONDS CMD...: run under timeout -k where timeo
   if command -v timeout >/dev/null 2>&1; then timeout -k 2 "$fd_kernel_s" "$@"; else "$@"; fi
 }
 
+fd_kernel_thin() { # a flood of corrected PCIe errors (thousands a minute on a bad riser) must not push the
+  # fault it precedes out of the newest lines: the first 20 are kept, then one in 50 (all, without awk)
+  if command -v awk >/dev/null 2>&1; then
+    awk '/[Cc]orrect(ed|able)/ && !/[Uu]ncorrect/ { n++; if (n > 20 && n % 50 != 0) next } { print }'
+  else
+    cat
+  fi
+}
+
 fd_kernel_filter() { # keep lines of interest, the newest ones, bounded in lines and bytes
-  grep -E "$fd_kernel_ere" | tail -n "${FD_KERNEL_LINES:-400}" | head -c "${FD_KERNEL_BYTES:-65536}"
+  grep -E "$fd_kernel_ere" | fd_kernel_thin | tail -n "${FD_KERNEL_LINES:-400}" | head -c "${FD_KERNEL_BYTES:-65536}"
   echo
 }
 
