@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from . import facts as facts_mod
 from . import funnel as funnel_mod
@@ -27,9 +27,11 @@ from .evidence import stacks as stacks_mod
 from .inventory.model import DISCOVER, LogSource
 from .reach import (
     JUMP,
+    NETWORK,
     HostError,
     JumpHop,
     PartialOutput,
+    Runner,
     TransportOptions,
     parse_jump_chain,
 )
@@ -45,9 +47,6 @@ from .records import (
     Timing,
 )
 from .units import log_time_iso
-
-if TYPE_CHECKING:
-    from .transport import Connection
 
 DEFAULT_STALL_AFTER = 600.0
 
@@ -198,7 +197,8 @@ def _log_problem(fr: FunnelResult) -> str:
     return f"funnel failed: {'; '.join(fr.markers) or fr.status}" + (f" ({reason})" if reason else "")
 
 
-async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
+async def open_host(host: HostLike, settings: ProbeSettings, direct: bool = False) -> Runner:
+    """The host's connection: through the keeper when connections are kept (unless ``direct``)."""
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
@@ -210,14 +210,14 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
         jump = [resolve(_hop_text(h)) for h in hops]
     opts = host_transport(host, settings.transport)
     if settings.connect_gate is None:
-        return await _connect(host, settings, opts, jump)
+        return await _connect(host, settings, opts, jump, direct)
     async with settings.connect_gate(host):
-        return await _connect(host, settings, opts, jump)
+        return await _connect(host, settings, opts, jump, direct)
 
 
-async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any) -> Any:
+async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any, direct: bool) -> Any:
     """Through the keeper when connections are kept and it answers; directly otherwise, silently."""
-    if settings.persist > 0:
+    if settings.persist > 0 and not direct:
         from .keeper import KeeperUnavailable, open_kept
 
         try:
@@ -348,7 +348,7 @@ def source_name(fr: FunnelResult, log_name: str, source: LogSource, log: str | N
     return fr.facts.get("log_source") or given_source(log_name, source, log)
 
 
-async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:
+async def probe_host(host: HostLike, settings: ProbeSettings, conn: Runner | None = None) -> HostResult:
     """Probe one host; never raises for a host-side problem: it becomes the verdict."""
     t0 = time.perf_counter()
     timing = Timing()
@@ -364,23 +364,27 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         timing.connect_ms = round(conn.connect_ms, 1)
         rules = await settings.rules_ready()
         command, mark = probe_command(host, source, log_path, settings, rules)
-        partial = None
-        status = None
-        try:
-            out, status, open_ms, exec_ms = await conn.run(command, settings.transport.command_timeout)
-        except PartialOutput as exc:
-            out, open_ms, exec_ms, partial, partial_kind = exc.data, None, None, str(exc), exc.kind
+        run = await conn.execute(command, settings.transport.command_timeout)
+        if not run.started and own:  # the keeper was gone before it took the command: direct, once
+            conn.close()
+            conn = await open_host(host, settings, direct=True)
+            timing.connect_ms = round(conn.connect_ms, 1)
+            run = await conn.execute(command, settings.transport.command_timeout)
+        if run.error is not None and not isinstance(run.error, PartialOutput):
+            raise run.error
+        out, status, exec_ms = run.stdout, run.status, run.total_ms
+        partial = str(run.error) if run.error is not None else None
+        partial_kind = run.error.kind if run.error is not None else None
         received = time.time()
         timing.round_trips = 1
         if settings.save_dir is not None:
             save_evidence(settings.save_dir, host.name, out)
-        if open_ms is not None:
-            rtt = getattr(conn, "last_rtt_ms", None)
-            timing.rtt_ms = round(open_ms / 2 if rtt is None else rtt, 1)
+        if run.error is None and run.rtt_ms is not None:
+            timing.rtt_ms = round(run.rtt_ms, 1)
             timing.exec_ms = round(exec_ms or 0, 1)
         fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
         if fr.status == "error" and partial is None:  # the remote shell never ran it: say why
-            fr.facts["reason"] = funnel_mod.shell_failure(getattr(conn, "last_stderr", b""), status)
+            fr.facts["reason"] = funnel_mod.shell_failure(run.stderr, status)
         if partial and fr.status != "error" and funnel_mod.CUT not in fr.markers:
             partial = None  # the end marker arrived: all of the funnel's output is here
         if partial:
@@ -400,6 +404,8 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
             res.error = partial
             res.markers = []
             res.facts["error_kind"] = partial_kind
+        elif fr.status != "error" and funnel_mod.CUT in fr.markers:
+            _never_a_verdict(res, partial, partial_kind)
         if settings.stacks and res.verdict == STALLED and not partial:  # the analysis asks: where does it wait?
             await _stacks(conn, host.name, settings, res, exec_ms)
     except HostError as exc:
@@ -415,9 +421,20 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
     return res
 
 
-async def _stacks(
-    conn: Connection, name: str, settings: ProbeSettings, res: HostResult, first_ms: float | None
-) -> None:
+def _never_a_verdict(res: HostResult, partial: str | None, kind: str | None) -> None:
+    """Output that ended before the funnel's end marker is that host's error, never a verdict: a log
+    read half-way can look healthy while its CUDA error sat in the part that never arrived."""
+    seen = res.decisive.line if res.decisive is not None else None
+    res.verdict = UNREACHABLE
+    res.error = partial or "the funnel's output ended before its end marker: the log was not read to its end"
+    res.facts["error_kind"] = kind or NETWORK
+    res.decisive, res.secondary, res.summary = None, [], ""
+    res.markers = [m for m in res.markers if m != partial]
+    if seen:
+        res.markers.append(f"before the cut the log showed: {seen}")
+
+
+async def _stacks(conn: Runner, name: str, settings: ProbeSettings, res: HostResult, first_ms: float | None) -> None:
     """The second round trip, on the same connection: where the stalled job's processes wait.
 
     Bounded so the host still answers within its deadline: what is left of the command timeout after the

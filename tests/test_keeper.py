@@ -495,8 +495,9 @@ def test_connection_key_follows_what_decides_the_connection(tmp_path):
 
 
 def test_kept_connection_runs_like_a_connection_and_keeps_the_cap(loud_sshd, rt, monkeypatch):
-    """Through the keeper: stdout, stderr and exit status come back as Connection.run gives them; output is cut at the cap."""
-    from fleetdiag.reach import PartialOutput
+    """Through the keeper: stdout, stderr and exit status come back as Connection.run gives them; output past
+    the cap stops reading and is the host's error (oversize), as on a direct connection."""
+    from fleetdiag.reach import OVERSIZE, HostError
 
     monkeypatch.setenv("FLEETDIAG_KEEPER_HELLO", "3")
 
@@ -507,9 +508,9 @@ def test_kept_connection_runs_like_a_connection_and_keeps_the_cap(loud_sshd, rt,
         assert (out, status, conn.last_status, conn.last_stderr) == (b"hi\n", 3, 3, b"oops\n")
         assert 0 < open_ms <= total_ms
         conn.cap = 100_000
-        with pytest.raises(PartialOutput) as cut:
+        with pytest.raises(HostError) as cut:
             await conn.run("head -c 300000 /dev/zero", 20)
-        assert len(cut.value.data) == 100_000 and "cut" in str(cut.value)
+        assert cut.value.kind == OVERSIZE and "reading stopped" in str(cut.value)
         out, status, _o, _t = await conn.run("head -c 50000 /dev/zero", 20)  # the same connection, still good
         assert len(out) == 50_000 and status == 0
         return conn

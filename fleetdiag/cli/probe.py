@@ -184,7 +184,7 @@ def probe(
     persist = persist_from(kw, inv)
     settings = settings_from(inv, kw, rules_pending=ctx.rules_soon())
     settings.persist = persist
-    settings.save_dir = Path(save) if save else None
+    settings.save_dir = Path(save).absolute() if save else None  # the workers run from /
     settings.stacks = not no_stacks
     t = settings.transport
     deadline = deadline or default_deadline(t.connect_timeout, t.command_timeout)
