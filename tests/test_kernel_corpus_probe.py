@@ -338,6 +338,8 @@ def test_the_job_that_died_of_it_names_the_kernel_line(fleet: dict, case: dict) 
     assert any(e["source"] == "kernel" and e["line"] == d["line"] for e in host["evidence"])
     if case["files"].get("app") and d["consequence"]:
         assert host["evidence"][0]["source"] == "log" and host["evidence"][0]["line"] == d["consequence"]
+    if case.get("xid") and d["exception_type"].startswith("Xid") and case["id"] not in ALSO_RIGHT:
+        assert d["exception_type"] == f"Xid {case['xid']}", d
     card = _card(fleet["text"], name)
     assert "FAILED" in card
     row = next(ln for ln in card.splitlines() if "kernel line" in ln)
