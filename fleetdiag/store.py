@@ -102,6 +102,55 @@ def describe(res: HostResult) -> str:
     return res.error or res.summary or res.verdict
 
 
+# Who acts on a host's trouble: the label alerts route on (``fleetdiag_host_verdict{action=...}``).
+ACTION_CLASSES = ("hardware", "driver", "network", "config", "capacity", "software", "hang", "access", "none")
+_ACTION_OF_CATEGORY = {
+    "hardware": "hardware",
+    "driver": "driver",
+    "nccl": "network",
+    "network": "network",
+    "config": "config",
+    "oom": "capacity",
+    "disk": "capacity",
+    "cuda": "software",
+    "import": "software",
+    "python": "software",
+    "other": "software",
+}
+
+
+def category_of(res: HostResult) -> str:
+    """The host's trouble in one word: the decisive error's category, ``gpu-health`` for a degraded
+    GPU, the kind of failure to reach it (``unreachable``/``no-log``), or ``none`` when healthy."""
+    if res.verdict in (HEALTHY, STARTING):
+        return "none"
+    if res.decisive is not None and res.decisive.category:
+        return res.decisive.category
+    if res.verdict == DEGRADED:
+        return "hardware"
+    if res.verdict in (UNREACHABLE, NO_LOG):
+        return res.verdict
+    return "other"
+
+
+def action_class(res: HostResult) -> str:
+    """Who has to act (one of ``ACTION_CLASSES``): hardware (drain, RMA), driver (reset or reboot),
+    network (fabric), config (the launch), capacity (memory, disk), software (the code), hang (a
+    stalled job), access (SSH or the log cannot be reached), none (healthy)."""
+    if res.verdict in (HEALTHY, STARTING):
+        return "none"
+    if res.verdict == DEGRADED:
+        return "hardware"
+    if res.verdict in (UNREACHABLE, NO_LOG):
+        return "access"
+    d = res.decisive
+    if d is not None and d.rule == "gpu-hardware":
+        return "hardware"
+    if d is not None and d.category in _ACTION_OF_CATEGORY and not (res.verdict == STALLED and d.category == "other"):
+        return _ACTION_OF_CATEGORY[d.category]
+    return "hang" if res.verdict == STALLED else "software"
+
+
 @dataclass
 class CauseGroup:
     """Hosts in the same state for the same root cause (the fleet view's rows)."""

@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -175,22 +176,109 @@ def complete_selector(ctx: click.Context, param: click.Parameter, incomplete: st
         return []
 
 
-def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json`` / ``--jsonl``, the same on every command that reports hosts; both at once is a usage error."""
+TEXT_FORMATS = ("text", "json", "jsonl")
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, fmt_json: bool = False, fmt_jsonl: bool = False, **kwargs: Any) -> Any:
-        if fmt_json and fmt_jsonl:
-            raise click.UsageError("--json and --jsonl are exclusive: choose one")
-        kwargs["fmt"] = "json" if fmt_json else "jsonl" if fmt_jsonl else None
-        return fn(*args, **kwargs)
 
-    wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
-    wrapper = click.option(
-        "--jsonl", "fmt_jsonl", is_flag=True, help="One JSON record per host per line, as they finish."
-    )(wrapper)
-    wrapper = click.option("--json", "fmt_json", is_flag=True, help="One JSON document (schema: README).")(wrapper)
-    return wrapper
+def output_options(
+    fn: Callable[..., Any] | None = None,
+    *,
+    formats: tuple[str, ...] = TEXT_FORMATS,
+    json_help: str = "One JSON document (schema: README).",
+) -> Any:
+    """``--format FORMAT`` and its short forms ``--json`` / ``--jsonl``, the same on every command that
+    reports hosts (``formats``: the ones this command can write); two different formats at once is a
+    usage error. The command gets ``fmt``: None for the default text, else the format's name."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, fmt_json: bool = False, fmt_jsonl: bool = False, fmt_format: str | None = None, **kw):
+            given = [f for f, on in (("json", fmt_json), ("jsonl", fmt_jsonl)) if on]
+            if fmt_format:
+                given.append(fmt_format)
+            if len(set(given)) > 1:
+                raise click.UsageError(
+                    f"{' and '.join('--' + g for g in dict.fromkeys(given))} are exclusive: choose one"
+                )
+            fmt = given[0] if given else None
+            kw["fmt"] = None if fmt == "text" else fmt
+            return fn(*args, **kw)
+
+        wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
+        wrapper = click.option(
+            "--format",
+            "fmt_format",
+            type=click.Choice(formats),
+            help="Output format [default: text]"
+            + (": csv is the fleet table; md and html an incident report to paste" if "md" in formats else "")
+            + ".",
+        )(wrapper)
+        if "jsonl" in formats:
+            wrapper = click.option(
+                "--jsonl", "fmt_jsonl", is_flag=True, help="One JSON record per host per line, as they finish."
+            )(wrapper)
+        if "json" in formats:
+            wrapper = click.option("--json", "fmt_json", is_flag=True, help=json_help)(wrapper)
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@dataclass
+class View:
+    """``--only`` / ``--hide`` / ``--summary``: which hosts a report shows, and whether cards are printed."""
+
+    only: set[str] = field(default_factory=set)
+    hide: set[str] = field(default_factory=set)
+    summary: bool = False
+
+    def keep(self, results: list[Any]) -> list[Any]:
+        from ..render import filter_results
+
+        return filter_results(results, self.only, self.hide)
+
+    def note(self, total: int, shown: int) -> str:
+        from ..render import filter_note
+
+        return filter_note(total, shown, self.only, self.hide)
+
+
+def view_options(fn: Callable[..., Any] | None = None, *, summary: bool = True) -> Any:
+    """``--only failed,stalled`` / ``--hide healthy`` (and ``--summary``: the fleet table, no cards), the
+    same on probe, sweep and watch. The command gets ``view``; a filter changes what is shown, never
+    the exit code."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> set[str]:
+        from ..render import parse_verdicts
+
+        try:
+            return parse_verdicts(value, "--" + (param.name or ""))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).split(": ", 1)[1], ctx=ctx, param=param) from None
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, only: set[str], hide: set[str], summary_only: bool = False, **kw: Any) -> Any:
+            kw["view"] = View(only=only, hide=hide, summary=summary_only)
+            return fn(*args, **kw)
+
+        wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
+        if summary:
+            wrapper = click.option(
+                "--summary", "summary_only", is_flag=True, help="Only the fleet table: no host cards."
+            )(wrapper)
+        wrapper = click.option(
+            "--hide", multiple=True, callback=parse, metavar="VERDICTS", help="Leave out hosts in these verdicts."
+        )(wrapper)
+        wrapper = click.option(
+            "--only",
+            multiple=True,
+            callback=parse,
+            metavar="VERDICTS",
+            help="Show only hosts in these verdicts (failed,stalled,degraded,unreachable,no-log,starting,healthy).",
+        )(wrapper)
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
 
 
 def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
