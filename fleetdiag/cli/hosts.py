@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ..render import plural
 from . import Context, complete_selector, handle_errors, main, output_options, pass_ctx, select_hosts
 
 
@@ -29,7 +30,7 @@ def hosts(ctx: Context, selectors: tuple[str, ...], fmt: str | None) -> None:
             for row in rows:
                 out.jsonl(row)
         return
-    title = Text(f"{len(chosen)} hosts from {out.shown(str(inv.path))}")
+    title = Text(f"{plural(len(chosen), 'host')} from {out.shown(str(inv.path))}")
     shown = [out.shown(h) for h in chosen]
     table = Table(title=title, title_justify="left")
     for col in ("host", "target", "port", "user", "jump", "logs", "gpus", "groups"):
@@ -100,6 +101,10 @@ def check(ctx: Context) -> None:
         for p in problems:
             ctx.out.error(ctx.out.markup("[bold red]error:[/] {}", p))
         raise SystemExit(int(Exit.USAGE))
-    ctx.out.print(ctx.out.markup("[green]ok[/]: {}: {} hosts, {} groups", inv.path, len(inv.hosts), len(inv.groups)))
+    ctx.out.print(
+        ctx.out.markup(
+            "[green]ok[/]: {}: {}, {}", inv.path, plural(len(inv.hosts), "host"), plural(len(inv.groups), "group")
+        )
+    )
     for line in lines:
         ctx.out.print(line, soft_wrap=True)

@@ -29,7 +29,7 @@ from rich.text import Text
 from .. import units
 from ..exitcodes import Exit
 from ..records import SCHEMA_VERSION, VERDICTS, HostResult
-from ..render import ICON, STYLE, FleetProgress, Output
+from ..render import ICON, STYLE, FleetProgress, Output, plural
 from ..scheduler import INTERNAL, INTERRUPTED, default_deadline
 from ..store import (
     DEFAULT_KEEP_DAYS,
@@ -56,16 +56,21 @@ from ..units import ago
 from . import (
     Context,
     Duration,
+    View,
     check_logs,
     complete_selector,
     fanout_options,
     handle_errors,
     main,
+    output_options,
     pass_ctx,
     select_hosts,
     transport_options,
+    view_options,
 )
 from .connections import persist_option
+
+SWEEP_FORMATS = ("text", "json", "csv", "md", "html")
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -175,14 +180,19 @@ def fleet_line(results: list[HostResult], out: SweepOutcome) -> str:
     counts = {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
     head = " · ".join(f"{n} {v}" for v, n in counts.items() if n)
     where = f" · report {out.report}" if out.report else ""
-    return f"{len(results)} hosts: {head}{where}"
+    return f"{plural(len(results), 'host')}: {head}{where}"
 
 
-def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: SweepJob | None = None) -> None:
+def print_outcome(
+    env: Output, out: SweepOutcome, fmt: str | None = None, job: SweepJob | None = None, view: View | None = None
+) -> None:
     """The news on stdout (nothing when nothing changed); problems on stderr.
 
-    Everything goes through ``env``: redacted under --redact, host text made visible.
+    Everything goes through ``env``: redacted under --redact, host text made visible. ``view``
+    (--only/--hide) keeps the news of the hosts whose trouble has those verdicts; csv, md and html
+    write the fleet as this sweep found it (with the news in the report).
     """
+    view = view or View()
     raw, out = out, env.shown(out)
     store_error = env.shown(str(raw.store_error)) if raw.store_error else None
     for note in ([out.report_error] if out.report_error else []) + (
@@ -224,15 +234,58 @@ def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: S
             }
         )
         return
-    if out.changes is None:
-        lines = current_lines(out.results)
-    else:
-        lines = change_lines(out.changes)
+    changes = _filtered_changes(out.changes, view) if out.changes is not None else None
+    results = view.keep(out.results)
+    note = view.note(len(out.results), len(results))
+    if fmt in ("csv", "md", "html"):
+        from ..job import root_causes
+        from ..render import fleet_csv, incident_report, report_text
+
+        kept = {r.host for r in results}
+        rcs = [rc for rc in root_causes(out.results) if rc.host in kept] if len(out.results) > 1 else []
+        if fmt == "csv":
+            env.document(fleet_csv(results, rcs))
+            return
+        rep = incident_report(results, rcs, title="fleetdiag sweep report")
+        if note:
+            rep.notes.append(note)
+        if changes is not None:
+            news = [line.plain.split("\n")[0] for line in change_lines(changes)]
+            rep.extra.append(("changes since the last sweep", ["news"], [[n] for n in news] or [["nothing changed"]]))
+        env.document(report_text(rep, fmt))
+        return
+    lines = current_lines(results) if changes is None else change_lines(changes)
+    if view.summary:
+        from ..render import fleet_view
+
+        for line in lines:
+            env.print(line, soft_wrap=True)
+        env.print(fleet_view(results))
+        if note:
+            env.print(Text(note, style="dim"), soft_wrap=True)
+        return
     if not lines:
         return
     for line in lines:
         env.print(line, soft_wrap=True)
     env.print(Text(fleet_line(out.results, out), style="dim"), soft_wrap=True)
+
+
+def _filtered_changes(changes: Changes, view: View) -> Changes:
+    """The news of the troubles ``--only``/``--hide`` keep (judged by the trouble's verdict)."""
+    if not (view.only or view.hide):
+        return changes
+
+    def keep(c: Change) -> bool:
+        v = str(c.incident.verdict)
+        return (not view.only or v in view.only) and v not in view.hide
+
+    return Changes(
+        new=[c for c in changes.new if keep(c)],
+        changed=[c for c in changes.changed if keep(c)],
+        resolved=[c for c in changes.resolved if keep(c)],
+        sweep_id=changes.sweep_id,
+    )
 
 
 # --------------------------------------------------------------------------- commands
@@ -270,7 +323,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
     show_default=True,
     help="How long to keep per-sweep results (90d, 12h, or days; incidents are kept); 0: keep all.",
 )
-@click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
+@view_options
+@output_options(formats=SWEEP_FORMATS, json_help="Print the changes as one JSON document, even when empty.")
 @transport_options
 @persist_option
 @pass_ctx
@@ -288,6 +342,7 @@ def sweep(
     workers: int,
     keep_days: float,
     fmt: str | None,
+    view: View,
     **kw: Any,
 ) -> None:
     """Probe the selected hosts for cron: report, history, and only what changed.
@@ -364,9 +419,9 @@ def sweep(
         if text is not None:
             ctx.out.json(json.loads(text), indent=1)
         news = Output(stdout=sys.stderr, color=ctx.out.color, redactor=ctx.out.redactor)
-        print_outcome(news, out, fmt, job)
+        print_outcome(news, out, fmt, job, view)
         raise SystemExit(int(out.exit))
-    print_outcome(ctx.out, out, fmt, job)
+    print_outcome(ctx.out, out, fmt, job, view)
     raise SystemExit(int(out.exit))
 
 
