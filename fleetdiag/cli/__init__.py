@@ -27,6 +27,7 @@ class Context:
         self.rules_files = rules
         self.debug = debug
         self._rules = None
+        self._inventory: tuple[str | None, Any] | None = None
 
     def set_output(self, color: bool | None = None, redact: bool = False) -> None:
         """Rebuild the Output when a subcommand repeats --color/--no-color or --redact."""
@@ -74,13 +75,19 @@ class Context:
         return fut
 
     def inventory(self):
+        """The inventory, loaded once per command (its warnings said once, however often it is asked for)."""
         from ..inventory import find_inventory, load_inventory
 
-        inv = load_inventory(find_inventory(self.inventory_arg))
+        key = self.inventory_arg
+        if self._inventory is not None and self._inventory[0] == key:
+            inv = self._inventory[1]
+        else:
+            inv = load_inventory(find_inventory(key))
+            self._inventory = (key, inv)
+            for w in getattr(inv, "warnings", []):  # keys read but not used are named, never dropped silently
+                self.out.error(f"warning: {w}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         if self.redactor is not None:
             self.redactor.seed_inventory(inv)
-        for w in getattr(inv, "warnings", []):  # keys read but not used are named, never dropped silently
-            self.out.error(f"warning: {w}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         return inv
 
 
@@ -184,6 +191,7 @@ def output_options(
     *,
     formats: tuple[str, ...] = TEXT_FORMATS,
     json_help: str = "One JSON document (schema: README).",
+    jsonl_help: str = "One JSON record per host per line, as they finish.",
 ) -> Any:
     """``--format FORMAT`` and its short forms ``--json`` / ``--jsonl``, the same on every command that
     reports hosts (``formats``: the ones this command can write); two different formats at once is a
@@ -213,9 +221,7 @@ def output_options(
             + ".",
         )(wrapper)
         if "jsonl" in formats:
-            wrapper = click.option(
-                "--jsonl", "fmt_jsonl", is_flag=True, help="One JSON record per host per line, as they finish."
-            )(wrapper)
+            wrapper = click.option("--jsonl", "fmt_jsonl", is_flag=True, help=jsonl_help)(wrapper)
         if "json" in formats:
             wrapper = click.option("--json", "fmt_json", is_flag=True, help=json_help)(wrapper)
         return wrapper
@@ -431,6 +437,19 @@ COMMANDS = {
 
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use (see ``COMMANDS``)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown command names the one meant (``prob`` → ``probe``), as an unknown option does."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            from difflib import get_close_matches
+
+            near = get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+            ctx.fail(f"No such command {name!r}{hint}.")
+        return super().resolve_command(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
