@@ -1064,7 +1064,7 @@ class Report:
     extra: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # title, header, rows
 
 
-def _section(res: HostResult, others: list[str], traceback_lines: int = 40) -> ReportSection:
+def host_section(res: HostResult, others: list[str], traceback_lines: int = 40) -> ReportSection:
     from .inventory import fold
     from .store import action_class, category_of
 
@@ -1146,7 +1146,7 @@ def incident_report(
         if root is None:
             continue
         rep.roots.append(summary_line(rc, width=200))
-        sec = _section(root, [])
+        sec = host_section(root, [])
         sec.title = f"job root cause: {sec.title}"
         if rc.consequences:
             sec.rows.append(("consequences", ", ".join(consequence_text(h, k, dl) for h, k, dl in rc.consequences)))
@@ -1156,7 +1156,7 @@ def incident_report(
     for g in group_by_cause(r for r in results if r.host not in done):
         if incident_key(g.example) is None:
             continue
-        rep.sections.append(_section(g.example, g.hosts[1:]))
+        rep.sections.append(host_section(g.example, g.hosts[1:]))
     rep.table = fleet_rows(results, rcs)
     return rep
 

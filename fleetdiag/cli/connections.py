@@ -29,19 +29,21 @@ def persist_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         envvar="FLEETDIAG_PERSIST",
         callback=_duration,
         help="Keep each host's SSH connection open this long after use, for the next command "
-        "(like ssh ControlPersist) [default: 10m; 0: close at exit; $FLEETDIAG_PERSIST].",
+        "(like ssh ControlPersist) [default: 10m, sweep 0; 0: close at exit; $FLEETDIAG_PERSIST].",
     )(fn)
 
 
-def persist_from(kw: dict[str, Any], inv: Any = None) -> float:
+def persist_from(kw: dict[str, Any], inv: Any = None, default: float | None = None) -> float:
     """Seconds to keep connections: --persist, else $FLEETDIAG_PERSIST, else the inventory's defaults.persist,
-    else 10 minutes."""
+    else ``default`` (10 minutes when not given; ``sweep`` passes 0: a cron job leaves nothing running)."""
     from ..keeper import DEFAULT_PERSIST
 
     value = kw.pop("persist", None)
     if value is None:
         value = getattr(inv, "persist", None)
-    return DEFAULT_PERSIST if value is None else float(value)
+    if value is None:
+        value = DEFAULT_PERSIST if default is None else default
+    return float(value)
 
 
 @main.command()

@@ -366,7 +366,7 @@ def sweep(
         report = str(Path(spool.name) / "report.json")
     from .connections import persist_from
 
-    persist = persist_from(kw, inv)
+    persist = persist_from(kw, inv, default=0.0)  # run from cron: no keeper left behind unless asked
     settings = settings_from(inv, kw, ctx.rules())
     settings.persist = persist
     t = settings.transport
@@ -425,6 +425,30 @@ def sweep(
     raise SystemExit(int(out.exit))
 
 
+class When(click.ParamType):
+    """A moment for ``--since``/``--until``: a duration back from now (``2h``, ``3d``) or a date and time
+    (``2026-05-09``, ``2026-05-09T15:00``, ``2026-05-09 15:00+02:00``; local time without a zone)."""
+
+    name = "WHEN"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        from datetime import datetime
+
+        from ..units import parse_duration
+
+        text = str(value).strip()
+        try:
+            return time.time() - parse_duration(text)
+        except ValueError:
+            pass
+        try:
+            return datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            self.fail(f"expected a duration back from now (2h, 3d) or a date/time (2026-05-09T15:00), got {text!r}")
+
+
 @main.command()
 @click.argument("selectors", nargs=-1, shell_complete=complete_selector)
 @click.option(
@@ -434,20 +458,61 @@ def sweep(
     help="History database [default: the user data dir].",
 )
 @click.option("--open", "open_only", is_flag=True, help="Only incidents not resolved yet.")
-@click.option("--json", "fmt", flag_value="json", help="One JSON document.")
+@click.option("--since", type=When(), help="Only incidents seen since then: 2h, 3d, or 2026-05-09T15:00.")
+@click.option("--until", type=When(), help="Only incidents that began before then (same forms as --since).")
+@click.option(
+    "--host", "host_sel", multiple=True, shell_complete=complete_selector, help="Hosts (a selector; repeatable)."
+)
+@click.option(
+    "--verdict", multiple=True, metavar="VERDICTS", help="Only incidents of these verdicts (failed,stalled…)."
+)
+@click.option(
+    "--lemons",
+    is_flag=True,
+    help="Hosts whose trouble recurs: the same fingerprint back --recur times, or again after a reboot.",
+)
+@click.option("--recur", type=click.IntRange(2), default=3, show_default=True, help="Episodes that make a lemon.")
+@output_options(formats=("text", "json", "md", "html"), json_help="One JSON document.")
 @pass_ctx
 @handle_errors
-def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only: bool, fmt: str | None) -> None:
+def history(
+    ctx: Context,
+    selectors: tuple[str, ...],
+    db: str | None,
+    open_only: bool,
+    since: float | None,
+    until: float | None,
+    host_sel: tuple[str, ...],
+    verdict: tuple[str, ...],
+    lemons: bool,
+    recur: int,
+    fmt: str | None,
+) -> None:
     """Incidents from the sweep history: first seen, last seen, count, resolved.
 
     SELECTOR (default: every host in the history) is resolved with the
     inventory when there is one; hosts no longer in it match by name, glob or range.
+    --lemons lists the hosts whose incidents recur instead (a node to drain, not a job to fix).
     """
+    from ..render import parse_verdicts
+
+    try:
+        verdicts = parse_verdicts(verdict, "--verdict") or None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1], param_hint="--verdict") from None
+    if since is not None and until is not None and until < since:
+        raise click.BadParameter("--until is before --since", param_hint="--until")
+    selectors = tuple(selectors) + tuple(host_sel)
     path = Path(db).expanduser() if db else default_db_path()
     try:
         with Store(path, readonly=True) as store:
             names = _select_stored(ctx, selectors, store.hosts()) if selectors else None
-            incidents = store.incidents(names, open_only=open_only)
+            if lemons:
+                recs = [r for r in store.recurrences(names, since=since, until=until) if r.lemon(recur)]
+                if verdicts:
+                    recs = [r for r in recs if r.verdict in verdicts]
+            else:
+                incidents = store.incidents(names, open_only=open_only, since=since, until=until, verdicts=verdicts)
     except StoreError as exc:
         ctx.out.err.print(Text(f"fleetdiag history: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.USAGE)) from None  # like a bad inventory: input the user controls
@@ -458,14 +523,105 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
             ctx.inventory()
         except InventoryError:
             pass
-        ctx.redactor.add_hosts(i.host for i in incidents)
+        ctx.redactor.add_hosts(i.host for i in (recs if lemons else incidents))
+    if lemons:
+        print_lemons(ctx.out, recs, path, recur, fmt)
+        return
     if fmt == "json":
         ctx.out.json({"version": SCHEMA_VERSION, "db": str(path), "incidents": [i.to_json() for i in incidents]})
+        return
+    if fmt in ("md", "html"):
+        ctx.out.document(history_report(ctx.out, incidents, path, fmt))
         return
     if not incidents:
         ctx.out.print(f"no incidents{' open' if open_only else ''} in {path}")
         return
     print_history(ctx.out, incidents, path)
+
+
+def history_report(out: Output, incidents: list[Any], path: Path, fmt: str) -> str:
+    """``history --format md|html``: the incidents as a report to paste, each open one's latest record
+    (its decisive line, traceback, evidence, hint) as a section."""
+    from ..render import Report, host_section, plural, report_text
+
+    shown = [out.shown(i) for i in incidents]
+    n_open = sum(1 for i in shown if i.open)
+    rep = Report(
+        title="fleetdiag history",
+        summary=f"{plural(len(shown), 'incident')} ({n_open} open) from {out.shown(str(path))}",
+    )
+    for i in shown:
+        if i.open and i.record:
+            from ..records import host_result_from_json
+
+            sec = host_section(host_result_from_json(i.record), [])
+            sec.rows.insert(0, ("seen", f"since {_when(i.since)} · {i.count} sweep(s) · first {_when(i.first_seen)}"))
+            rep.sections.append(sec)
+    rows = [
+        [
+            i.host,
+            i.verdict if i.open else f"was {i.verdict}",
+            i.summary,
+            _when(i.first_seen),
+            _when(i.last_seen),
+            i.count,
+            _when(i.resolved_at) if i.resolved_at is not None else "open",
+        ]
+        for i in shown
+    ]
+    rep.extra.append(("incidents", ["host", "state", "cause", "first seen", "last seen", "count", "resolved"], rows))
+    return report_text(rep, fmt)
+
+
+def print_lemons(out: Output, recs: list[Any], path: Path, recur: int, fmt: str | None) -> None:
+    """``history --lemons``: one line per host and trouble that keeps coming back."""
+    shown = [out.shown(r) for r in recs]
+    if fmt == "json":
+        out.json(
+            {
+                "version": SCHEMA_VERSION,
+                "db": str(out.shown(str(path))),
+                "recur": recur,
+                "lemons": [{**r.to_json(), "why": r.lemon(recur)} for r in shown],
+            }
+        )
+        return
+    header = ["host", "verdict", "trouble", "episodes", "boots", "why", "last seen"]
+    rows = [[r.host, r.verdict, r.summary, r.episodes, len(r.boots), r.lemon(recur), _when(r.last_seen)] for r in shown]
+    if fmt in ("md", "html"):
+        from ..render import Report, plural, report_text
+
+        rep = Report(
+            title="fleetdiag lemon nodes",
+            summary=f"{plural(len(shown), 'recurring trouble')} in {out.shown(str(path))}",
+        )
+        rep.extra.append(("recurring troubles", header, rows))
+        out.document(report_text(rep, fmt))
+        return
+    if not shown:
+        out.print(f"no recurring incidents in {path} (back {recur} times or after a reboot)")
+        return
+    from ..inventory import fold
+
+    out.print(
+        Text(
+            f"{len(shown)} recurring: {fold(sorted({r.host for r in shown}))} (drain and inspect: a reboot "
+            "or a new job did not fix them)",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
+    for r in shown:
+        out.print(
+            Text.assemble(
+                (r.host, "bold"),
+                "  ",
+                (f"{ICON.get(r.verdict, '')} {r.verdict}", STYLE.get(r.verdict, "")),
+                f"  {r.lemon(recur)}  ·  {r.sweeps} sweep(s), last {_when(r.last_seen)}",
+            ),
+            soft_wrap=True,
+        )
+        out.print(Text(f"  {r.summary}"), soft_wrap=True)
 
 
 def print_history(out: Output, incidents: list[Any], path: Path) -> None:
