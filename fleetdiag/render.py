@@ -592,8 +592,10 @@ class FittingTable(Table):
         total = len(table.columns) + 1 + 2 * len(table.columns) * table.padding[1]  # borders and padding
         for col in table.columns:
             cells = [Measurement.get(console, options, c) for c in (col.header, *col.cells)]
-            if col.no_wrap:
+            if col.no_wrap and not col.ratio:
                 total += max((m.maximum for m in cells), default=0)
+            elif col.ratio:  # a one-line column that takes what is left (cut with …): the floor alone
+                total += floor
             else:  # its longest word (a path as short as it can get), and never under the floor
                 longest = max((m.maximum for m in cells), default=0)
                 total += max(min(floor, longest), *(m.minimum for m in cells))
@@ -826,33 +828,46 @@ def watch_rows(views: list[Any], budget: int | None) -> list[tuple[str, list[Any
     return rows
 
 
+class WatchFitTable(FittingTable):
+    """The watch table's fitting: folds shortened first, then ``rtt`` dropped, then states as icons."""
+
+    drop_first = ("rtt", "log age")
+    icons_only = "state"
+    roomy_text = 30
+
+
 def watch_table(views: Any, title: str | None = None, height: int | None = None) -> Table:
     """The live dashboard: worst state first, one row per host while the screen has room.
 
     ``views`` are ``watch.HostView``s. With ``height`` (the terminal's lines) the table fits
     it: healthy hosts, then the other quiet states, fold into one row per state
-    (``gpu[01-29]``) so that a failed host is never below the bottom edge. The reason
-    column is one line; the whole decisive error is on the card printed when a host failed.
+    (``gpu[01-29]``, shortened to ``gpu[01-48] (29 hosts)`` on two lines when the screen is narrow)
+    so that a failed host is never below the bottom edge. The reason column is one line; the whole
+    decisive error is on the card printed when a host failed.
     """
-    from .inventory import fold
-
     views = list(views)
     counts = Counter(v.state for v in views)
     head = " · ".join(f"{counts[s]} {s}" for s in WatchState if counts[s])
-    table = Table(title=title or f"{plural(len(views), 'host')}: {head}", title_justify="left", expand=True)
+    table = WatchFitTable(title=title or f"{plural(len(views), 'host')}: {head}", title_justify="left", expand=True)
     table.add_column("host", no_wrap=True, style="bold")
     table.add_column("state", no_wrap=True)
     table.add_column("log age", justify="right", no_wrap=True)
-    table.add_column("decisive error / reason", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("decisive error / reason", overflow="ellipsis", no_wrap=True, ratio=1)
     table.add_column("rtt", justify="right", no_wrap=True)
     budget = None if height is None else max(1, height - WATCH_TABLE_CHROME)
-    for state, vs in watch_rows(views, budget):
+    rows = watch_rows(views, budget)
+    for _ in range(2):  # a shortened fold takes two lines: leave room for them
+        extra = sum(1 for _s, vs in rows if len(vs) > 1)
+        if budget is None or not extra or len(rows) + extra <= budget:
+            break
+        rows = watch_rows(views, max(1, budget - extra))
+    for state, vs in rows:
         if len(vs) > 1:
             idles = [i for i in (v.idle() for v in vs) if i is not None]
             rtts = [v.rtt_ms for v in vs if v.rtt_ms is not None]
             reasons = {" ".join((v.reason or "").split()) for v in vs}
             table.add_row(
-                fold(v.host for v in vs),
+                HostsCell([v.host for v in vs]),
                 watch_state_text(state),
                 ago(max(idles)) if idles else "-",
                 Text(f"{len(vs)} hosts" + (f": {reasons.pop()}" if len(reasons) == 1 else ""), style="dim"),
@@ -928,20 +943,21 @@ def preflight_view(launch: Any, results: list[Any], launch_shown: dict[str, Any]
 FORMATS = ("text", "json", "jsonl", "csv", "md", "html")
 
 
-def parse_verdicts(values: Iterable[str], option: str = "--only") -> set[str]:
-    """``failed,stalled`` (repeatable, comma-separated) as a set of verdicts; a typo is a ValueError
-    that suggests the verdict meant."""
+def parse_verdicts(values: Iterable[str], option: str = "--only", choices: Iterable[str] = VERDICTS) -> set[str]:
+    """``failed,stalled`` (repeatable, comma-separated) as a set of verdicts (``choices``: watch's
+    states); a typo is a ValueError that suggests the verdict meant."""
     from .inventory.model import did_you_mean
 
+    names = [str(c) for c in choices]
     chosen: set[str] = set()
     for value in values:
         for word in value.split(","):
             word = word.strip().lower()
             if not word:
                 continue
-            if word not in VERDICTS:
+            if word not in names:
                 raise ValueError(
-                    f"{option}: unknown verdict '{word}'{did_you_mean(word, VERDICTS)}; verdicts: {', '.join(VERDICTS)}"
+                    f"{option}: unknown verdict '{word}'{did_you_mean(word, names)}; verdicts: {', '.join(names)}"
                 )
             chosen.add(word)
     return chosen
@@ -952,7 +968,7 @@ def filter_results(results: Iterable[Any], only: set[str] | None = None, hide: s
     and ``--hide`` does not drop."""
     out = []
     for r in results:
-        v = str(getattr(r, "verdict", None) or getattr(r, "state", ""))
+        v = str(getattr(r, "state", None) or getattr(r, "verdict", ""))  # a watch view's state, else the verdict
         if only and v not in only:
             continue
         if hide and v in hide:

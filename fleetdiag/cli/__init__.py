@@ -248,16 +248,17 @@ class View:
         return filter_note(total, shown, self.only, self.hide)
 
 
-def view_options(fn: Callable[..., Any] | None = None, *, summary: bool = True) -> Any:
+def view_options(fn: Callable[..., Any] | None = None, *, summary: bool = True, states: bool = False) -> Any:
     """``--only failed,stalled`` / ``--hide healthy`` (and ``--summary``: the fleet table, no cards), the
     same on probe, sweep and watch. The command gets ``view``; a filter changes what is shown, never
     the exit code."""
 
     def parse(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> set[str]:
+        from ..records import VERDICTS, WatchState
         from ..render import parse_verdicts
 
         try:
-            return parse_verdicts(value, "--" + (param.name or ""))
+            return parse_verdicts(value, "--" + (param.name or ""), tuple(WatchState) if states else VERDICTS)
         except ValueError as exc:
             raise click.BadParameter(str(exc).split(": ", 1)[1], ctx=ctx, param=param) from None
 
