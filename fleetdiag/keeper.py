@@ -295,7 +295,7 @@ class Keeper:
                 params["target"], params.get("port"), params.get("user"), opts, jump=_unplain(params.get("jump"))
             )
             conn.keep_spare()  # the next command on this host costs its exec alone
-            k = Kept(key, label, f"{params['target']}:{params.get('port') or 22}", conn, persist=persist)
+            k = Kept(key, label, conn.where, conn, persist=persist)  # the address and port dialled
             self.kept[key] = k
             return k, False, conn.connect_ms
 

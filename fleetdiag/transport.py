@@ -381,18 +381,21 @@ async def connect(
     via = None
     try:
         for jt, jp, ju in hops:
+            hop = resolve(jt, jp, ju, opts).where  # the port the hop's ssh config gives it, not 22
             try:
                 tunnel = await _open(jt, jp, ju, opts, tunnel, via=via)
             except HostError as exc:
-                raise HostError(JUMP, f"jump host {jt}:{jp or 22}: {exc}") from exc
+                raise HostError(JUMP, f"jump host {hop}: {exc}") from exc
             opened.append(tunnel)
-            via = f"{jt}:{jp or 22}"
+            via = hop
         conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
     except BaseException:
         for t in reversed(opened):
             t.close()
         raise
-    c = Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=f"{target}:{port or 22}")
+    c = Connection(
+        conn, (time.perf_counter() - t0) * 1000, tunnel, where=resolve(target, port, user, opts, config).where
+    )
     c.hops = opened
     return c
 
@@ -410,6 +413,77 @@ def _ssh_config(target: str, port: int | None, user: str | None, opts: Transport
         return SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (), target, port or ())
     except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
         return None
+
+
+@dataclass
+class Resolved:
+    """What one host resolves to, as ``ssh -G`` would print it: the address and port dialled, the
+    login, the jump chain, the keys offered and the known_hosts checked (``hosts --ssh``, messages)."""
+
+    target: str
+    hostname: str
+    port: int
+    user: str
+    jump: list[str]
+    identity_files: list[str]
+    known_hosts: list[str]
+    config_files: list[str]
+
+    @property
+    def where(self) -> str:
+        """The address and port actually dialled, named as the user named the host."""
+        dialled = f"{self.hostname}:{self.port}"
+        return f"{self.target}:{self.port}" if self.hostname == self.target else f"{self.target} ({dialled})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def resolve(target: str, port: int | None, user: str | None, opts: TransportOptions, config: Any = _UNREAD) -> Resolved:
+    """``target`` as the connection will see it: the inventory's values first, then the ssh config
+    (HostName, Port, User, ProxyJump, IdentityFile, UserKnownHostsFile), then ssh's defaults."""
+    if config is _UNREAD:
+        config = _ssh_config(target, port, user, opts)
+
+    def get(key: str) -> Any:
+        return config.get(key) if config is not None else None
+
+    hostname = str(get("Hostname") or get("HostName") or target)
+    cport = get("Port")
+    try:
+        jump = [f"{h.user + '@' if h.user else ''}{_hop_where(h, opts)}" for h in _jump_of(config)]
+    except ValueError as exc:
+        jump = [f"(malformed ProxyJump: {exc})"]
+    if opts.client_keys is not None:
+        ids = list(opts.client_keys)
+    else:
+        ids = [str(Path(str(i)).expanduser()) for i in (get("IdentityFile") or ())]
+    if opts.known_hosts:
+        known = [str(Path(opts.known_hosts).expanduser())]
+    else:
+        kh = get("UserKnownHostsFile")
+        known = [str(k) for k in ((kh,) if isinstance(kh, str) else (kh or ()))] or [str(opts.known_hosts_file())]
+    files = list(opts.ssh_config) if opts.ssh_config is not None else []
+    if opts.ssh_config is None and config is not None:
+        files = [str(Path("~", ".ssh", "config").expanduser())]
+    return Resolved(
+        target=target,
+        hostname=hostname,
+        port=int(port or cport or 22),
+        user=str(user or get("User") or getpass.getuser()),
+        jump=jump,
+        identity_files=ids,
+        known_hosts=known,
+        config_files=files,
+    )
+
+
+def _hop_where(hop: JumpHop, opts: TransportOptions) -> str:
+    """A jump hop as dialled: its own ssh config's HostName and Port apply (one level, never a loop)."""
+    cfg = _ssh_config(hop.host, hop.port, hop.user, opts)
+    name = str((cfg.get("Hostname") if cfg is not None else None) or hop.host)
+    port = hop.port or (cfg.get("Port") if cfg is not None else None) or 22
+    return f"{hop.host}:{port}" if name == hop.host else f"{hop.host} ({name}:{port})"
 
 
 def config_jump(target: str, port: int | None, user: str | None, opts: TransportOptions) -> list[JumpHop]:
@@ -448,10 +522,13 @@ async def _open(
     config: Any = _UNREAD,
 ) -> asyncssh.SSHClientConnection:
     client = _Client(opts)
+    if config is _UNREAD:
+        config = _ssh_config(target, port, user, opts)
     kw = _connect_kwargs(target, port, user, opts, config)
     if tunnel is not None:
         kw["tunnel"] = tunnel
-    where = f"{target}:{port or 22}"
+    dialled = resolve(target, port, user, opts, config)
+    where = dialled.where  # the address and port the ssh config made of it, as dialled
     try:
         conn = await asyncio.wait_for(
             asyncssh.connect(target, client_factory=lambda: client, **kw),
@@ -484,7 +561,7 @@ async def _open(
                 REFUSED if "refused" in str(exc.reason).lower() else NETWORK,
                 f"jump host {via} could not reach {where}: {exc.reason or exc}",
             ) from exc
-        raise explain(exc, target, port) from exc
+        raise explain(exc, target, port, where) from exc
     except asyncssh.PermissionDenied as exc:
         raise HostError(AUTH, _auth_reason(where, opts)) from exc
     except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as exc:
@@ -492,10 +569,10 @@ async def _open(
     except ValueError as exc:
         if "known hosts" in str(exc).lower():  # asyncssh quotes the offending line: never show it
             raise HostError(HOSTKEY_UNKNOWN, _known_hosts_reason(opts)) from exc
-        he = explain(exc, target, port)
+        he = explain(exc, target, port, where)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     except (asyncssh.Error, OSError) as exc:
-        he = explain(exc, target, port)
+        he = explain(exc, target, port, where)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     if client.new_key is not None:
         _remember(client, target, port)
@@ -561,9 +638,10 @@ def _remember(client: _Client, target: str, port: int | None) -> None:
         fh.write(line)
 
 
-def explain(exc: BaseException, target: str = "", port: int | None = None) -> HostError:
-    """Map a connection exception to a HostError with a plain-words reason."""
-    where = f"{target}:{port or 22}" if target else "host"
+def explain(exc: BaseException, target: str = "", port: int | None = None, where: str | None = None) -> HostError:
+    """Map a connection exception to a HostError with a plain-words reason (``where``: the address and
+    port dialled, when known; else ``target:port``)."""
+    where = where or (f"{target}:{port or 22}" if target else "host")
     if isinstance(exc, HostError):
         return exc
     if isinstance(exc, ConnectionRefusedError):
