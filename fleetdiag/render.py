@@ -1135,7 +1135,7 @@ def host_section(res: HostResult, others: list[str], traceback_lines: int = 40) 
         rows.append((label, text))
     for e in res.evidence:
         line = str(e.get("line") or "").strip()
-        if line:
+        if line and not (e.get("source") == "log" and d is not None and line == d.line.strip()):  # not twice
             src_name = str(e.get("source") or "evidence")
             sec.evidence.append(f"{src_name}: {line}" + (f" (GPU {e['gpu']})" if e.get("gpu") is not None else ""))
     sec.evidence = list(dict.fromkeys(sec.evidence))[:20]
@@ -1186,15 +1186,13 @@ def _fence(lines: list[str]) -> str:
 
 
 def _md_cell(text: Any) -> str:
-    s = " ".join(str(text).split())
-    return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;") or " "
+    return _md_text(str(text)) or " "
 
 
 def _md_text(text: str) -> str:
     """Inline text with Markdown's active characters escaped (a log line is data, never markup)."""
-    s = " ".join(text.split())
-    s = re.sub(r"([\\`*_{}\[\]()#+\-.!|~>])", r"\\\1", s)
-    return s.replace("<", "&lt;")
+    s = " ".join(text.split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]|~])", r"\\\1", s)  # emphasis, code, links, tables: the rest is inert inline
 
 
 def report_markdown(rep: Report) -> str:

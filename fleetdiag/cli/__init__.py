@@ -433,6 +433,8 @@ COMMANDS = {
     "history": "sweep",
     "watch": "watch",
     "connections": "connections",
+    "completion": "manual",
+    "manual": "manual",
 }
 
 
