@@ -322,3 +322,34 @@ def test_sweep_formats_and_history_queries_on_fifty_hosts(fleet):
     assert html.returncode == 0 and html.stdout.startswith("<!DOCTYPE html>") and "&lt;script" in html.stdout
     bad = run(fleet, "history", "--db", db, "--since", "yesterday-ish", timeout=30)
     assert bad.returncode == 2 and "--since" in bad.stderr
+
+
+# --------------------------------------------------------------------------- watch
+
+
+def test_watch_on_an_80x24_terminal_folds_before_it_cuts_errors(fleet, tmp_path):
+    out = tmux_run(fleet, tmp_path, ["watch", "all", "--duration", "20", *fleet["args"][:6]], height=24)
+    assert "EXIT=1" in out, out[-3000:]
+    lines = out.splitlines()
+    start = max(i for i, ln in enumerate(lines) if ln.startswith("50 hosts:"))  # the last frame of the live table
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("└"))
+    table = lines[start : end + 1]
+    assert len(table) <= 24 and all(cell_len(ln) <= 80 for ln in table), "\n".join(table)
+    assert columns(table[2])[:2] == ["host", "state"]
+    assert widths(table[1])[3] >= 24, f"the error column is {widths(table[1])[3]} wide: {table[1]}"
+    text = "\n".join(table)
+    folded = re.search(r"│ (node\[\d+-\d+\]) +│ ✓ healthy.*\n│ \((\d+) hosts\)", text)  # a slow host may still connect
+    assert folded and int(folded.group(2)) >= 30, text
+    assert text.index("✗ failed") < text.index("✓ healthy")
+    assert "AssertionError: DP adj" in text
+
+
+def test_watch_only_streams_the_states_asked_for(fleet):
+    res = run(fleet, "watch", "all", "--jsonl", "--only", "failed", "--duration", "15", *fleet["args"][:6])
+    events = [json.loads(ln) for ln in res.stdout.splitlines()]
+    states = [e for e in events if e.get("event") == "state"]
+    assert sorted(e["host"] for e in states) == sorted(FAILED + CUDA + HOSTILE), states
+    assert all(e["state"] == "failed" for e in states)
+    assert events[-1]["event"] == "summary" and len(events[-1]["hosts"]) == 50  # the summary is the whole fleet
+    bad = run(fleet, "watch", "all", "--only", "recoverd", *fleet["args"][:6], timeout=30)
+    assert bad.returncode == 2 and "did you mean 'recovered'" in bad.stderr
