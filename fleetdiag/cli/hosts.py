@@ -123,7 +123,8 @@ def check(ctx: Context) -> None:
     ctx.out.print(
         ctx.out.markup(
             "[green]ok[/]: {}: {}, {}", inv.path, plural(len(inv.hosts), "host"), plural(len(inv.groups), "group")
-        )
+        ),
+        soft_wrap=True,
     )
     for line in lines:
         ctx.out.print(line, soft_wrap=True)

@@ -1,0 +1,170 @@
+"""The small contracts of #25, each through the CLI: messages name the port and address dialled,
+``hosts --ssh``, one message one line off a terminal, Ansible INI JSON values, a cron sweep keeps
+no connection, plurals, ``did you mean`` for a command, and the README's demo count."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from fleetdiag.cli import main
+from fleetdiag.demo import default_nodes
+from fleetdiag.store import Store
+
+from .sshd import free_port
+from .test_fleet import HEALTHY_LOG, log, ssh_args, write_inventory
+from .test_preflight import checks, raw
+
+ROOT = Path(__file__).resolve().parent.parent
+EXE = str(Path(sys.executable).parent / "fleetdiag")
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real program, stdout and stderr pipes (not a terminal), 80 columns."""
+    full = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "FLEETDIAG_PERSIST": "0", **(env or {})}
+    full.pop("FLEETDIAG_INVENTORY", None)
+    return subprocess.run([EXE, *args], env=full, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def _ssh_config(tmp: Path, sshd, closed: int, closed_jump: int) -> Path:
+    cfg = tmp / "ssh_config"
+    cfg.write_text(
+        f"""Host gpu-alias
+    HostName 127.0.0.1
+    Port {sshd.port}
+    User {sshd.user}
+    IdentityFile {sshd.client_key}
+    UserKnownHostsFile {sshd.known_hosts}
+Host gpu-down
+    HostName 127.0.0.3
+    Port {closed}
+Host bastion
+    HostName 127.0.0.4
+    Port {closed_jump}
+"""
+    )
+    return cfg
+
+
+def test_messages_and_hosts_ssh_name_the_port_and_address_dialled(sshd, tmp_path):
+    closed, closed_jump = free_port(), free_port()
+    cfg = _ssh_config(tmp_path, sshd, closed, closed_jump)
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(
+        "hosts:\n  gpu-alias: {}\n  gpu-down: {}\n"
+        f"  behind:\n    address: 127.0.0.1\n    port: {sshd.port}\n    jump: bastion\n"
+    )
+    keys = ["--ssh-config", str(cfg), "--identity", str(sshd.client_key), "--known-hosts", str(sshd.known_hosts)]
+    res = cli("-i", str(inv), "probe", "gpu-down,behind", "--json", *keys, "--connect-timeout", "20")
+    hosts = {h["host"]: h for h in json.loads(res.stdout)["hosts"]}
+    assert f"connection refused by gpu-down (127.0.0.3:{closed})" in hosts["gpu-down"]["error"]  # not gpu-down:22
+    assert f"jump host bastion (127.0.0.4:{closed_jump})" in hosts["behind"]["error"]  # not bastion:22
+    ssh = cli("-i", str(inv), "hosts", "--ssh", "--json", "--ssh-config", str(cfg))
+    got = {h["host"]: h for h in json.loads(ssh.stdout)["hosts"]}
+    alias = got["gpu-alias"]
+    assert (alias["hostname"], alias["port"], alias["user"]) == ("127.0.0.1", sshd.port, sshd.user)
+    assert alias["identity_files"] == [str(sshd.client_key)] and alias["known_hosts"] == [str(sshd.known_hosts)]
+    assert got["behind"]["jump"][0].endswith(f"bastion (127.0.0.4:{closed_jump})")
+    assert got["behind"]["jump_from"] == "inventory" and got["gpu-down"]["jump"] == []
+    text = cli("-i", str(inv), "hosts", "gpu-alias", "--ssh", "--ssh-config", str(cfg)).stdout
+    assert re.search(rf"^  port +{sshd.port}$", text, re.M) and re.search(r"^  hostname +127.0.0.1$", text, re.M)
+    assert text.startswith("1 host from ")
+
+
+def test_a_kept_connection_is_listed_at_the_port_dialled_and_sweep_keeps_none(sshd, tmp_path):
+    """``connections`` names the port the ssh config gave (not :22); a sweep with no --persist leaves no
+    keeper (cron); a probe does (10 minutes by default), and is closed here."""
+    cfg = _ssh_config(tmp_path, sshd, free_port(), free_port())
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(
+        f"hosts:\n  gpu-alias:\n    logs:\n      train: {json.dumps(str(log(tmp_path, 'h', HEALTHY_LOG)))}\n"
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {"FLEETDIAG_RUNTIME_DIR": str(run_dir)}
+    env_default = {**env, "FLEETDIAG_PERSIST": ""}  # as cron runs it: no --persist, no environment
+    keys = ["--ssh-config", str(cfg)]
+    db, report = str(tmp_path / "h.db"), str(tmp_path / "r.json")
+    full = {**os.environ, "COLUMNS": "80", **env_default}
+    full.pop("FLEETDIAG_PERSIST")
+    res = subprocess.run(
+        [EXE, "-i", str(inv), "sweep", "all", "--db", db, "--report", report, *keys],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert not (run_dir / "keeper.sock").exists() and not list(run_dir.glob("*.sock")), list(run_dir.iterdir())
+    try:
+        res = cli("-i", str(inv), "probe", "all", "--persist", "1m", *keys, env=env)
+        assert res.returncode == 0, res.stderr
+        listed = json.loads(cli("connections", "--json", env=env).stdout)
+        assert [c["where"] for c in listed["connections"]] == [f"gpu-alias (127.0.0.1:{sshd.port})"]
+    finally:
+        cli("connections", "--close", env=env)
+
+
+def test_off_a_terminal_one_message_is_one_line(tmp_path):
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(
+        "hosts:\n  gpu01:\n    adress: 10.0.0.1\n    logs: {train: /data/runs/a-rather-long-directory-name/train.log}\n"
+    )
+    res = cli("-i", str(inv), "check")
+    assert res.returncode == 2
+    line = next(ln for ln in res.stderr.splitlines() if "adress" in ln)
+    assert line.startswith("error: ") and "(did you mean 'address'?)" in line, res.stderr  # not cut at 80 columns
+    assert len(line) > 80
+
+
+INI = """\
+[gpus]
+gpu01 ansible_host=10.0.0.1 fleetdiag_logs='{"train": "/data/train.log", "serve": "/var/log/vllm.log"}' foo=1
+gpu02 ansible_host=10.0.0.2 fleetdiag_logs=/data/plain.log bar=2
+"""
+
+
+def test_ansible_ini_json_valued_logs_and_warnings_said_once(tmp_path):
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(INI)
+    res = cli("-i", str(inv), "hosts", "--json")
+    assert res.returncode == 0, res.stderr
+    logs = {h["host"]: h["logs"] for h in json.loads(res.stdout)["hosts"]}
+    assert logs["gpu01"] == {"train": "/data/train.log", "serve": "/var/log/vllm.log"}  # a mapping, not a path
+    assert list(logs["gpu02"].values()) == ["/data/plain.log"]
+    assert res.stderr.count("ignored vars") == 1
+    db = tmp_path / "h.db"
+    Store(db).close()
+    hist = cli("-i", str(inv), "--redact", "history", "gpu01", "--db", str(db))
+    assert hist.returncode == 0, hist.stderr
+    assert hist.stderr.count("ignored vars") == 1, hist.stderr  # the inventory is read twice here: said once
+
+
+def test_small_words(sshd, tmp_path):
+    one = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "h", HEALTHY_LOG)}})
+    res = CliRunner().invoke(main, ["-i", str(one), "check"])
+    assert "1 host, 0 groups" in res.stdout
+    assert CliRunner().invoke(main, ["-i", str(one), "hosts"]).stdout.startswith("1 host from")
+    res = cli("prob", "all")
+    assert res.returncode == 2 and "No such command 'prob' (did you mean 'probe'?)" in res.stderr
+    helptext = CliRunner().invoke(main, ["analyze", "--help"]).stdout
+    assert "per host" not in helptext and "--jsonl" in helptext
+    c = checks(["vllm", "serve", "m"], {"CUDA_VISIBLE_DEVICES": "0"}, raw("nvidia-smi-query-busy.csv"))
+    assert c["gpu-ids"].detail.endswith("GPU 0 exists")
+    c = checks(["vllm", "serve", "m", "-tp", "2"], {"CUDA_VISIBLE_DEVICES": "0,1"}, raw("nvidia-smi-query-busy.csv"))
+    assert c["gpu-ids"].detail.endswith("GPUs 0,1 exist") or c["gpu-ids"].detail.endswith("exist")
+    res = CliRunner().invoke(main, ["-i", str(one), "probe", "gpu01", *ssh_args(sshd)])
+    assert res.exit_code == 0 and "1 hosts" not in res.output
+
+
+def test_readme_counts_the_demo_nodes():
+    words = {5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+    readme = (ROOT / "README.md").read_text()
+    n = len(default_nodes())
+    assert f"playing {words[n]} simulated GPU nodes" in readme, n
