@@ -168,3 +168,41 @@ def test_readme_counts_the_demo_nodes():
     readme = (ROOT / "README.md").read_text()
     n = len(default_nodes())
     assert f"playing {words[n]} simulated GPU nodes" in readme, n
+
+
+def test_a_hint_names_each_process_once():
+    """The rank's OOM is logged three times (the error, its re-raise, the launcher's summary): one process."""
+    res = CliRunner().invoke(
+        main, ["analyze", str(ROOT / "tests" / "corpus" / "torch_qwen3coder_174_rank3_oom.log"), "--json"]
+    )
+    hint = json.loads(res.stdout)["decisive"]["hint"]
+    assert hint.count("process 387746 holds 78.9 GiB") == 1, hint
+
+
+def test_stacks_without_a_log_holder_list_only_job_processes(tmp_path):
+    """With no process holding the stalled log, the stacks trip falls back to the host's Python processes:
+    fleetdiag itself (the CLI, its keeper), pytest and pip are nobody's job and are left out."""
+    sleep = "import time; time.sleep(60)"
+    spawn = {
+        "job": [sys.executable, "-c", sleep, "train.py", "--nproc"],
+        "keeper": [sys.executable, "-c", sleep + "  # from fleetdiag.keeper import _detach_main"],
+        "pytest": [sys.executable, "-c", sleep, "-m", "pytest", "tests/"],
+    }
+    procs = {k: subprocess.Popen(v) for k, v in spawn.items()}
+    try:
+        script = tmp_path / "find.sh"
+        script.write_text(f". {ROOT / 'fleetdiag' / 'remote' / 'stacks.sh'}\nfd_stacks_find\n")
+        out = subprocess.run(
+            ["sh", str(script)],
+            env={**os.environ, "FD_STACKS_MAX": "100000"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        found = {int(p) for p in out.stdout.split()}
+        assert procs["job"].pid in found, out
+        assert procs["keeper"].pid not in found and procs["pytest"].pid not in found
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
