@@ -353,6 +353,16 @@ def _connect_kwargs(
     return kw
 
 
+class Dropped(HostError):
+    """The server closed a connection it had accepted before its SSH greeting (MaxStartups)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(CLOSED, message)
+
+
+DROP_RETRY_S = (0.5, 1.5)  # the back-off before the one retry of a dropped handshake: uniform in this range
+
+
 async def connect(
     target: str,
     port: int | None = None,
@@ -388,7 +398,16 @@ async def connect(
                 raise HostError(JUMP, f"jump host {hop}: {exc}") from exc
             opened.append(tunnel)
             via = hop
-        conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
+        try:
+            conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
+        except Dropped as exc:  # once, after a back-off: the burst that filled sshd's MaxStartups has passed
+            import random
+
+            await asyncio.sleep(random.uniform(*DROP_RETRY_S))
+            try:
+                conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
+            except Dropped as again:
+                raise Dropped(f"{again} (dropped twice: retried once after a back-off)") from exc
     except BaseException:
         for t in reversed(opened):
             t.close()
@@ -572,6 +591,12 @@ async def _open(
         he = explain(exc, target, port, where)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     except (asyncssh.Error, OSError) as exc:
+        if client.conn is not None and not client.conn.get_extra_info("server_version"):
+            # TCP accepted, then closed before sshd said a word: what sshd does to a handshake past MaxStartups
+            raise Dropped(
+                f"{where} closed the connection before the SSH greeting ({type(exc).__name__}: {exc}); "
+                "sshd drops handshakes past its MaxStartups limit: lower --per-address"
+            ) from exc
         he = explain(exc, target, port, where)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     if client.new_key is not None:

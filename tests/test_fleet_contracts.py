@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -206,3 +207,70 @@ def test_stacks_without_a_log_holder_list_only_job_processes(tmp_path):
         for p in procs.values():
             p.kill()
             p.wait()
+
+
+def test_a_handshake_dropped_past_maxstartups_is_retried_once_and_named(sshd, tmp_path):
+    """sshd past MaxStartups accepts, says "Exceeded MaxStartups" (OpenSSH 9) and closes before its greeting.
+    Once: retried after a back-off, the host is healthy (the proxy in front of the real sshd dropped only the
+    first handshake). Every time: unreachable, and the message says what to do (--per-address)."""
+    import asyncio
+
+    from .test_fleet import Background
+
+    bg = Background()
+    accepted: list[float] = []
+
+    async def drop(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"Exceeded MaxStartups\r\n")  # what OpenSSH 9 sends before it closes
+        await writer.drain()
+        writer.close()
+
+    async def drop_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(time.monotonic())
+        if len(accepted) == 1:
+            await drop(writer)
+            return
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", sshd.port)
+
+        async def pump(src, dst):
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_w), pump(up_r, writer))
+
+    async def always(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await drop(writer)
+
+    once = bg.run(asyncio.start_server(drop_first, "127.0.0.1", 0))
+    full = bg.run(asyncio.start_server(always, "127.0.0.1", 0))
+    ports = {"once": once.sockets[0].getsockname()[1], "always": full.sockets[0].getsockname()[1]}
+    sshd.trust(ports["once"])
+    try:
+        inv = write_inventory(
+            tmp_path / "inventory.yaml",
+            sshd,
+            {name: {"log": log(tmp_path, name, HEALTHY_LOG), "port": port} for name, port in ports.items()},
+        )
+        res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *ssh_args(sshd)])
+        hosts = {h["host"]: h for h in json.loads(res.stdout)["hosts"]}
+        assert hosts["once"]["verdict"] == "healthy", hosts["once"]
+        assert len(accepted) == 2 and accepted[1] - accepted[0] >= 0.45  # one retry, after a back-off
+        err = hosts["always"]["error"]
+        assert hosts["always"]["verdict"] == "unreachable"
+        assert "before the SSH greeting" in err and "MaxStartups" in err and "--per-address" in err, err
+        assert "retried once" in err
+    finally:
+        bg.run(_close(once))
+        bg.run(_close(full))
+        bg.close()
+
+
+async def _close(server) -> None:
+    server.close()
+    await server.wait_closed()
