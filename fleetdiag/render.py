@@ -639,6 +639,12 @@ def group_reason(results: list[HostResult]) -> str:
     return text[: first.start()] + f"{len(seen)} addresses ({listed})" + text[first.end() :]
 
 
+def fleet_title(results: list[Any]) -> str:
+    """``50 hosts: 4 failed · 5 unreachable · 41 healthy``: a filtered view keeps the whole fleet's title."""
+    counts = Counter(r.verdict for r in results)
+    return f"{plural(len(results), 'host')}: " + " · ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
+
+
 def fleet_view(results: list[HostResult], title: str | None = None, root_causes: list[Any] | None = None) -> Table:
     """One row per root cause, hosts folded into a range (``gpu[01-04,07]``).
 
@@ -655,9 +661,7 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
     rcs = list(root_causes or [])
     victims = {h for rc in rcs for h in rc.affected}
     groups = group_by_cause(r for r in results if r.host not in victims)
-    counts = Counter(r.verdict for r in results)
-    head = " · ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
-    heading = Text(title or f"{plural(len(results), 'host')}: {head}")
+    heading = Text(title or fleet_title(results))
     for rc in rcs:
         heading.append("\n" + summary_line(rc), style="bold")
     table = FittingTable(title=heading, title_justify="left", expand=False)

@@ -274,3 +274,58 @@ def test_a_handshake_dropped_past_maxstartups_is_retried_once_and_named(sshd, tm
 async def _close(server) -> None:
     server.close()
     await server.wait_closed()
+
+
+def test_history_lemons_recur_or_survive_a_reboot(tmp_path):
+    """gpu07's Xid 79 comes and goes three times; gpu12's ECC error is there before and after a reboot;
+    gpu20 is failed in every sweep but never went away (one episode, one boot): not a lemon."""
+    from fleetdiag.records import Decisive, HostResult
+
+    def failed(host: str, fp: str, boot: float | None = None) -> HostResult:
+        res = HostResult(host=host, verdict="failed", decisive=Decisive(line=fp, message=fp, fingerprint=fp))
+        if boot is not None:
+            res.facts["kernel_log"] = {"kernel_log": "read", "boot": boot}
+        return res
+
+    db = tmp_path / "history.sqlite3"
+    t0 = time.time() - 6 * 3600
+    with Store(db) as store:
+        for n in range(6):
+            rs = [
+                failed("gpu07", "xid79", 1000.0) if n % 2 == 0 else HostResult(host="gpu07", verdict="healthy"),
+                failed("gpu12", "xid48", 1000.0 if n < 3 else 90_000.0),
+                failed("gpu20", "oom", 1000.0),
+            ]
+            store.record_sweep(rs, started=t0 + n * 3600, finished=t0 + n * 3600 + 10)
+    res = CliRunner().invoke(main, ["history", "--db", str(db), "--lemons", "--json"])
+    assert res.exit_code == 0, res.output
+    got = {r["host"]: r for r in json.loads(res.stdout)["lemons"]}
+    assert set(got) == {"gpu07", "gpu12"}
+    assert got["gpu07"]["episodes"] == 3 and "back 3 times" in got["gpu07"]["why"]
+    assert got["gpu12"]["boots"] == 2 and "after a reboot" in got["gpu12"]["why"]
+    res = CliRunner().invoke(main, ["history", "--db", str(db), "--lemons", "--recur", "4", "--json"])
+    assert {r["host"] for r in json.loads(res.stdout)["lemons"]} == {"gpu12"}
+    res = CliRunner().invoke(main, ["history", "--db", str(db), "--lemons", "--since", "2h", "--json"])
+    assert json.loads(res.stdout)["lemons"] == []  # the last two sweeps alone show no recurrence
+    text = CliRunner().invoke(main, ["history", "--db", str(db), "--lemons"]).stdout
+    assert text.startswith("2 recurring: gpu[07,12]") and "gpu20" not in text
+
+
+def test_sweep_summary_and_probe_only_json(sshd, tmp_path):
+    from .test_fleet import DP_RANK
+
+    inv = write_inventory(
+        tmp_path / "inventory.yaml",
+        sshd,
+        {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}, "gpu02": {"log": log(tmp_path, "h", HEALTHY_LOG)}},
+    )
+    args = ["--db", str(tmp_path / "h.db"), "--report", str(tmp_path / "r.json"), *ssh_args(sshd)]
+    res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "all", "--summary", "--hide", "healthy", *args])
+    assert res.exit_code == 1, res.output
+    out = res.stdout
+    assert out.startswith("NEW") and "2 hosts: 1 failed · 1 healthy" in out  # the news, then the table
+    assert "gpu01" in out and "│ gpu02" not in out and "1 host of 2 not shown (--hide healthy)" in out
+    res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--only", "failed", "--json", *ssh_args(sshd)])
+    assert res.exit_code == 1 and [h["host"] for h in json.loads(res.stdout)["hosts"]] == ["gpu01"]
+    res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", "--format", "md", *ssh_args(sshd)])
+    assert res.exit_code == 2 and "--json and --md are exclusive" in res.output

@@ -14,7 +14,17 @@ from ..inventory import fold
 from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: re-exported)
 from ..probe import ProbeSettings
 from ..records import SCHEMA_VERSION, HostResult, report_json
-from ..render import FORMATS, TABLE_FIRST, FleetProgress, fleet_csv, fleet_view, host_card, incident_report, report_text
+from ..render import (
+    FORMATS,
+    TABLE_FIRST,
+    FleetProgress,
+    fleet_csv,
+    fleet_title,
+    fleet_view,
+    host_card,
+    incident_report,
+    report_text,
+)
 from ..scheduler import CostMemory, default_deadline
 from ..spread import probe_fleet
 from . import (
@@ -78,6 +88,7 @@ def emit(
     env = ctx.out
     view = view or View()
     total = len(results)
+    title = fleet_title(results)  # the whole fleet's counts, whatever the filter shows
     all_rcs = root_causes(results) if total > 1 else []
     results = view.keep(results)
     kept = {r.host for r in results}
@@ -102,7 +113,7 @@ def emit(
         several = total > 1
         table_first = several and (view.summary or total >= TABLE_FIRST)
         if several and table_first and results:
-            env.print(fleet_view(results, root_causes=rcs))
+            env.print(fleet_view(results, title=title, root_causes=rcs))
         if cards and not view.summary:
             if all_cards or len(results) == 1:
                 for r in results:
@@ -110,7 +121,7 @@ def emit(
             else:
                 print_job_cards(env, results, rcs)
         if several and not table_first and results:
-            env.print(fleet_view(results, root_causes=rcs))
+            env.print(fleet_view(results, title=title, root_causes=rcs))
         if note:
             env.print(Text(note, style="dim"), soft_wrap=True)
 

@@ -256,11 +256,11 @@ def print_outcome(
         return
     lines = current_lines(results) if changes is None else change_lines(changes)
     if view.summary:
-        from ..render import fleet_view
+        from ..render import fleet_title, fleet_view
 
         for line in lines:
             env.print(line, soft_wrap=True)
-        env.print(fleet_view(results))
+        env.print(fleet_view(results, title=fleet_title(out.results)))
         if note:
             env.print(Text(note, style="dim"), soft_wrap=True)
         return
