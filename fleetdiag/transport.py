@@ -360,7 +360,8 @@ class Dropped(HostError):
         super().__init__(CLOSED, message)
 
 
-DROP_RETRY_S = (0.5, 1.5)  # the back-off before the one retry of a dropped handshake: uniform in this range
+DROP_RETRY_S = (0.5, 1.5)  # the back-off before the retry of a dropped handshake: uniform in this range
+DROP_RETRIES = 1  # retries of a dropped handshake (once: a burst has passed by then; a full sshd stays full)
 
 
 async def connect(
@@ -391,30 +392,31 @@ async def connect(
     via = None
     try:
         for jt, jp, ju in hops:
-            hop = resolve(jt, jp, ju, opts).where  # the port the hop's ssh config gives it, not 22
+            hop_config = _ssh_config(jt, jp, ju, opts)
+            hop = dialled(jt, jp, hop_config)  # the port the hop's ssh config gives it, not 22
             try:
-                tunnel = await _open(jt, jp, ju, opts, tunnel, via=via)
+                tunnel = await _open(jt, jp, ju, opts, tunnel, via=via, config=hop_config)
             except HostError as exc:
                 raise HostError(JUMP, f"jump host {hop}: {exc}") from exc
             opened.append(tunnel)
             via = hop
-        try:
-            conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
-        except Dropped as exc:  # once, after a back-off: the burst that filled sshd's MaxStartups has passed
-            import random
-
-            await asyncio.sleep(random.uniform(*DROP_RETRY_S))
+        for attempt in range(DROP_RETRIES + 1):
             try:
                 conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
-            except Dropped as again:
-                raise Dropped(f"{again} (dropped twice: retried once after a back-off)") from exc
+                break
+            except Dropped as exc:  # after a back-off: the burst that filled sshd's MaxStartups has passed
+                if attempt == DROP_RETRIES:
+                    if attempt:
+                        raise Dropped(f"{exc} (dropped again: retried once after a back-off)") from exc
+                    raise
+                import random
+
+                await asyncio.sleep(random.uniform(*DROP_RETRY_S))
     except BaseException:
         for t in reversed(opened):
             t.close()
         raise
-    c = Connection(
-        conn, (time.perf_counter() - t0) * 1000, tunnel, where=resolve(target, port, user, opts, config).where
-    )
+    c = Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=dialled(target, port, config))
     c.hops = opened
     return c
 
@@ -451,8 +453,7 @@ class Resolved:
     @property
     def where(self) -> str:
         """The address and port actually dialled, named as the user named the host."""
-        dialled = f"{self.hostname}:{self.port}"
-        return f"{self.target}:{self.port}" if self.hostname == self.target else f"{self.target} ({dialled})"
+        return _named(self.target, self.hostname, self.port)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -497,12 +498,19 @@ def resolve(target: str, port: int | None, user: str | None, opts: TransportOpti
     )
 
 
+def _named(target: str, hostname: str, port: int) -> str:
+    return f"{target}:{port}" if hostname == target else f"{target} ({hostname}:{port})"
+
+
+def dialled(target: str, port: int | None, config: Any) -> str:
+    """``target`` as dialled under ``config`` (HostName, Port), cheaply: for every message."""
+    name = str((config.get("Hostname") if config is not None else None) or target)
+    return _named(target, name, int(port or (config.get("Port") if config is not None else None) or 22))
+
+
 def _hop_where(hop: JumpHop, opts: TransportOptions) -> str:
     """A jump hop as dialled: its own ssh config's HostName and Port apply (one level, never a loop)."""
-    cfg = _ssh_config(hop.host, hop.port, hop.user, opts)
-    name = str((cfg.get("Hostname") if cfg is not None else None) or hop.host)
-    port = hop.port or (cfg.get("Port") if cfg is not None else None) or 22
-    return f"{hop.host}:{port}" if name == hop.host else f"{hop.host} ({name}:{port})"
+    return dialled(hop.host, hop.port, _ssh_config(hop.host, hop.port, hop.user, opts))
 
 
 def config_jump(target: str, port: int | None, user: str | None, opts: TransportOptions) -> list[JumpHop]:
@@ -546,8 +554,7 @@ async def _open(
     kw = _connect_kwargs(target, port, user, opts, config)
     if tunnel is not None:
         kw["tunnel"] = tunnel
-    dialled = resolve(target, port, user, opts, config)
-    where = dialled.where  # the address and port the ssh config made of it, as dialled
+    where = dialled(target, port, config)  # the address and port the ssh config made of it, as dialled
     try:
         conn = await asyncio.wait_for(
             asyncssh.connect(target, client_factory=lambda: client, **kw),
