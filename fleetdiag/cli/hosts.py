@@ -143,10 +143,11 @@ def reads(host) -> str:
 def ssh_resolution(inv, host, opts) -> dict:
     """One host as the connection will dial it: the inventory's values, then its ssh config."""
     from ..plan import jump_resolver
+    from ..probe import host_transport
     from ..reach import parse_jump_chain
     from ..transport import resolve
 
-    r = resolve(host.target, host.port, host.user, opts)
+    r = resolve(host.target, host.port, host.user, host_transport(host, opts))  # its own key first, as probe
     doc = {"host": host.name, **r.to_json(), "where": r.where, "jump_from": "ssh config" if r.jump else None}
     if host.jump:  # the inventory's jump wins over ProxyJump, hop by hop as the transport reads it
         resolver = jump_resolver(inv)
