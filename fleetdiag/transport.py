@@ -598,7 +598,8 @@ async def _open(
         he = explain(exc, target, port, where)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     except (asyncssh.Error, OSError) as exc:
-        if client.conn is not None and not client.conn.get_extra_info("server_version"):
+        proxied = config is not None and config is not _UNREAD and bool(config.get("ProxyCommand"))
+        if client.conn is not None and not client.conn.get_extra_info("server_version") and not proxied:
             # TCP accepted, then closed before sshd said a word: what sshd does to a handshake past MaxStartups
             raise Dropped(
                 f"{where} closed the connection before the SSH greeting ({type(exc).__name__}: {exc}); "
