@@ -1,0 +1,72 @@
+"""Labels of the held-back corpus and the extra kernel cases agree with their logs.
+
+Only consistency is checked here (every quoted line is in its file, no decoy sits on a
+decisive line, no source repeats another corpus's), never what the analyzer answers:
+tests/corpus_heldout is kept out of rule development, and the kernel cases are judged
+through the kernel tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+HELDOUT = TESTS / "corpus_heldout"
+KERNEL_SETS = [TESTS / "corpus_kernel_extra", HELDOUT / "kernel"]
+APP_KEYS = {"id", "source", "framework", "decisive", "decisive_process", "exception_type", "category", "decoys", "why"}
+KERNEL_KEYS = {"id", "source", "kind", "xid", "decisive_kernel_line", "decoys", "meaning", "files"}
+CATEGORIES = {"config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other"}
+
+
+def _labels(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def _sources(*folders: Path) -> list[str]:
+    return [json.loads(p.read_text(encoding="utf-8"))["source"] for f in folders for p in _labels(f)]
+
+
+@pytest.mark.parametrize("path", _labels(HELDOUT), ids=lambda p: p.stem)
+def test_heldout_label_matches_its_log(path: Path) -> None:
+    label = json.loads(path.read_text(encoding="utf-8"))
+    text = path.with_suffix(".log").read_text(encoding="utf-8", errors="replace")
+    assert APP_KEYS <= set(label) and label["id"] == path.stem
+    assert len(text.encode()) <= 200_000
+    if label.get("verdict", "failed") != "failed":
+        assert label["decisive"] is None and label["decoys"]
+        assert all(d in text for d in label["decoys"])
+        return
+    assert label["category"] in CATEGORIES
+    accepted = [label["decisive"], *label.get("decisive_alt", [])]
+    assert all(a in text for a in accepted), accepted
+    for decoy in label["decoys"]:
+        assert decoy in text, decoy
+        assert not any(decoy in ln for ln in text.split("\n") if any(a in ln for a in accepted)), decoy
+
+
+@pytest.mark.parametrize(
+    "path", [p for f in KERNEL_SETS for p in _labels(f)], ids=lambda p: f"{p.parent.name}/{p.stem}"
+)
+def test_kernel_label_matches_its_files(path: Path) -> None:
+    label = json.loads(path.read_text(encoding="utf-8"))
+    assert KERNEL_KEYS <= set(label) and label["id"] == path.stem
+    files = {k: (path.parent / v).read_text(encoding="utf-8") for k, v in label["files"].items() if v}
+    kern = files["kern"]
+    assert label["decisive_kernel_line"] in kern
+    for line in [*label.get("secondary_kernel_lines", []), *label["decoys"]]:
+        assert line in kern or line in files.get("app", ""), line
+    decisive_lines = [ln for ln in kern.split("\n") if label["decisive_kernel_line"] in ln]
+    assert not any(d in ln for d in label["decoys"] for ln in decisive_lines)
+    if label.get("decisive_app_line"):
+        assert label["decisive_app_line"] in files["app"]
+
+
+def test_no_source_is_used_twice() -> None:
+    """A held-back case from a source the tuned corpora already use would not be held back."""
+    tuned = set(_sources(TESTS / "corpus", TESTS / "corpus_extra", TESTS / "corpus_kernel_extra"))
+    held = _sources(HELDOUT, HELDOUT / "kernel")
+    assert len(held) == len(set(held))
+    assert not tuned & set(held)
