@@ -325,6 +325,11 @@ def test_sweep_summary_and_probe_only_json(sshd, tmp_path):
     out = res.stdout
     assert out.startswith("NEW") and "2 hosts: 1 failed · 1 healthy" in out  # the news, then the table
     assert "gpu01" in out and "│ gpu02" not in out and "1 host of 2 not shown (--hide healthy)" in out
+    res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "all", "--format", "csv", *args])
+    assert res.exit_code == 1 and res.stdout.splitlines()[0].startswith("hosts,n,verdict,category,action,reason")
+    assert {ln.split(",")[0] for ln in res.stdout.splitlines()[1:]} == {"gpu01", "gpu02"}
+    md = CliRunner().invoke(main, ["history", "--db", str(tmp_path / "h.db"), "--format", "md"]).stdout
+    assert md.startswith("# fleetdiag history") and "## gpu01 — failed" in md and "| gpu01 | failed |" in md
     res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--only", "failed", "--json", *ssh_args(sshd)])
     assert res.exit_code == 1 and [h["host"] for h in json.loads(res.stdout)["hosts"]] == ["gpu01"]
     res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", "--format", "md", *ssh_args(sshd)])
