@@ -87,7 +87,7 @@ def render(metrics: SweepMetrics, redactor: Any = None) -> str:
         "fleetdiag_host_verdict",
         "gauge",
         "1 for the host's verdict in the last sweep, 0 for the other verdicts; category: the trouble's kind, "
-        "action: who acts (hardware, driver, network, config, capacity, software, hang, access, none).",
+        "action: who acts (hardware, driver, network, config, capacity, software, hang, access, consequence, none).",
         [(labels(r, v), 1 if r.verdict == v else 0) for r in rs for v in verdicts],
     )
     rtt = [r for r in rs if r.timing.rtt_ms is not None]

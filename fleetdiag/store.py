@@ -103,7 +103,18 @@ def describe(res: HostResult) -> str:
 
 
 # Who acts on a host's trouble: the label alerts route on (``fleetdiag_host_verdict{action=...}``).
-ACTION_CLASSES = ("hardware", "driver", "network", "config", "capacity", "software", "hang", "access", "none")
+ACTION_CLASSES = (
+    "hardware",
+    "driver",
+    "network",
+    "config",
+    "capacity",
+    "software",
+    "hang",
+    "access",
+    "consequence",
+    "none",
+)
 _ACTION_OF_CATEGORY = {
     "hardware": "hardware",
     "driver": "driver",
@@ -136,13 +147,17 @@ def category_of(res: HostResult) -> str:
 def action_class(res: HostResult) -> str:
     """Who has to act (one of ``ACTION_CLASSES``): hardware (drain, RMA), driver (reset or reboot),
     network (fabric), config (the launch), capacity (memory, disk), software (the code), hang (a
-    stalled job), access (SSH or the log cannot be reached), none (healthy)."""
+    stalled job), access (SSH or the log cannot be reached), consequence (failed because another
+    host of its job did: act there), none (healthy)."""
     if res.verdict in (HEALTHY, STARTING):
         return "none"
     if res.verdict == DEGRADED:
         return "hardware"
     if res.verdict in (UNREACHABLE, NO_LOG):
         return "access"
+    job = (res.facts or {}).get("job")
+    if isinstance(job, dict) and job.get("role") == "consequence":  # a job's victim: act on its root's host
+        return "consequence"
     d = res.decisive
     if d is not None and d.rule == "gpu-hardware":
         return "hardware"
