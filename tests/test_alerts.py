@@ -42,14 +42,16 @@ def _series(text: str) -> list[dict[str, str]]:
 
 def test_alerts_fire_on_a_real_sweep_with_the_routing_labels(sshd, tmp_path):
     """gpu01's DP-rank assertion is a config error: FleetdiagHostFailed fires with category/action config;
-    nothing pages the datacenter. A degraded GPU (the same file format) fires FleetdiagHardwareAction."""
+    nothing pages the datacenter. A degraded GPU (the same file format) fires FleetdiagHardwareAction; a host
+    that failed only as its job's consequence pages nobody."""
     out, prom = _sweep(tmp_path, sshd)
     assert out.exit_code == 1, out.output
     real = _series(prom.read_text())
     failed = [s for s in real if 'host="gpu01"' in s["series"] and 'verdict="failed"' in s["series"]]
     assert failed and 'action="config"' in failed[0]["series"] and 'category="config"' in failed[0]["series"]
     bad_gpu = HostResult(host="gpu09", verdict=DEGRADED, timing=Timing(rtt_ms=1.0))
-    degraded = _series(render(SweepMetrics(results=[bad_gpu], started=0.0, finished=1.0)))
+    victim = HostResult(host="gpu10", verdict="failed", facts={"job": {"role": "consequence", "root": "gpu11"}})
+    degraded = _series(render(SweepMetrics(results=[bad_gpu, victim], started=0.0, finished=1.0)))
     base = {"host": "gpu01", "verdict": "failed", "category": "config", "action": "config"}
     tests = {
         "rule_files": [str(ALERTS)],
@@ -98,7 +100,7 @@ def test_alerts_fire_on_a_real_sweep_with_the_routing_labels(sshd, tmp_path):
                             }
                         ],
                     },
-                    {"eval_time": "5m", "alertname": "FleetdiagHostFailed", "exp_alerts": []},
+                    {"eval_time": "5m", "alertname": "FleetdiagHostFailed", "exp_alerts": []},  # gpu10: a victim
                 ],
             },
         ],
