@@ -217,7 +217,14 @@ def output_options(
             "fmt_format",
             type=click.Choice(formats),
             help="Output format [default: text]"
-            + (": csv is the fleet table; md and html an incident report to paste" if "md" in formats else "")
+            + "".join(
+                note
+                for fmt, note in (
+                    ("csv", "; csv: the fleet table"),
+                    ("md", "; md and html: an incident report to paste"),
+                )
+                if fmt in formats
+            )
             + ".",
         )(wrapper)
         if "jsonl" in formats:

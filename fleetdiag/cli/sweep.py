@@ -461,7 +461,12 @@ class When(click.ParamType):
 @click.option("--since", type=When(), help="Only incidents seen since then: 2h, 3d, or 2026-05-09T15:00.")
 @click.option("--until", type=When(), help="Only incidents that began before then (same forms as --since).")
 @click.option(
-    "--host", "host_sel", multiple=True, shell_complete=complete_selector, help="Hosts (a selector; repeatable)."
+    "--host",
+    "host_sel",
+    multiple=True,
+    metavar="SELECTOR",
+    shell_complete=complete_selector,
+    help="Only these hosts (a selector, as the arguments; repeatable).",
 )
 @click.option(
     "--verdict", multiple=True, metavar="VERDICTS", help="Only incidents of these verdicts (failed,stalled…)."
