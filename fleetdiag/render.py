@@ -625,6 +625,8 @@ def group_reason(results: list[HostResult]) -> str:
     text = one_line(results[0])
     if len(results) < 2 or results[0].decisive is not None:
         return text
+    if results[0].verdict in (HEALTHY, STARTING) and len({one_line(r) for r in results}) > 1:
+        return EXPLAIN.get(results[0].verdict, text)  # one host's "ready: …" line does not speak for the others
     seen: list[str] = []
     for r in results:
         for m in _ENDPOINT_RE.findall(r.error or ""):
