@@ -1183,6 +1183,47 @@ def incident_report(
     return rep
 
 
+def history_report(incidents: list[Any], path: str) -> Report:
+    """``history --format md|html`` from incidents as they may be shown: each open one's latest record
+    (its decisive line, traceback, evidence, hint) as a section, then every incident in a table."""
+    from .records import host_result_from_json
+
+    n_open = sum(1 for i in incidents if i.open)
+    rep = Report(title="fleetdiag history", summary=f"{plural(len(incidents), 'incident')} ({n_open} open) from {path}")
+    for i in incidents:
+        if i.open and i.record:
+            sec = host_section(host_result_from_json(i.record), [])
+            sec.rows.insert(
+                0, ("seen", f"since {units.when(i.since)} · {i.count} sweep(s) · first {units.when(i.first_seen)}")
+            )
+            rep.sections.append(sec)
+    rows = [
+        [
+            i.host,
+            i.verdict if i.open else f"was {i.verdict}",
+            i.summary,
+            units.when(i.first_seen),
+            units.when(i.last_seen),
+            i.count,
+            units.when(i.resolved_at) if i.resolved_at is not None else "open",
+        ]
+        for i in incidents
+    ]
+    rep.extra.append(("incidents", ["host", "state", "cause", "first seen", "last seen", "count", "resolved"], rows))
+    return rep
+
+
+def lemons_report(recs: list[Any], path: str, recur: int) -> Report:
+    """``history --lemons --format md|html``: the recurring troubles (``store.Recurrence``) as one table."""
+    rep = Report(title="fleetdiag lemon nodes", summary=f"{plural(len(recs), 'recurring trouble')} in {path}")
+    header = ["host", "verdict", "trouble", "episodes", "boots", "why", "last seen"]
+    rows = [
+        [r.host, r.verdict, r.summary, r.episodes, len(r.boots), r.lemon(recur), units.when(r.last_seen)] for r in recs
+    ]
+    rep.extra.append(("recurring troubles", header, rows))
+    return rep
+
+
 def _fence(lines: list[str]) -> str:
     """A Markdown code block no line of the data can close early."""
     text = "\n".join(lines)

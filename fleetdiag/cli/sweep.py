@@ -536,46 +536,15 @@ def history(
         ctx.out.json({"version": SCHEMA_VERSION, "db": str(path), "incidents": [i.to_json() for i in incidents]})
         return
     if fmt in ("md", "html"):
-        ctx.out.document(history_report(ctx.out, incidents, path, fmt))
+        from ..render import history_report, report_text
+
+        shown = [ctx.out.shown(i) for i in incidents]
+        ctx.out.document(report_text(history_report(shown, ctx.out.shown(str(path))), fmt))
         return
     if not incidents:
         ctx.out.print(f"no incidents{' open' if open_only else ''} in {path}")
         return
     print_history(ctx.out, incidents, path)
-
-
-def history_report(out: Output, incidents: list[Any], path: Path, fmt: str) -> str:
-    """``history --format md|html``: the incidents as a report to paste, each open one's latest record
-    (its decisive line, traceback, evidence, hint) as a section."""
-    from ..render import Report, host_section, plural, report_text
-
-    shown = [out.shown(i) for i in incidents]
-    n_open = sum(1 for i in shown if i.open)
-    rep = Report(
-        title="fleetdiag history",
-        summary=f"{plural(len(shown), 'incident')} ({n_open} open) from {out.shown(str(path))}",
-    )
-    for i in shown:
-        if i.open and i.record:
-            from ..records import host_result_from_json
-
-            sec = host_section(host_result_from_json(i.record), [])
-            sec.rows.insert(0, ("seen", f"since {_when(i.since)} · {i.count} sweep(s) · first {_when(i.first_seen)}"))
-            rep.sections.append(sec)
-    rows = [
-        [
-            i.host,
-            i.verdict if i.open else f"was {i.verdict}",
-            i.summary,
-            _when(i.first_seen),
-            _when(i.last_seen),
-            i.count,
-            _when(i.resolved_at) if i.resolved_at is not None else "open",
-        ]
-        for i in shown
-    ]
-    rep.extra.append(("incidents", ["host", "state", "cause", "first seen", "last seen", "count", "resolved"], rows))
-    return report_text(rep, fmt)
 
 
 def print_lemons(out: Output, recs: list[Any], path: Path, recur: int, fmt: str | None) -> None:
@@ -591,17 +560,10 @@ def print_lemons(out: Output, recs: list[Any], path: Path, recur: int, fmt: str 
             }
         )
         return
-    header = ["host", "verdict", "trouble", "episodes", "boots", "why", "last seen"]
-    rows = [[r.host, r.verdict, r.summary, r.episodes, len(r.boots), r.lemon(recur), _when(r.last_seen)] for r in shown]
     if fmt in ("md", "html"):
-        from ..render import Report, plural, report_text
+        from ..render import lemons_report, report_text
 
-        rep = Report(
-            title="fleetdiag lemon nodes",
-            summary=f"{plural(len(shown), 'recurring trouble')} in {out.shown(str(path))}",
-        )
-        rep.extra.append(("recurring troubles", header, rows))
-        out.document(report_text(rep, fmt))
+        out.document(report_text(lemons_report(shown, out.shown(str(path)), recur), fmt))
         return
     if not shown:
         out.print(f"no recurring incidents in {path} (back {recur} times or after a reboot)")
