@@ -124,8 +124,12 @@ def watch(
         if note:  # the counts stay the whole fleet's; the rows are the filter's
             from collections import Counter
 
+            from ..records import WatchState
+            from ..render import plural
+
             counts = Counter(v.state for v in views)
-            title = " · ".join(f"{counts[s]} {s}" for s in counts) + f" · {note}"
+            head = " · ".join(f"{counts[s]} {s}" for s in WatchState if counts[s])
+            title = f"{plural(len(views), 'host')}: {head} · {note}"
         return watch_table([out.shown(v) for v in kept], title=title, height=out.out.height if live else None)
 
     jobs_told: set[tuple[str, tuple[str, ...]]] = set()
