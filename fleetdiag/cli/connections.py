@@ -65,6 +65,8 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
             env.print("no keeper running" if n is None else f"closed {n} connection{'s' if n != 1 else ''}")
         return
     kept = list_kept()
+    if env.redactor is not None:  # --redact: the keeper's host names and addresses are names like any other
+        env.redactor.add_hosts(n for c in kept or [] for n in (c.get("host"), *_where_names(str(c.get("where", "")))))
     if as_json:
         env.json({"keeper": kept is not None, "connections": kept or []})
         return
@@ -86,3 +88,9 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
             str(c["uses"]),
         )
     env.print(table)
+
+
+def _where_names(where: str) -> list[str]:
+    """The names in a kept connection's ``where``: ``gpu01:22`` or ``gpu01 (10.0.0.1:42022)``."""
+    name, _, dialled = where.partition(" (")
+    return [n for n in (name.rpartition(":")[0] if not dialled else name, dialled.rstrip(")").rpartition(":")[0]) if n]
