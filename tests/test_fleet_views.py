@@ -253,19 +253,12 @@ def html_report(fleet):
     return path
 
 
-def chromium(*args: str) -> subprocess.CompletedProcess:
+def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium with its profile in ``profile`` (a test's own directory, removed with it)."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     assert exe, "chromium is missing: scripts/test installs it (apt-get install chromium)"
     return subprocess.run(
-        [
-            exe,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--user-data-dir=/tmp/fd-chromium-" + str(os.getpid()),
-            *args,
-        ],
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}", *args],
         capture_output=True,
         text=True,
         timeout=90,
@@ -273,7 +266,7 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_html_report_renders_in_headless_chromium_and_never_runs_host_text(html_report, tmp_path):
-    dom = chromium("--dump-dom", html_report.as_uri())
+    dom = chromium(tmp_path / "profile", "--dump-dom", html_report.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     page = dom.stdout
     assert "<title>fleetdiag incident report</title>" in page  # the payload's script never ran
@@ -285,7 +278,7 @@ def test_html_report_renders_in_headless_chromium_and_never_runs_host_text(html_
     assert 'class="traceback"' in page and "TP 2 × DP 2 = 4 workers" in page
     assert "node[04,07-08,10,13]" in page and "<td>healthy</td>" not in page
     shot = tmp_path / "report.png"
-    res = chromium(f"--screenshot={shot}", "--window-size=1200,1600", html_report.as_uri())
+    res = chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1200,1600", html_report.as_uri())
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a page was drawn, not a blank
