@@ -354,6 +354,8 @@ def apply_collection(
     stamps, when it never finished starting)."""
     fact = _fact(kc)
     if fact is not None:
+        if kc.clock.boot is not None:  # the history tells a reboot by it (store.Recurrence)
+            fact["boot"] = round(kc.clock.boot)
         res.facts["kernel_log"] = fact
     events = kc.events()
     if kc.health is not None:
