@@ -156,6 +156,7 @@ class HostEvidence:
     kernel: list[str] = field(default_factory=list)  # the host's kernel lines the probe read (OOM killer)
     err_time: float | None = None  # the rank's error file's timestamp (epoch seconds, the host's clock)
     role: str | None = None  # the analyzer's role of the decisive line, where it gives one (peer-caused …)
+    below: str | None = None  # the cause below the log the host's analysis found (a kernel line), when it did
     quiet: bool = False  # no error of its own (a stalled host, a rank still asleep): only a straggler candidate
 
 
@@ -225,6 +226,16 @@ def evidence_from_result(
     if mtime is None:
         mtime = clock.get("mtime") or facts.get("log_mtime")
     kept = facts.get("job") if isinstance(facts.get("job"), dict) else {}
+    below = None
+    if getattr(dec, "source", "log") not in ("log", None) and not quiet:
+        # a cause below the log (a kernel line, the GPU's health): its stamp is the kernel's clock, often boot
+        # seconds; the job is ordered by the application's own line, the cause named beside it
+        below = dec.line
+        dec = _QuietLine(
+            line=str(getattr(dec, "consequence", None) or dec.line),
+            rank=dec.rank,
+            fingerprint=dec.fingerprint,
+        )
     if lines is None and isinstance(kept.get("lines"), list):
         lines = [str(x) for x in kept["lines"]]
     return HostEvidence(
@@ -252,6 +263,7 @@ def evidence_from_result(
         ][:64],
         role=getattr(dec, "role", None),
         quiet=quiet,
+        below=below,
     )
 
 
@@ -1071,6 +1083,8 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
             parts.append(f"time from {best.t_how}")
         else:
             parts = [f"local-origin error on {best.ev.host}, time from {best.t_how}"]
+        if best.ev.below and not (best.ev.signal and oom_line(best.ev)):
+            parts.insert(1, f"below it, the kernel: {best.ev.below.strip()[:300]}")
         peer = [h for h in group if h.kind or h.ev.quiet]
         if peer:
             early = [h.ev.host for h in peer if h.t is not None and best.t is not None and h.t < best.t]
