@@ -94,7 +94,12 @@ def single_host_set(name: str, folder: Path) -> list[Case]:
 
 
 def multinode_set(name: str, folder: Path) -> list[Case]:
-    """Per node of a job: the root node's own error; a victim's line is its own peer-caused error."""
+    """Per node of a job: the root node's own error; a victim's line is its own peer-caused error.
+
+    A hang's root is the straggler, a node with no error of its own (its last
+    ordinary line is the label): only the job analysis can name it, so it is
+    not a single-host case.
+    """
     out = []
     for p in sorted(folder.glob("*.json")):
         lab = _label(p)
@@ -106,6 +111,8 @@ def multinode_set(name: str, folder: Path) -> list[Case]:
             src = lab.get("source", "")
             cid = f"{p.stem}.{host}"
             if host == lab.get("root_host"):
+                if lab.get("kind") == "hang":
+                    continue
                 out.append(Case(name, cid, log, list(lab.get("root_line_any", [])), [], "failed", src))
             elif host in (lab.get("victims") or {}):
                 out.append(Case(name, cid, log, [], [], "failed", src, role="peer-caused"))

@@ -86,6 +86,15 @@ def probed(sshd, tmp_path_factory):
         "--ssh-config",
         str(sshd.ssh_config),
         "--no-stacks",
+        # a loaded CI machine: generous limits, few handshakes at once (one sshd serves every host)
+        "--fanout",
+        "8",
+        "--connect-timeout",
+        "60s",
+        "--timeout",
+        "120s",
+        "--workers",
+        "1",
     ]
     env = {"COLUMNS": "400", "XDG_CONFIG_HOME": str(tmp / "config")}
     r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *common], env=env)
@@ -130,7 +139,14 @@ def test_json_verdict_and_decisive_line(case, probed):
     dec = h.get("decisive") or {}
     verdict = "failed" if h["verdict"] == "failed" else h["verdict"]
     got = _bench().judge(case, verdict, dec.get("line"), dec.get("role"), dec.get("category"))
-    assert got == "right", (h["verdict"], dec.get("line"), dec.get("role"), dec.get("category"), case.accepted)
+    assert got == "right", (
+        h["verdict"],
+        h.get("error"),
+        dec.get("line"),
+        dec.get("role"),
+        dec.get("category"),
+        case.accepted,
+    )
     assert "role" in dec or case.verdict != "failed"
 
 
