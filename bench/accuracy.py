@@ -156,6 +156,7 @@ def all_sets() -> dict[str, list[Case]]:
         ("tests/corpus", TESTS / "corpus", single_host_set),
         ("tests/corpus_extra", TESTS / "corpus_extra", single_host_set),
         ("tests/corpus_heldout", TESTS / "corpus_heldout", single_host_set),
+        ("tests/corpus_heldout/kernel", TESTS / "corpus_heldout" / "kernel", kernel_set),
         ("tests/corpus_multinode", TESTS / "corpus_multinode", multinode_set),
     ):
         if folder.is_dir():

@@ -251,6 +251,8 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         if ev.kind == "exception" and ev.line.severity == SEVERITY["WARNING"]:
             weak = True  # logged as a warning: the program went on
         j = Judged(ev, "primary", WEAK if weak else STRONG, sig=sig)
+        if ev.kind == "native" and "after throwing" in ev.line.msg:
+            j.tier = INCOMPLETE  # the what() naming the exception was not in the lines read
         j.line_role = sig.role if sig is not None else CAUSE
         if j.line_role == CAUSE and _blames_peer(sig) and rules.peer_for(text, ev.line.msg) is not None:
             j.line_role = PEER
@@ -325,7 +327,6 @@ def _nested(outer: Event, inner: Event) -> bool:
 
 
 SURVIVED = "handled errors (the process went on normally)"
-_DIGITS = re.compile(r"\d+")
 SURVIVAL_LINES = 3  # normal lines the same process must log after an error for it to count as survived
 _ENDING = re.compile(
     r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process"
@@ -385,7 +386,7 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
                 out[k] = True  # the server answered a request after it
                 break
             if _normal(ln, rules):
-                seen.add(_DIGITS.sub("0", ln.msg.strip()))  # one note repeated while waiting is not work
+                seen.add(ln.msg.strip())  # one note repeated word for word while waiting is not work
                 if len(seen) >= SURVIVAL_LINES:
                     out[k] = False
                     break
