@@ -49,7 +49,21 @@ CASES = _cases()
 HOSTS = {c.id: f"c{i:03d}" for i, c in enumerate(CASES)}
 
 
+# held-back cases the analyzer gets wrong: never tuned on (bench/accuracy.py scores them); strict, so a
+# general fix that makes one pass is noticed and the entry goes
+HELDOUT_KNOWN_WRONG = {
+    "llamacpp_6527_argsort_ggml_assert_gdb",
+    "ray_rlfactory_8_raytaskerror_actordied_system_error",
+    "torch_xinference_4421_tcpstore_should_dump_broken_pipe",
+    "vllm_9818_sidecar_prefix_mqllmengine_already_dead",
+    "vllm_dynamo_787_custom_allreduce_failed_as_info_lines",
+    "vllm_omni_2928_hung_engine_behind_status_200s",
+}
+
+
 def _xfail(case) -> list:
+    if case.set == "tests/corpus_heldout" and case.id in HELDOUT_KNOWN_WRONG:
+        return [pytest.mark.xfail(reason="held back, known wrong (not tuned on)", strict=True)]
     lab = case.log.with_suffix(".json")
     why = json.loads(lab.read_text()).get("known_wrong") if lab.is_file() else None
     if isinstance(why, dict):  # per test: only a wrong line or verdict matters here
