@@ -327,6 +327,31 @@ def _nested(outer: Event, inner: Event) -> bool:
 
 
 SURVIVED = "handled errors (the process went on normally)"
+RESTARTED = "failures after the launcher restarted the workers"
+_LAUNCH_CHILD = re.compile(r"local_rank: ?(\d+) \(pid: ?(\d+)\)")
+
+
+def restarted_after(judged: list[Judged]) -> int | None:
+    """Line index of a launcher's first report of a child when it later reports a new child of that local rank.
+
+    torchelastic's ``--max-restarts`` starts the workers again after a failure;
+    when the restart fails too, its errors (a connect refused by peers that are
+    gone) follow from the first failure, which is the answer.
+    """
+    first: dict[str, tuple[str, int]] = {}
+    for j in judged:
+        if j.line_role != LAUNCHER or j.role not in ("primary", "secondary"):
+            continue
+        m = _LAUNCH_CHILD.search(j.ev.line.msg)
+        if m is None:
+            continue
+        rank, pid = m.groups()
+        if rank in first and first[rank][0] != pid:
+            return first[rank][1]
+        first.setdefault(rank, (pid, j.ev.line.index))
+    return None
+
+
 SURVIVAL_LINES = 3  # normal lines the same process must log after an error for it to count as survived
 _ENDING = re.compile(
     r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process"
@@ -473,7 +498,8 @@ def _launcher_says(best: Judged, rank: int | None) -> str:
     """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
     import signal as _signal
 
-    who = f"rank {rank}" if rank is not None else "a child process"
+    local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg)
+    who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
     code, sig = exit_of(best.ev.line.msg)
     if sig is not None:
         try:
@@ -633,6 +659,11 @@ def _diagnose(
     run = current_lines(parsed, rules)
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
+    again = restarted_after(judged)
+    if again is not None:
+        for j in judged:
+            if j.ev.line.index > again and j.role == "primary":
+                j.role, j.kind, j.tier = "secondary", RESTARTED, ONLY_SECONDARY
     handled = survivors(judged, run, rules)
     for k in handled:
         judged[k].role, judged[k].kind, judged[k].tier = "secondary", SURVIVED, ONLY_SECONDARY
