@@ -17,9 +17,9 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 76,
-    "tests/corpus_heldout": 6,
-    "tests/corpus_multinode": 54,
+    "tests/corpus_extra": 81,
+    "tests/corpus_heldout": 7,
+    "tests/corpus_multinode": 61,
 }
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS = {"tests/corpus_heldout": 1}
