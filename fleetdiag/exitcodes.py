@@ -16,6 +16,8 @@ class Exit(IntEnum):
     UNREACHABLE = 3  # no failure found, but some host was unreachable or had no readable log
     INTERNAL = 4  # a bug in fleetdiag
     BUSY = 5  # another sweep holds the lock
+    INTERRUPTED = 130  # Ctrl-C: what a shell reports for a command ended by SIGINT (128 + 2)
+    PIPE_CLOSED = 141  # the reader of stdout went away (`| head`): what a shell reports for SIGPIPE (128 + 13)
 
 
 def exit_for(results: Iterable[HostResult]) -> Exit:

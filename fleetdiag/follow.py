@@ -93,6 +93,16 @@ class FollowSpec:
     # N lines overlap the snapshot's end, and the awk drops that overlap, so the lines written between the
     # snapshot and the follow's start (up to N) are not lost. Positions go on from the snapshot's size.
     stream_lines: int = 100
+    # A ``command`` source is read once (its output is the log) unless it streams under FLEETDIAG_FOLLOW
+    # (``streams``): the follower then does not run it again, it only keeps the heartbeat.
+    once: bool = False
+
+
+def streams(command: str) -> bool:
+    """Whether a ``command`` source opts into being followed: it reads ``$FLEETDIAG_FOLLOW`` (set for
+    the follower's run), so it can print its log once for the snapshot and stream it for watch. Any other
+    command's output is the log, read once: running ``cat train.log`` again would read the log twice."""
+    return "FLEETDIAG_FOLLOW" in command
 
 
 def build_script(spec: FollowSpec, mark: str) -> str:
@@ -120,6 +130,7 @@ def build_script(spec: FollowSpec, mark: str) -> str:
         "FW_SKIP": spec.skip_bytes,
         "FW_LNMAX": fs.scan_bytes,
         "FW_SLINES": max(0, int(spec.stream_lines)),
+        "FW_ONCE": "1" if spec.once else "",
     }
     # the constants go in as quoted assignments too: nothing is ever spliced into code
     env.update(FW_FUNCS=_FUNCS, FW_LOOP=_LOOP, FW_AWK=remote.awk_lib() + _AWK)

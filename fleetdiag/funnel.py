@@ -24,6 +24,7 @@ caps are in bytes and leave a marker line, and over-long lines keep both ends.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -33,6 +34,7 @@ from . import remote
 from .records import FunnelResult, Line
 
 VERSION = 1
+DISCOVER_UNDER_ENV = "FLEETDIAG_DISCOVER_UNDER"
 
 
 @dataclass
@@ -57,6 +59,9 @@ class FunnelSpec:
     window_bytes: int = 1024 * 1024
     context_lines: int = 400
     timeout: int = 30  # seconds, per pass, on the remote side
+    # seconds a ``command`` source may run (it is read once and must end): below the exec's own timeout,
+    # so a command that does not end is reported as such, not cut with the whole answer
+    command_timeout: int = 30
     # The head pass: lines naming the job's rendezvous (one ERE, ``fleetdiag.job.endpoint_ere``; ""
     # skips it), at most ``head_lines`` of them in the first ``head_bytes`` of the latest run.
     endpoints: str = ""
@@ -81,6 +86,9 @@ class FunnelSpec:
     path_prepend: str = ""  # a remote dir before PATH (journalctl, docker, scontrol in odd places)
     docker_root: str = "/var/lib/docker"  # where a container's json-file log is, when docker logs is refused
     k8s_logs: str = "/var/log/containers"  # the kubelet's CRI logs (POD_NS_CONTAINER-ID.log)
+    # Discovery considers only the descendants of this pid on the host ("": every process). From
+    # $FLEETDIAG_DISCOVER_UNDER: the tests' sshd is this machine, whose other processes are not theirs.
+    discover_under: str = field(default_factory=lambda: os.environ.get(DISCOVER_UNDER_ENV, "").strip())
 
 
 # The script body (remote/funnel.sh). Values arrive as shell variables set above it;
@@ -120,6 +128,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_WIN": spec.window_bytes,
         "FD_CTX": spec.context_lines,
         "FD_TMO": spec.timeout,
+        "FD_CTMO": max(1, min(spec.timeout, spec.command_timeout)),
         "FD_EP": spec.endpoints,
         "FD_HEADB": spec.head_bytes,
         "FD_HEADN": spec.head_lines,
@@ -133,6 +142,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_DPATH": spec.path_prepend,
         "FD_DOCKER_ROOT": spec.docker_root,
         "FD_K8S_LOGS": spec.k8s_logs,
+        "FD_UNDER": spec.discover_under if spec.discover_under.isdigit() else "",
         "FD_JOBS": JOBS_ERE,
         "FD_JOBMODS": JOB_MODULES_ERE,
         "FD_NOTJOBS": NOT_JOBS_ERE,

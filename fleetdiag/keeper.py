@@ -19,6 +19,11 @@ Why it is shaped like this:
   jump chain, identity files, known_hosts, ssh config (their contents or
   identity on disk), the agent socket and the options that change the login.
   A changed inventory entry or ssh config therefore never reuses a connection.
+- **Trust re-checked on every reuse.** A kept connection remembers every file that
+  decided its trust (``transport.trust_of``: the ssh config and the files it
+  Includes, each known_hosts file that applied, the key files); on each reuse,
+  and while idle, a changed one closes it, so a revoked or removed key is refused
+  by the next command exactly as a direct connection would refuse it.
 - **Never in the way.** The client waits at most ~200 ms for the keeper's
   hello; a missing, stale or wedged keeper means a direct connection, silently.
   The keeper detaches fully (double fork, ``setsid``, stdio on /dev/null, no
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -53,7 +59,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .reach import CLOSED, KEY, MAX_OUTPUT, TIMEOUT, HostError, PartialOutput, TransportOptions
+from . import child
+from .reach import (
+    CLOSED,
+    CONNECT_TIMEOUT,
+    CUT_LOST,
+    DEFAULT_KEY_FILES,
+    KEEPER_LOST,
+    KEY,
+    MAX_OUTPUT,
+    NOT_RUN,
+    STDERR_KEEP,
+    TIMEOUT,
+    CommandEnd,
+    HostError,
+    RunOutcome,
+    TransportOptions,
+    outcome,
+)
 
 PERSIST_ENV = "FLEETDIAG_PERSIST"
 RUNTIME_ENV = "FLEETDIAG_RUNTIME_DIR"  # where the socket lives (tests, or a user who wants it elsewhere)
@@ -67,8 +90,8 @@ RUN_HELLO = 10.0
 START_WAIT = 3.0  # how long a command waits for a keeper it started before connecting directly
 SOCKET_NAME = "keeper.sock"
 LOCK_NAME = "keeper.lock"
-STDERR_KEEP = 4096
 EXIT_GRACE = 2.0  # an idle keeper with no connection exits after this
+TRUST_CHECK = 5.0  # seconds between checks of idle connections' trust files (every reuse checks them too)
 
 
 # --------------------------------------------------------------------------- the place
@@ -169,7 +192,7 @@ def connection_key(params: dict[str, Any]) -> str:
         configs = [str(home_ssh / "config")]
     keys = params.get("client_keys")
     if keys is None:
-        keys = [str(home_ssh / n) for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk")]
+        keys = [str(home_ssh / n) for n in DEFAULT_KEY_FILES]
     known = params.get("known_hosts") or str(home_ssh / "known_hosts")
     decided = {
         "where": [params["target"], params.get("port"), params.get("user"), params.get("jump")],
@@ -182,6 +205,21 @@ def connection_key(params: dict[str, Any]) -> str:
     }
     blob = json.dumps(decided, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _options(params: dict[str, Any]) -> TransportOptions:
+    """The transport options a kept connection is dialled with, from its plain description."""
+    opts = TransportOptions(
+        known_hosts=params.get("known_hosts"),
+        accept_new=bool(params.get("accept_new")),
+        connect_timeout=float(params.get("connect_timeout") or CONNECT_TIMEOUT),
+        ssh_config=params.get("ssh_config"),
+        client_keys=params.get("client_keys"),
+        keepalive=params.get("keepalive") or 30.0,  # notices a dead peer while idle
+    )
+    if params.get("client_keys") is None:  # the client's agent, not the one the keeper was started with
+        opts.extra["agent_path"] = params.get("agent_path")
+    return opts
 
 
 def _plain(jump: Any) -> Any:
@@ -244,6 +282,8 @@ class Kept:
     uses: int = 0
     spare_uses: int = 0  # commands that started on a channel opened ahead of need
     busy: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    trust: Any = None  # transport.Trust: what decided this connection's trust when it was dialled
 
     def alive(self) -> bool:
         c = self.conn.conn
@@ -273,31 +313,39 @@ class Keeper:
         lock = self.dialling.setdefault(key, asyncio.Lock())
         async with lock:
             k = self.kept.get(key)
-            if k is not None and (fresh or not k.alive()):
+            if k is not None and (fresh or not k.alive() or not self.trusted(k)):
                 self.drop(key)
                 k = None
             if k is not None:
                 k.persist = max(k.persist, persist)
                 return k, True, 0.0
-            from .transport import connect
+            from .transport import connect, trust_of
 
-            opts = TransportOptions(
-                known_hosts=params.get("known_hosts"),
-                accept_new=bool(params.get("accept_new")),
-                connect_timeout=float(params.get("connect_timeout") or 10.0),
-                ssh_config=params.get("ssh_config"),
-                client_keys=params.get("client_keys"),
-                keepalive=params.get("keepalive") or 30.0,  # notices a dead peer while idle
-            )
-            if params.get("client_keys") is None:  # the client's agent, not the one the keeper was started with
-                opts.extra["agent_path"] = params.get("agent_path")
-            conn = await connect(
-                params["target"], params.get("port"), params.get("user"), opts, jump=_unplain(params.get("jump"))
-            )
+            opts = _options(params)
+            jump = _unplain(params.get("jump"))
+            trust = trust_of(params["target"], params.get("port"), params.get("user"), opts, jump)
+            conn = await connect(params["target"], params.get("port"), params.get("user"), opts, jump=jump)
             conn.keep_spare()  # the next command on this host costs its exec alone
             k = Kept(key, label, f"{params['target']}:{params.get('port') or 22}", conn, persist=persist)
+            k.params, k.trust = params, trust
             self.kept[key] = k
             return k, False, conn.connect_ms
+
+    def trusted(self, k: Kept) -> bool:
+        """Whether what decided ``k``'s trust (ssh config and its Includes, known_hosts, key files) still
+        holds: a kept connection never outlives a revoked or removed key. Cheap when nothing changed."""
+        if k.trust is None or k.trust.unchanged():
+            return True
+        from .transport import trust_of
+
+        params = k.params
+        now = trust_of(
+            params["target"], params.get("port"), params.get("user"), _options(params), _unplain(params.get("jump"))
+        )
+        if now.digest != k.trust.digest:
+            return False
+        k.trust = now  # touched, not changed
+        return True
 
     def drop(self, key: str) -> None:
         k = self.kept.pop(key, None)
@@ -350,126 +398,49 @@ class Keeper:
         await _send(writer, json.dumps({"reused": reused, "connect_ms": dial_ms}).encode())
 
     async def op_run(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> None:
-        import asyncssh
+        """Run one command on the kept connection: its output as frames, then its ``CommandEnd``.
+
+        The command semantics (caps, timeouts, stderr kept, how it ended) are ``transport.run_on``'s,
+        the very ones of a direct connection; the client maps the end with ``reach.outcome``."""
+        from .transport import run_on
 
         key, params = req["key"], req["params"]
         persist = float(req.get("persist") or self.persist)
         timeout = req.get("timeout")
         cap = int(req.get("cap") or OUTPUT_CAP)
-        end: dict[str, Any] = {}
+
+        async def out(data: bytes) -> None:
+            await _send(writer, b"O" + data)
+
+        async def err(data: bytes) -> None:
+            await _send(writer, b"E" + data)
+
         for attempt in (0, 1):  # a dead connection is dropped and redialled once
             try:
                 k, reused, dial_ms = await self.get(key, params, req.get("label") or "", persist, fresh=attempt > 0)
             except HostError as exc:
-                await _send(writer, b"X" + json.dumps({"error": [exc.kind, str(exc)]}).encode())
+                end = CommandEnd(NOT_RUN, kind=exc.kind, reason=str(exc))
+                await _send(writer, b"X" + json.dumps(dataclasses.asdict(end)).encode())
                 return
             k.busy += 1
-            t0 = time.perf_counter()
             try:
-                proc = await asyncio.wait_for(k.conn.create_process(req["command"], stdin=asyncssh.DEVNULL), timeout)
-            except (asyncio.TimeoutError, TimeoutError):
+                end = await run_on(k.conn, req["command"], timeout, cap, out, err)
+            finally:
                 k.busy -= 1
-                await _send(
-                    writer,
-                    b"X"
-                    + json.dumps(
-                        {
-                            "error": [
-                                TIMEOUT,
-                                f"no answer within {timeout:g}s to the "
-                                "command: logged in, then the host stopped answering",
-                            ]
-                        }
-                    ).encode(),
-                )
-                return
-            except (asyncssh.Error, OSError) as exc:
-                k.busy -= 1
+            if end.ended == NOT_RUN and end.kind != TIMEOUT:  # the connection could not start a command
                 self.drop(key)
                 if attempt == 0 and reused:
                     continue
-                from .transport import explain
-
-                he = explain(exc, params["target"], params.get("port"))
-                await _send(writer, b"X" + json.dumps({"error": [he.kind, str(he)]}).encode())
-                return
-            trips = k.conn.open_trips  # read now: another command may start on this connection meanwhile
-            try:
-                end = await self._stream(proc, writer, timeout, t0, cap)
-            finally:
-                k.busy -= 1
-                k.conn.command_done()
-            k.uses += 1
-            k.last_used = time.monotonic()
-            k.rtt_ms = end["rtt_ms"] = end["open_ms"] / trips
-            k.spare_uses += trips == 1
-            if end.get("lost"):
+            elif end.ended != NOT_RUN:
+                k.uses += 1
+                k.last_used = time.monotonic()
+                k.rtt_ms = (end.open_ms or 0.0) / max(1, end.trips)
+                k.spare_uses += end.trips == 1
+            if end.ended == CUT_LOST:
                 self.drop(key)
-            end.update(reused=reused, connect_ms=dial_ms)
-            await _send(writer, b"X" + json.dumps(end).encode())
+            end.reused, end.connect_ms = reused, dial_ms
+            await _send(writer, b"X" + json.dumps(dataclasses.asdict(end)).encode())
             return
-
-    async def _stream(
-        self, proc: Any, writer: asyncio.StreamWriter, timeout: float | None, t0: float, cap: int
-    ) -> dict[str, Any]:
-        import asyncssh
-
-        open_ms = (time.perf_counter() - t0) * 1000
-        left = None if timeout is None else max(0.1, timeout - open_ms / 1000)
-        got = 0
-        cut = False
-
-        async def drain_err() -> None:
-            kept = 0
-            while True:
-                data = await proc.stderr.read(65536)
-                if not data:
-                    return
-                if kept < STDERR_KEEP:
-                    piece = data[: STDERR_KEEP - kept]
-                    kept += len(piece)
-                    await _send(writer, b"E" + piece)
-
-        async def drain() -> None:
-            nonlocal got, cut
-            err_task = asyncio.ensure_future(drain_err())
-            try:
-                while True:
-                    data = await proc.stdout.read(65536)
-                    if not data:
-                        break
-                    if got + len(data) > cap:
-                        data = data[: cap - got]
-                        cut = True
-                    got += len(data)
-                    if data:
-                        await _send(writer, b"O" + data)
-                    if cut:
-                        proc.close()
-                        return
-                await err_task
-            finally:
-                err_task.cancel()
-            await proc.wait_closed()
-
-        end: dict[str, Any] = {"open_ms": open_ms}
-        try:
-            await asyncio.wait_for(drain(), left)
-        except (ConnectionError, asyncio.CancelledError):  # the command went away (deadline, Ctrl-C): stop it
-            proc.close()
-            raise
-        except (asyncio.TimeoutError, TimeoutError):
-            proc.close()
-            end["partial"] = "timeout"
-        except (asyncssh.Error, OSError) as exc:
-            end["partial"] = "lost"
-            end["lost"] = True
-            end["reason"] = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-        end["got"] = got
-        end["cut"] = cut
-        end["status"] = None if cut else proc.exit_status
-        end["total_ms"] = (time.perf_counter() - t0) * 1000
-        return end
 
     def listing(self) -> list[dict[str, Any]]:
         now = time.monotonic()
@@ -492,11 +463,14 @@ class Keeper:
 
     async def reap(self) -> None:
         """Close connections idle past their persist; exit when none is left, or the socket is not ours."""
+        checked = time.monotonic()
         while not self.stop.is_set():
             await asyncio.sleep(0.5)
             now = time.monotonic()
+            check = now - checked >= TRUST_CHECK  # idle connections' trust files: every few seconds, not 2/s
+            checked = now if check else checked
             for key, k in list(self.kept.items()):
-                if k.busy == 0 and (now - k.last_used > k.persist or not k.alive()):
+                if k.busy == 0 and (now - k.last_used > k.persist or not k.alive() or (check and not self.trusted(k))):
                     self.drop(key)
             try:
                 if os.stat(socket_path(self.dir)).st_ino != self.sock_ino:
@@ -587,11 +561,9 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
-# The keeper runs this fleetdiag (an editable checkout too), whatever PYTHONPATH the command had.
-_BOOT = (
-    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); from fleetdiag.keeper import _detach_main; "
-    "sys.exit(_detach_main(sys.argv[2:]))"
-)
+# The keeper runs this fleetdiag (an editable checkout too), whatever PYTHONPATH the command had, and
+# nothing from the command's working directory (child.py: isolated mode, fixed cwd, explicit sys.path).
+_BOOT = "from fleetdiag.keeper import _detach_main; sys.exit(_detach_main(sys.argv[2:]))"
 
 
 def spawn(directory: Path, persist: float) -> bytes:
@@ -602,12 +574,13 @@ def spawn(directory: Path, persist: float) -> bytes:
     """
     try:
         proc = subprocess.run(  # `fleetdiag.keeper` in its argv: ps shows what it is
-            [sys.executable, "-c", _BOOT, "fleetdiag.keeper", str(directory), repr(float(persist))],
+            child.python_argv(_BOOT, "fleetdiag.keeper", str(directory), repr(float(persist))),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             close_fds=True,
             start_new_session=True,
+            cwd=child.CHILD_CWD,
             timeout=START_WAIT * 2,
             check=False,
         )
@@ -730,9 +703,13 @@ class KeptConnection:
         self.last_status: int | None = None
         self.last_rtt_ms: float | None = None
 
-    async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]:
-        """As ``Connection.run``: (stdout, exit status, open+exec ms, total ms); same errors."""
-        self.last_stderr, self.last_status = b"", None
+    async def execute(self, command: str, timeout: float | None, cap: int | None = None) -> RunOutcome:
+        """Run one command on the keeper's connection (``reach.Runner``), with ``Connection.execute``'s
+        semantics: the keeper runs ``transport.run_on``, and its end record goes through ``reach.outcome``.
+
+        A keeper gone before it took the request: ``started`` is False (the command never reached the
+        host). A keeper that stops answering mid-command: the output is incomplete, an internal error."""
+        cap = cap or self.cap
         req = {
             "op": "run",
             "key": self.key,
@@ -741,12 +718,15 @@ class KeptConnection:
             "persist": self.persist,
             "command": command,
             "timeout": timeout,
-            "cap": self.cap,
+            "cap": cap,
         }
         try:
             reader, writer = await _request(self.directory, req, RUN_HELLO)
         except KeeperUnavailable as exc:
-            raise HostError(CLOSED, f"connection keeper for {self.where} went away ({exc})") from exc
+            end = CommandEnd(NOT_RUN, kind=CLOSED, reason=f"connection keeper for {self.where} went away ({exc})")
+            res = outcome(end, b"", b"", self.where, timeout, cap)
+            res.started = False
+            return self._keep(res)
         out: list[bytes] = []
         err: list[bytes] = []
         limit = None if timeout is None else timeout * 2 + float(self.params.get("connect_timeout") or 10) * 2 + 5
@@ -759,37 +739,24 @@ class KeptConnection:
                 elif kind == b"E":
                     err.append(data)
                 elif kind == b"X":
-                    end = json.loads(data)
+                    end = CommandEnd.from_plain(json.loads(data))
                     break
-        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
-            got = sum(map(len, out))
-            raise PartialOutput(
-                b"".join(out), f"connection keeper for {self.where} stopped answering after {got} bytes of output"
-            ) from exc
+        except (OSError, ValueError, TypeError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
+            why = f"nothing for {limit:g}s" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else "it ended"
+            end = CommandEnd(KEEPER_LOST, reason=why)
         finally:
             writer.close()
-        self.last_stderr = b"".join(err)
-        if "error" in end:
-            raise HostError(*end["error"])
-        data = b"".join(out)
-        if end.get("reused") is False:  # the keeper had to dial again (the connection had died)
-            self.connect_ms += float(end.get("connect_ms") or 0)
-        if end.get("cut"):
-            raise PartialOutput(data, f"output cut at {self.cap // (1024 * 1024)} MiB")
-        if end.get("partial") == "timeout":
-            why = (
-                f"command timed out after {timeout:g}s; output stopped after {len(data)} bytes"
-                if data
-                else f"no output within {timeout:g}s: the command started, then the host went silent"
-            )
-            raise PartialOutput(data, why)
-        if end.get("partial") == "lost":
-            raise PartialOutput(
-                data, f"connection to {self.where} lost after {len(data)} bytes of output ({end.get('reason')})"
-            )
-        self.last_status = end.get("status")
-        self.last_rtt_ms = end.get("rtt_ms")
-        return data, self.last_status, float(end["open_ms"]), float(end["total_ms"])
+        if end.reused is False:  # the keeper had to dial again (the connection had died)
+            self.connect_ms += float(end.connect_ms or 0)
+        return self._keep(outcome(end, b"".join(out), b"".join(err), self.where, timeout, cap))
+
+    def _keep(self, res: RunOutcome) -> RunOutcome:
+        self.last_stderr, self.last_status, self.last_rtt_ms = res.stderr, res.status, res.rtt_ms
+        return res
+
+    async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]:
+        """As ``Connection.run``: (stdout, exit status, open+exec ms, total ms); same errors."""
+        return (await self.execute(command, timeout)).result()
 
     def close(self) -> None:
         """The connection stays with the keeper: nothing to close here."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from . import facts as facts_mod
 from . import funnel as funnel_mod
@@ -27,9 +27,11 @@ from .evidence import stacks as stacks_mod
 from .inventory.model import DISCOVER, LogSource
 from .reach import (
     JUMP,
+    NETWORK,
     HostError,
     JumpHop,
     PartialOutput,
+    Runner,
     TransportOptions,
     parse_jump_chain,
 )
@@ -45,9 +47,6 @@ from .records import (
     Timing,
 )
 from .units import log_time_iso
-
-if TYPE_CHECKING:
-    from .transport import Connection
 
 DEFAULT_STALL_AFTER = 600.0
 
@@ -198,7 +197,8 @@ def _log_problem(fr: FunnelResult) -> str:
     return f"funnel failed: {'; '.join(fr.markers) or fr.status}" + (f" ({reason})" if reason else "")
 
 
-async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
+async def open_host(host: HostLike, settings: ProbeSettings, direct: bool = False) -> Runner:
+    """The host's connection: through the keeper when connections are kept (unless ``direct``)."""
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
@@ -210,14 +210,14 @@ async def open_host(host: HostLike, settings: ProbeSettings) -> Connection:
         jump = [resolve(_hop_text(h)) for h in hops]
     opts = host_transport(host, settings.transport)
     if settings.connect_gate is None:
-        return await _connect(host, settings, opts, jump)
+        return await _connect(host, settings, opts, jump, direct)
     async with settings.connect_gate(host):
-        return await _connect(host, settings, opts, jump)
+        return await _connect(host, settings, opts, jump, direct)
 
 
-async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any) -> Any:
+async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any, direct: bool) -> Any:
     """Through the keeper when connections are kept and it answers; directly otherwise, silently."""
-    if settings.persist > 0:
+    if settings.persist > 0 and not direct:
         from .keeper import KeeperUnavailable, open_kept
 
         try:
@@ -256,25 +256,98 @@ def parse_jump(text: str) -> tuple[str, int | None, str | None]:
     return h.host, h.port, h.user
 
 
+def remote_spec(
+    host: HostLike,
+    source: LogSource,
+    log_path: str | None,
+    rules: Rules,
+    *,
+    facts: bool = True,
+    kernel: bool = True,
+    path_prepend: str | None = None,
+    command_timeout: float | None = None,
+) -> funnel_mod.FunnelSpec:
+    """What runs on a host in one exec: the funnel on its log source, the facts after it, the kernel
+    part beside it, the remote clock last. The one builder: probe, sweep and the demo send it as it
+    is, watch's follower sends it as its snapshot, so a host's first watch verdict is probe's.
+    ``command_timeout``: the exec's own limit; a ``command`` source gets half of it to end."""
+    spec = spec_for(log_path or "", rules, host.funnel)
+    if command_timeout:
+        spec.command_timeout = max(1, int(command_timeout / 2))
+    apply_source(spec, source, host, path_prepend)
+    if facts:  # same exec: the facts snippet runs after the funnel
+        spec.extra += facts_mod.SNIPPET
+        spec.extra_vars.update(facts_mod.snippet_vars(path_prepend))
+    if kernel:  # same exec, beside the funnel: kernel log and GPU health
+        spec.side += evidence_mod.SCRIPT
+        spec.extra_vars.update(evidence_mod.script_vars(path_prepend))
+    spec.last += CLOCK_SNIPPET  # last: read right before the answer leaves
+    return spec
+
+
 def probe_command(
     host: HostLike, source: LogSource, log_path: str | None, settings: ProbeSettings, rules: Rules
 ) -> tuple[str, str]:
-    """The one exec a probe sends, and its output marker: the funnel, the facts after it, the
-    kernel part beside it, the remote clock last. (The benchmarks send this very command.)"""
-    spec = spec_for(log_path or "", rules, host.funnel)
-    apply_source(spec, source, host, settings.path_prepend)
-    if settings.facts:  # same exec: the facts snippet runs after the funnel
-        spec.extra += facts_mod.SNIPPET
-        spec.extra_vars.update(facts_mod.snippet_vars(settings.path_prepend))
-    if settings.kernel:  # same exec, beside the funnel: kernel log and GPU health
-        spec.side += evidence_mod.SCRIPT
-        spec.extra_vars.update(evidence_mod.script_vars(settings.path_prepend))
-    spec.last += CLOCK_SNIPPET  # last: read right before the answer leaves
+    """The one exec a probe sends, and its output marker (the benchmarks send this very command)."""
+    spec = remote_spec(
+        host,
+        source,
+        log_path,
+        rules,
+        facts=settings.facts,
+        kernel=settings.kernel,
+        path_prepend=settings.path_prepend,
+        command_timeout=settings.transport.command_timeout,
+    )
     mark = funnel_mod.new_mark()
     return funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), mark
 
 
-async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection | None = None) -> HostResult:
+def kernel_command(path_prepend: str | None = None) -> tuple[str, str]:
+    """The kernel part alone as one exec, and its output marker: watch reads it again on the same
+    connection when a failure appears after its snapshot (the fault is as new as the error)."""
+    mark = funnel_mod.new_mark()
+    script = remote.script(
+        {"FD_MARK": mark, **evidence_mod.script_vars(path_prepend)},
+        remote.load("prelude.sh"),
+        remote.load("begin.sh"),
+        evidence_mod.SCRIPT,
+        remote.load("end.sh"),
+    )
+    return funnel_mod.remote_command(script), mark
+
+
+def host_result(
+    name: str,
+    fr: FunnelResult,
+    rules: Rules,
+    stall_after: float,
+    timing: Timing | None,
+    facts: dict[str, Any] | None,
+    log_source: dict[str, str] | None,
+    received: float | None = None,
+) -> HostResult:
+    """The one step from a host's parsed output to its HostResult, for probe and for watch (its
+    snapshot and every re-analysis): the log's verdict, the kernel and GPU evidence (``finish``),
+    where the log came from, and what the job-level analysis needs (``add_job_facts``).
+    ``facts``: ``host_facts`` of the output (None: facts off); ``log_source``: ``source_name``'s."""
+    res = finish(name, fr, rules, stall_after, timing, facts)
+    res.log_source = log_source
+    add_job_facts(res, fr, received)
+    return res
+
+
+def host_facts(fr: FunnelResult, enabled: bool = True) -> dict[str, Any] | None:
+    """The host facts (GPUs, processes) the output carried; None when facts were not asked for."""
+    return facts_mod.build(fr.facts.get("raw")) if enabled else None
+
+
+def source_name(fr: FunnelResult, log_name: str, source: LogSource, log: str | None) -> dict[str, str] | None:
+    """``log_source`` of a result: what discovery found on the host, else the source the user named."""
+    return fr.facts.get("log_source") or given_source(log_name, source, log)
+
+
+async def probe_host(host: HostLike, settings: ProbeSettings, conn: Runner | None = None) -> HostResult:
     """Probe one host; never raises for a host-side problem: it becomes the verdict."""
     t0 = time.perf_counter()
     timing = Timing()
@@ -290,36 +363,48 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
         timing.connect_ms = round(conn.connect_ms, 1)
         rules = await settings.rules_ready()
         command, mark = probe_command(host, source, log_path, settings, rules)
-        partial = None
-        status = None
-        try:
-            out, status, open_ms, exec_ms = await conn.run(command, settings.transport.command_timeout)
-        except PartialOutput as exc:
-            out, open_ms, exec_ms, partial, partial_kind = exc.data, None, None, str(exc), exc.kind
+        run = await conn.execute(command, settings.transport.command_timeout)
+        if not run.started and own:  # the keeper was gone before it took the command: direct, once
+            conn.close()
+            conn = await open_host(host, settings, direct=True)
+            timing.connect_ms = round(conn.connect_ms, 1)
+            run = await conn.execute(command, settings.transport.command_timeout)
+        if run.error is not None and not isinstance(run.error, PartialOutput):
+            raise run.error
+        out, status, exec_ms = run.stdout, run.status, run.total_ms
+        partial = str(run.error) if run.error is not None else None
+        partial_kind = run.error.kind if run.error is not None else None
         received = time.time()
         timing.round_trips = 1
         if settings.save_dir is not None:
             save_evidence(settings.save_dir, host.name, out)
-        if open_ms is not None:
-            rtt = getattr(conn, "last_rtt_ms", None)
-            timing.rtt_ms = round(open_ms / 2 if rtt is None else rtt, 1)
+        if run.error is None and run.rtt_ms is not None:
+            timing.rtt_ms = round(run.rtt_ms, 1)
             timing.exec_ms = round(exec_ms or 0, 1)
         fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
         if fr.status == "error" and partial is None:  # the remote shell never ran it: say why
-            fr.facts["reason"] = funnel_mod.shell_failure(getattr(conn, "last_stderr", b""), status)
+            fr.facts["reason"] = funnel_mod.shell_failure(run.stderr, status)
         if partial and fr.status != "error" and funnel_mod.CUT not in fr.markers:
             partial = None  # the end marker arrived: all of the funnel's output is here
         if partial:
             fr.markers.append(partial)
-        facts = facts_mod.build(fr.facts.get("raw")) if settings.facts else None
-        res = finish(host.name, fr, rules, _stall_after(host, settings), timing, facts)
-        res.log_source = fr.facts.get("log_source") or given_source(log_name, source, settings.log)
-        add_job_facts(res, fr, received)
+        res = host_result(
+            host.name,
+            fr,
+            rules,
+            _stall_after(host, settings),
+            timing,
+            host_facts(fr, settings.facts),
+            source_name(fr, log_name, source, settings.log),
+            received,
+        )
         if partial and fr.status == "error":  # cut before the funnel said anything
             res.verdict = UNREACHABLE
             res.error = partial
             res.markers = []
             res.facts["error_kind"] = partial_kind
+        elif fr.status != "error" and funnel_mod.CUT in fr.markers:
+            _never_a_verdict(res, partial, partial_kind)
         if settings.stacks and res.verdict == STALLED and not partial:  # the analysis asks: where does it wait?
             await _stacks(conn, host.name, settings, res, exec_ms)
     except HostError as exc:
@@ -335,9 +420,20 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Connection |
     return res
 
 
-async def _stacks(
-    conn: Connection, name: str, settings: ProbeSettings, res: HostResult, first_ms: float | None
-) -> None:
+def _never_a_verdict(res: HostResult, partial: str | None, kind: str | None) -> None:
+    """Output that ended before the funnel's end marker is that host's error, never a verdict: a log
+    read half-way can look healthy while its CUDA error sat in the part that never arrived."""
+    seen = res.decisive.line if res.decisive is not None else None
+    res.verdict = UNREACHABLE
+    res.error = partial or "the funnel's output ended before its end marker: the log was not read to its end"
+    res.facts["error_kind"] = kind or NETWORK
+    res.decisive, res.secondary, res.summary = None, [], ""
+    res.markers = [m for m in res.markers if m != partial]
+    if seen:
+        res.markers.append(f"before the cut the log showed: {seen}")
+
+
+async def _stacks(conn: Runner, name: str, settings: ProbeSettings, res: HostResult, first_ms: float | None) -> None:
     """The second round trip, on the same connection: where the stalled job's processes wait.
 
     Bounded so the host still answers within its deadline: what is left of the command timeout after the

@@ -7,9 +7,9 @@ connection (``analyze``, ``hosts``, ``check``) start without importing asyncssh.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .records import ErrorKind
 
@@ -43,6 +43,15 @@ class HostError(Exception):
         self.kind = kind
 
 
+# The key files asyncssh (like ssh) tries from ~/.ssh when no key is named, in its order: the one list
+# (the keeper keys a kept connection by them, the auth message says whether any exists).
+DEFAULT_KEY_FILES = ("id_ed25519_sk", "id_ecdsa_sk", "id_ed448", "id_ed25519", "id_ecdsa", "id_rsa", "id_dsa")
+
+# The defaults, written once: seconds to connect and log in, and for the remote command.
+CONNECT_TIMEOUT = 10.0
+COMMAND_TIMEOUT = 60.0
+
+
 @dataclass
 class TransportOptions:
     """How to reach hosts. Defaults are safe: checked keys, timeouts on.
@@ -53,8 +62,8 @@ class TransportOptions:
 
     known_hosts: str | None = None  # a file; None: ssh config / ~/.ssh/known_hosts
     accept_new: bool = False
-    connect_timeout: float = 10.0
-    command_timeout: float = 60.0
+    connect_timeout: float = CONNECT_TIMEOUT
+    command_timeout: float = COMMAND_TIMEOUT
     ssh_config: list[str] | None = None  # None: ~/.ssh/config when it exists
     client_keys: list[str] | None = None  # None: agent + default keys + IdentityFile
     passphrase: str | None = field(default=None, repr=False)
@@ -71,9 +80,143 @@ class TransportOptions:
 class PartialOutput(HostError):
     """The command started but its output was cut; what arrived is kept."""
 
-    def __init__(self, data: bytes, message: str):
-        super().__init__(CLOSED, message)
+    def __init__(self, data: bytes, message: str, kind: str = CLOSED):
+        super().__init__(kind, message)
         self.data = data
+
+
+# --------------------------------------------------------------------------- one command, two runners
+
+STDERR_KEEP = 4096  # the start of a command's stderr that is kept: the only words when the shell failed
+
+# How a command ended (CommandEnd.ended)
+DONE = "done"
+CUT_TIMEOUT = "timeout"  # the command timeout passed while output was still coming (or none came)
+CUT_LOST = "lost"  # the connection dropped mid-output
+CUT_OVERSIZE = "oversize"  # more than the cap: reading stopped, what arrived is dropped
+NOT_RUN = "error"  # the command could not start (``kind``, ``reason``)
+KEEPER_LOST = "keeper-lost"  # the keeper stopped answering mid-command (killed, crashed)
+
+
+@dataclass
+class CommandEnd:
+    """How one command ended, in plain values: made by the direct runner and by the keeper (which sends
+    it to its client as JSON), turned into a :class:`RunOutcome` by :func:`outcome`, the one mapping."""
+
+    ended: str = DONE
+    status: int | None = None
+    open_ms: float | None = None
+    total_ms: float | None = None
+    trips: int = 2  # round trips the start took: channel open + exec, or exec alone on a spare
+    got: int = 0  # stdout bytes read
+    kind: str | None = None  # NOT_RUN: the HostError kind
+    reason: str = ""  # NOT_RUN: the HostError text; CUT_LOST: the transport's words
+    reused: bool | None = None  # kept: whether the keeper's connection was reused for this command
+    connect_ms: float = 0.0  # kept: what the keeper's dial cost when it had to dial again
+
+    @classmethod
+    def from_plain(cls, plain: dict[str, Any]) -> CommandEnd:
+        """From the keeper's JSON end record (unknown keys ignored: a keeper of another version)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in plain.items() if k in names})
+
+
+@dataclass
+class RunOutcome:
+    """What one command came to, whichever runner ran it: the one record a probe reads.
+
+    ``error``: None when the command ran to its end; a :class:`PartialOutput` (what arrived is
+    ``stdout``) when its output was cut; another HostError when it never produced output.
+    ``started``: False only when the command provably never reached the host (a kept
+    connection's keeper was gone before the request): the caller may run it again elsewhere."""
+
+    stdout: bytes = b""
+    status: int | None = None
+    stderr: bytes = b""  # the start of stderr, bounded, with the passphrase scrubbed
+    open_ms: float | None = None
+    total_ms: float | None = None
+    rtt_ms: float | None = None
+    error: HostError | None = None
+    started: bool = True
+
+    def result(self) -> tuple[bytes, int | None, float, float]:
+        """``Runner.run``'s answer: (stdout, exit status, open+exec ms, total ms), or the error raised."""
+        if self.error is not None:
+            raise self.error
+        return self.stdout, self.status, float(self.open_ms or 0.0), float(self.total_ms or 0.0)
+
+
+class Runner(Protocol):
+    """One connection to one host that runs commands: ``transport.Connection`` (direct) and
+    ``keeper.KeptConnection`` (on the keeper's connection) are its two implementations."""
+
+    connect_ms: float
+    where: str
+
+    async def execute(self, command: str, timeout: float | None, cap: int = MAX_OUTPUT) -> RunOutcome: ...
+
+    async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]: ...
+
+    def close(self) -> None: ...
+
+
+def scrub(text: str, secret: str | None = None) -> str:
+    """Never let a passphrase (``secret`` or the environment's) reach a message."""
+    for s in {os.environ.get(PASSPHRASE_ENV), secret}:
+        if s:
+            text = text.replace(s, "***")
+    return text
+
+
+def scrub_bytes(data: bytes) -> bytes:
+    secret = os.environ.get(PASSPHRASE_ENV)
+    return data.replace(secret.encode(), b"***") if secret and data else data
+
+
+def size_text(n: int) -> str:
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB"
+
+
+def too_much(cap: int, where: str) -> str:
+    """The status of a host that sent more than ``cap`` bytes."""
+    return (
+        f"{where} sent more than {cap // (1024 * 1024) or 1} MiB of output: reading stopped "
+        "(does its login print without end? check the shell's startup files or a ForceCommand)"
+    )
+
+
+def outcome(
+    end: CommandEnd, stdout: bytes, stderr: bytes, where: str, timeout: float | None, cap: int = MAX_OUTPUT
+) -> RunOutcome:
+    """The one mapping from how a command ended to what a probe sees (and the HostError it raises)."""
+    rtt = None if end.open_ms is None else end.open_ms / max(1, end.trips)
+    res = RunOutcome(stdout, end.status, scrub_bytes(stderr[:STDERR_KEEP]), end.open_ms, end.total_ms, rtt)
+    t = f"{timeout:g}s" if timeout is not None else "the timeout"
+    if end.ended == NOT_RUN:
+        res.stdout, res.open_ms, res.rtt_ms = b"", None, None
+        res.error = HostError(end.kind or CLOSED, scrub(end.reason))
+    elif end.ended == CUT_OVERSIZE:
+        res.stdout = b""
+        res.error = HostError(OVERSIZE, too_much(cap, where))
+    elif end.ended == CUT_TIMEOUT:
+        why = (
+            f"command timed out after {t}; output stopped after {size_text(len(stdout))}"
+            if stdout
+            else f"no output within {t}: the command started, then the host went silent"
+        )
+        res.error = PartialOutput(stdout, why)
+    elif end.ended == CUT_LOST:
+        res.error = PartialOutput(
+            stdout, f"connection to {where} lost after {size_text(len(stdout))} of output ({scrub(end.reason)})"
+        )
+    elif end.ended == KEEPER_LOST:
+        res.error = PartialOutput(
+            stdout,
+            f"connection keeper for {where} stopped answering after {size_text(len(stdout))} of output "
+            f"({scrub(end.reason)}): the command's output is incomplete",
+            ErrorKind.INTERNAL,
+        )
+    return res
 
 
 @dataclass(frozen=True)

@@ -100,20 +100,24 @@ def visible(text: str, one_line: bool = False) -> str:
     return text.translate(_VISIBLE_ONE_LINE if one_line else _VISIBLE)
 
 
-def visible_obj(o: Any) -> Any:
-    """A copy of a record (dataclass, dict, list, str) with every string passed through ``visible``."""
+def visible_obj(o: Any, _inside: bool = False) -> Any:
+    """A copy of a record (dataclass, dict, list, str) with every string passed through ``visible``.
+
+    Inside a record a string is one value (a host name, a file name discovery found, a log line, a
+    reason): its newlines and tabs are shown escaped too, so ``x.log\nERROR injected`` can never
+    start a row of its own on a card. A bare string keeps its lines."""
     if isinstance(o, str):
-        return visible(o)
+        return visible(o, one_line=_inside)
     if isinstance(o, dict):
-        return {(visible(k) if isinstance(k, str) else k): visible_obj(v) for k, v in o.items()}
+        return {(visible(k, True) if isinstance(k, str) else k): visible_obj(v, True) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
-        items = [visible_obj(v) for v in o]
+        items = [visible_obj(v, True) for v in o]
         return type(o)(items) if isinstance(o, tuple) and not hasattr(o, "_fields") else items
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
         new = copy.copy(o)
         for f in dataclasses.fields(o):
             try:
-                object.__setattr__(new, f.name, visible_obj(getattr(o, f.name)))
+                object.__setattr__(new, f.name, visible_obj(getattr(o, f.name), True))
             except (AttributeError, TypeError):
                 pass
         return new

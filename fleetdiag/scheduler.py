@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import os
 import time
 import traceback
@@ -139,6 +140,7 @@ class _Track:
     waited: float = 0.0  # seconds spent queued behind same-address handshakes
     waiting_since: float | None = None
     connected: bool = False
+    claim: tuple[str, int] | None = None  # the first hop this host counts against until its handshake ends
 
     def credit(self, now: float) -> float:
         return self.waited + (now - self.waiting_since if self.waiting_since is not None else 0.0)
@@ -164,6 +166,26 @@ class HandshakeGate:
         self._sems: dict[tuple[str, int], asyncio.Semaphore] = {}
         # fleet-wide bound on handshakes in flight (watch: its connect fanout); None: per address only
         self._total = asyncio.Semaphore(total) if total and total > 0 else None
+        # hosts given a fanout slot whose handshake has not ended yet, per first hop (probe_many's choice)
+        self.claimed: Counter[tuple[str, int]] = Counter()
+        self.freed = asyncio.Event()  # set when a claim ends: a host held back may now start
+
+    def room(self, key: tuple[str, int]) -> bool:
+        """Whether a host of first hop ``key`` would handshake now rather than wait on its address."""
+        return self.limit is None or self.claimed[key] < self.limit
+
+    def claim(self, host: HostLike, track: _Track) -> None:
+        track.claim = self.key(host)
+        self.claimed[track.claim] += 1
+
+    def unclaim(self, track: _Track) -> None:
+        """The host's handshake ended (or the host ended without one): its address has room again."""
+        if track.claim is not None:
+            self.claimed[track.claim] -= 1
+            if self.claimed[track.claim] <= 0:
+                del self.claimed[track.claim]
+            track.claim = None
+            self.freed.set()
 
     def key(self, host: HostLike) -> tuple[str, int]:
         if host.jump:
@@ -205,6 +227,7 @@ class HandshakeGate:
         finally:
             if track is not None:
                 track.connected = True
+                self.unclaim(track)
             if sem is not None:
                 sem.release()
             if got_total:
@@ -217,6 +240,49 @@ class HandshakeGate:
     def for_host(self, track: _Track) -> Callable[[HostLike], object]:
         """The ``ProbeSettings.connect_gate`` for one host: holds a slot for the handshake only."""
         return lambda host: self.slot(host, track)
+
+
+class _Queue:
+    """The hosts still to start, in order, taken first-come among the first hops with room.
+
+    A host whose address already has ``per_address`` handshakes under way would only wait on that
+    address (130 banner-less hosts behind one NAT kept a live host elsewhere waiting 27.8 s): it is
+    passed over, and keeps its place, until its address has room. Per-address queues under a heap
+    of their heads' positions: a take skips only the addresses that are full."""
+
+    def __init__(self, hosts: Iterable[HostLike], key: Callable[[HostLike], tuple[str, int]]):
+        self.by_key: dict[tuple[str, int], deque[tuple[int, HostLike]]] = {}
+        for i, h in enumerate(hosts):
+            self.by_key.setdefault(key(h), deque()).append((i, h))
+        self.heads = [(q[0][0], k) for k, q in self.by_key.items()]
+        heapq.heapify(self.heads)
+        self.left = sum(len(q) for q in self.by_key.values())
+
+    def __len__(self) -> int:
+        return self.left
+
+    def take(self, room: Callable[[tuple[str, int]], bool]) -> HostLike | None:
+        """The first host whose first hop has room (removed from the queue); None when every address is full."""
+        full = []
+        chosen = None
+        while self.heads:
+            head = heapq.heappop(self.heads)
+            if room(head[1]):
+                chosen = head[1]
+                break
+            full.append(head)
+        for head in full:
+            heapq.heappush(self.heads, head)
+        if chosen is None:
+            return None
+        q = self.by_key[chosen]
+        _, host = q.popleft()
+        if q:
+            heapq.heappush(self.heads, (q[0][0], chosen))
+        else:
+            del self.by_key[chosen]
+        self.left -= 1
+        return host
 
 
 # --------------------------------------------------------------------------- results made here
@@ -305,12 +371,12 @@ async def probe_many(
     if settings.rules_pending is None:
         settings.get_rules()  # load once; the per-host copies share them (a pending load they share too)
     ordered = memory.order(hosts) if memory is not None else list(hosts)
-    queue = deque(ordered)
     out: asyncio.Queue[HostResult | Exception] = asyncio.Queue()
     limit = handshake_bound() if handshakes is None else handshakes
     gate = HandshakeGate(
         per_address, settings.jump_resolver, total=limit if 0 < limit < min(fanout, len(ordered)) else None
     )
+    queue = _Queue(ordered, gate.key)
     running: dict[str, float] = {}
     counts: Counter[str] = Counter()
     state = {"done": 0}
@@ -320,8 +386,7 @@ async def probe_many(
         if progress is not None:
             progress(Progress(total, event, host, res, state["done"], dict(running), Counter(counts)))
 
-    async def one(host: HostLike) -> HostResult:
-        track = _Track()
+    async def one(host: HostLike, track: _Track) -> HostResult:
         s = dataclasses.replace(settings, connect_gate=gate.for_host(track))
         start = time.monotonic()
         task = asyncio.ensure_future(probe(host, s))
@@ -353,6 +418,7 @@ async def probe_many(
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+            gate.unclaim(track)  # ended without a handshake (a bad inventory entry, the deadline)
 
     def _missed(host: HostLike, track: _Track, spent: float) -> HostResult:
         assert deadline is not None
@@ -366,10 +432,16 @@ async def probe_many(
     async def worker() -> None:
         try:
             while queue:
-                host = queue.popleft()
+                host = queue.take(gate.room)
+                if host is None:  # every address left is full: wait for a handshake to end
+                    gate.freed.clear()
+                    await gate.freed.wait()
+                    continue
+                track = _Track()
+                gate.claim(host, track)
                 running[host.name] = time.monotonic()
                 tell("start", host.name)
-                res = await one(host)
+                res = await one(host, track)
                 running.pop(host.name, None)
                 if memory is not None:
                     memory.learn(res)

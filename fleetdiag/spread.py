@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from . import child
 from .probe import HostLike, ProbeSettings, _hop_text, parse_jump, probe_host
 from .records import HostResult
 from .scheduler import (
@@ -48,6 +49,7 @@ from .scheduler import (
     probe_many,
 )
 
+_BOOT = "from fleetdiag.spread import main; sys.exit(main())"  # run by child.python_argv
 HOSTS_PER_WORKER = 64  # fewer per worker and a process's start-up costs more than it saves
 _FRAME = struct.Struct(">I")
 
@@ -134,10 +136,9 @@ async def probe_fleet(
             "per_address": per_address,
             "known": {h.name: known[h.name] for h in share if h.name in known},
         }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "fleetdiag.spread",
+        proc = await asyncio.create_subprocess_exec(  # isolated: nothing from the working directory runs
+            *child.python_argv(_BOOT, "fleetdiag.spread"),
+            cwd=child.CHILD_CWD,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,

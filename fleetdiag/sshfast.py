@@ -25,9 +25,13 @@ ahead of need, right after the previous command started, so the next command
 costs its exec alone. Nothing runs on the host until then: sshd holds an
 open session with no process behind it.
 
-Both reach into asyncssh's client internals, so they are guarded: if asyncssh
-is not shaped as expected, or ``FLEETDIAG_SSH_LOGIN=standard`` is set, nothing
-changes and the login and channels are asyncssh's own.
+Both reach into asyncssh's client internals, so they are switched on only for
+the asyncssh releases they were tested on (``TESTED``: CI runs the SSH tests
+on the oldest and the newest release pyproject allows). On any other release,
+when asyncssh is not shaped as expected, or with ``FLEETDIAG_SSH_LOGIN=standard``,
+nothing changes and the login and channels are asyncssh's own: a few round
+trips slower, never wrong. A spare channel sends the session's environment
+(``SetEnv``/``SendEnv``) as asyncssh's own session would.
 ``tests/test_round_trips.py`` pins the counts through a real sshd and a delay
 proxy.
 """
@@ -39,6 +43,36 @@ import os
 from typing import Any
 
 LOGIN_ENV = "FLEETDIAG_SSH_LOGIN"  # "standard": asyncssh's own login flow
+# The asyncssh releases the shortcuts were tested on: from the first (inclusive) to the second
+# (exclusive). 2.14-2.19 lack the client's ``begin_auth`` hook the pipelined auth calls; on 2.20 and
+# 2.22 the spare channel was not taken. A release outside may move any of the private names below:
+# widen the range only with tests/test_round_trips.py and tests/test_keeper.py passing on it.
+TESTED = ((2, 24), (2, 25))
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """``"2.24.1"`` -> (2, 24, 1); a part that is not a number ends it (``2.25.0rc1`` -> (2, 25))."""
+    parts: list[int] = []
+    for part in text.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+try:
+    from asyncssh.version import __version__ as _ASYNCSSH_VERSION
+except ImportError:  # pragma: no cover
+    _ASYNCSSH_VERSION = "0"
+ASYNCSSH_VERSION = _release(_ASYNCSSH_VERSION)
+
+
+def tested(version: tuple[int, ...] | None = None) -> bool:
+    """Whether this asyncssh release (default: the one installed) is one the shortcuts were tested on."""
+    v = ASYNCSSH_VERSION if version is None else version
+    return TESTED[0] <= v[:2] < TESTED[1]
+
+
 _FLAG = "_fleetdiag_short_login"
 _USERAUTH = b"ssh-userauth"
 
@@ -47,6 +81,7 @@ try:  # the private pieces this module relies on
     from asyncssh import auth as _auth
     from asyncssh.channel import SSHClientChannel
     from asyncssh.connection import MSG_SERVICE_ACCEPT
+    from asyncssh.misc import encode_env, lookup_env
     from asyncssh.packet import Boolean, String
     from asyncssh.process import SSHClientProcess
 
@@ -114,8 +149,8 @@ class _State:
 
 
 def enabled() -> bool:
-    """Whether the short login applies in this process."""
-    return _BASE is not None and os.environ.get(LOGIN_ENV, "").strip().lower() != "standard"
+    """Whether the short login and spare channels apply in this process."""
+    return _BASE is not None and tested() and os.environ.get(LOGIN_ENV, "").strip().lower() != "standard"
 
 
 def install() -> None:
@@ -243,7 +278,19 @@ class Spare:
             )
             task = asyncio.ensure_future(
                 chan.create(
-                    SSHClientProcess, _PLACEHOLDER, None, {}, False, None, None, {}, False, None, None, False, False
+                    SSHClientProcess,
+                    _PLACEHOLDER,
+                    None,
+                    _session_env(options),
+                    False,
+                    None,
+                    None,
+                    {},
+                    False,
+                    None,
+                    None,
+                    False,
+                    False,
                 )
             )
         except Exception:  # another asyncssh, a closing connection: no spare, commands open their own
@@ -276,6 +323,17 @@ class Spare:
                 task.cancel()
                 chan.close()
         return await self.conn.create_process(command, encoding=None, **redirect)
+
+
+def _session_env(options: Any) -> dict[bytes, bytes]:
+    """The environment asyncssh's own session would send for this connection (ssh config
+    ``SendEnv`` from this process's environment, then ``SetEnv``), in its encoding."""
+    env: dict[bytes, bytes] = {}
+    if options.send_env:
+        env.update(lookup_env(options.send_env))
+    if options.env:
+        env.update(encode_env(options.env))
+    return env
 
 
 def _quiet(task: asyncio.Task[Any]) -> None:

@@ -10,12 +10,14 @@ trust-on-first-use and never applies to a key that changed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import getpass
+import hashlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,12 @@ from . import sshfast
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
     CLOSED,
+    CUT_LOST,
+    CUT_OVERSIZE,
+    CUT_TIMEOUT,
+    DEFAULT_KEY_FILES,
     DNS,
+    DONE,
     HOSTKEY_CHANGED,
     HOSTKEY_UNKNOWN,
     JUMP,
@@ -36,15 +43,22 @@ from .reach import (  # noqa: F401  (re-exported: the options and errors live wi
     LOCAL,
     MAX_OUTPUT,
     NETWORK,
+    NOT_RUN,
     OVERSIZE,
     PASSPHRASE_ENV,
     REFUSED,
+    STDERR_KEEP,
     TIMEOUT,
+    CommandEnd,
     HostError,
     JumpHop,
     PartialOutput,
+    RunOutcome,
     TransportOptions,
+    outcome,
     parse_jump_chain,
+    scrub,
+    too_much,
 )
 
 
@@ -56,13 +70,15 @@ class _Client(asyncssh.SSHClient):
     host with no known key at all may be trusted on first use.
     """
 
-    def __init__(self, opts: TransportOptions):
+    def __init__(self, opts: TransportOptions, known: KnownHosts | None = None):
         self.opts = opts
+        self.known = known
         self.verdict: str | None = None
         self.new_key: asyncssh.SSHKey | None = None
         self.fingerprint = ""
         self.conn: Any = None
-        self.known_path: Path = opts.known_hosts_file()
+        files = known.files if known is not None and known.files else [str(opts.known_hosts_file())]
+        self.known_path: Path = Path(files[0]).expanduser()  # where --accept-new appends, as ssh does
         self.key_host: str | None = None  # the name known_hosts knows the host by (HostKeyAlias or target)
         self.key_port: int | None = None
 
@@ -70,27 +86,15 @@ class _Client(asyncssh.SSHClient):
         self.conn = conn
         sshfast.shorten(conn)
 
-    def _effective_known_hosts(self) -> Any:
-        """The known_hosts asyncssh checked: our option, ssh config's UserKnownHostsFile, or the default."""
-        value = getattr(self.conn, "_known_hosts", None)
-        if isinstance(value, str) and value:
-            return value
-        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-            return list(value)
-        return str(self.opts.known_hosts_file())
-
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         self.fingerprint = key.get_fingerprint()
         self.key_host, self.key_port = host, port
-        effective = self._effective_known_hosts()
-        first = effective[0] if isinstance(effective, list) else effective
-        self.known_path = Path(first).expanduser()
+        if self.known is not None and key in self.known.revoked:  # asyncssh checks this first; so do we
+            self.verdict = HOSTKEY_REVOKED
+            return False
         trusted = getattr(self.conn, "_trusted_host_keys", None)
-        if trusted is None:  # not the asyncssh we know: look the host up ourselves
-            try:
-                trusted = list(asyncssh.match_known_hosts(effective, host, addr, port)[0])
-            except (OSError, ValueError):
-                trusted = []
+        if trusted is None and self.known is not None:  # not the asyncssh we know: our own lookup's answer
+            trusted = self.known.trusted
         if trusted:
             self.verdict = HOSTKEY_CHANGED
             return False
@@ -99,6 +103,68 @@ class _Client(asyncssh.SSHClient):
             self.new_key = key
             return True
         return False
+
+
+HOSTKEY_REVOKED = "revoked"  # a verdict of _Client only: reported as HOSTKEY_CHANGED
+
+
+class KnownHosts:
+    """The known_hosts lookup handed to asyncssh (its documented callable form): revoked keys hold on every port.
+
+    asyncssh's own lookup, when nothing *trusted* matches ``[host]:port``, matches again without
+    the port and keeps that second answer's revoked list only, so ``@revoked [host]:2222 KEY``
+    was dropped and the key looked unknown (then ``--accept-new`` trusted it). Here the revoked
+    keys are every ``@revoked`` entry matching the host with its port or without, and they are
+    taken out of the trusted ones. A missing file is an empty one (as ssh treats it);
+    ``UserKnownHostsFile none`` means no file, so no key is known (asyncssh would check none).
+    """
+
+    def __init__(self, files: list[str]):
+        self.files = files
+        self.revoked: set[Any] = set()
+        self.trusted: list[Any] = []
+
+    def _text(self) -> str:
+        parts = []
+        for name in self.files:
+            try:
+                with open(Path(name).expanduser(), encoding="utf-8", errors="replace") as fh:
+                    parts.append(fh.read(MAX_KNOWN_HOSTS))
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue
+        return "\n".join(parts)
+
+    def __call__(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
+        text = self._text()
+        trusted, ca_keys, *_ = asyncssh.import_known_hosts(text).match(host, addr, port)
+        revoked_only = "\n".join(_unmark(line) for line in text.splitlines() if line.lstrip().startswith("@revoked"))
+        if revoked_only:
+            marked = asyncssh.import_known_hosts(revoked_only)
+            for p in {port, None}:  # the port's entries, and the host's without a port
+                self.revoked.update(marked.match(host, addr, p)[0])
+        self.trusted = [k for k in trusted if k not in self.revoked]
+        return self.trusted, [k for k in ca_keys if k not in self.revoked], list(self.revoked)
+
+
+MAX_KNOWN_HOSTS = 16 * 1024 * 1024  # read from each known_hosts file at most
+
+
+def _unmark(line: str) -> str:
+    """``@revoked PATTERN KEY`` as a plain ``PATTERN KEY`` entry (so matching finds it as a host key)."""
+    parts = line.strip()[1:].split(None, 2)
+    return " ".join(parts[1:]) if len(parts) == 3 else ""
+
+
+def known_hosts_files(opts: TransportOptions, config: Any) -> list[str]:
+    """The known_hosts files that decide a host's key, as asyncssh picks them: ``--known-hosts``,
+    else the ssh config's UserKnownHostsFile and GlobalKnownHostsFile, else ``~/.ssh/known_hosts``."""
+    if opts.known_hosts:
+        return [str(Path(opts.known_hosts).expanduser())]
+    user = config.get("UserKnownHostsFile") if config is not None else None
+    if user is not None:
+        glob = config.get("GlobalKnownHostsFile") or []
+        return [str(Path(f).expanduser()) for f in [*user, *glob]]
+    return [str(opts.known_hosts_file())]
 
 
 @dataclass
@@ -120,8 +186,6 @@ class Connection:
     spare: sshfast.Spare | None = field(default=None, init=False, repr=False)  # kept connections: see keep_spare
     open_trips: int = field(default=2, init=False)  # round trips the last command took to start: open + exec, or exec
     last_rtt_ms: float | None = field(default=None, init=False)  # from the last command's start
-
-    STDERR_KEEP = 4096
 
     def keep_spare(self) -> None:
         """From now on keep one session channel open ahead of need: each command costs its exec only.
@@ -148,6 +212,15 @@ class Connection:
         if self.spare is not None:
             self.spare.prime()
 
+    async def execute(self, command: str, timeout: float | None, cap: int = MAX_OUTPUT) -> RunOutcome:
+        """Run one command (``reach.Runner``): its outcome, never raised; a cut output keeps what arrived."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        end = await run_on(self, command, timeout, cap, out.append, err.append)
+        res = outcome(end, b"".join(out), b"".join(err), self.where, timeout, cap)
+        self.last_stderr, self.last_status, self.last_rtt_ms = res.stderr, res.status, res.rtt_ms
+        return res
+
     async def run(
         self, command: str, timeout: float | None, cap: int = MAX_OUTPUT
     ) -> tuple[bytes, int | None, float, float]:
@@ -158,79 +231,7 @@ class Connection:
         (with what arrived) when its output was cut by the timeout or a
         dropped connection.
         """
-        t0 = time.perf_counter()
-        chunks: list[bytes] = []
-        err: list[bytes] = []
-        self.last_stderr, self.last_status = b"", None
-        try:
-            proc = await asyncio.wait_for(self.create_process(command, stdin=asyncssh.DEVNULL), timeout)
-        except (asyncio.TimeoutError, TimeoutError) as exc:
-            raise HostError(
-                TIMEOUT, f"no answer within {timeout:g}s to the command: logged in, then the host stopped answering"
-            ) from exc
-        except (asyncssh.Error, OSError) as exc:
-            raise explain(exc) from exc
-        t_open = time.perf_counter()
-        self.last_rtt_ms = (t_open - t0) * 1000 / self.open_trips
-        left = None if timeout is None else max(0.1, timeout - (t_open - t0))
-
-        async def drain_err() -> None:
-            kept = 0
-            while True:
-                data = await proc.stderr.read(65536)
-                if not data:
-                    break
-                if kept < self.STDERR_KEEP:
-                    err.append(data[: self.STDERR_KEEP - kept])
-                    kept += len(err[-1])
-
-        async def drain() -> None:
-            err_task = asyncio.ensure_future(drain_err())
-            got = 0
-            try:
-                while True:
-                    data = await proc.stdout.read(65536)
-                    if not data:
-                        break
-                    got += len(data)
-                    if got > cap:
-                        proc.close()
-                        raise HostError(OVERSIZE, too_much(cap, self.where))
-                    chunks.append(data)
-                await err_task
-            finally:
-                err_task.cancel()
-            await proc.wait_closed()
-
-        try:
-            await asyncio.wait_for(drain(), left)
-        except HostError:
-            self.command_done()
-            self.last_stderr = b"".join(err)
-            chunks.clear()
-            raise
-        except (asyncio.TimeoutError, TimeoutError):
-            proc.close()
-            self.command_done()
-            got = sum(map(len, chunks))
-            self.last_stderr = b"".join(err)
-            if got:
-                why = f"command timed out after {timeout:g}s; output stopped after {_size(got)}"
-            else:
-                why = f"no output within {timeout:g}s: the command started, then the host went silent"
-            raise PartialOutput(b"".join(chunks), why) from None
-        except (asyncssh.Error, OSError) as exc:
-            got = sum(map(len, chunks))
-            self.last_stderr = b"".join(err)
-            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-            raise PartialOutput(
-                b"".join(chunks), f"connection to {self.where} lost after {_size(got)} of output ({_scrub(reason)})"
-            ) from exc
-        t1 = time.perf_counter()
-        self.command_done()
-        self.last_stderr = b"".join(err)
-        self.last_status = proc.exit_status
-        return b"".join(chunks), proc.exit_status, (t_open - t0) * 1000, (t1 - t0) * 1000
+        return (await self.execute(command, timeout, cap)).result()
 
     @asynccontextmanager
     async def stream(self, command: str, cap: int | None = MAX_OUTPUT) -> AsyncIterator[LineStream]:
@@ -256,12 +257,89 @@ class Connection:
             t.close()
 
 
-def too_much(cap: int, where: str) -> str:
-    """The status of a host that sent more than ``cap`` bytes."""
-    return (
-        f"{where} sent more than {cap // (1024 * 1024) or 1} MiB of output: reading stopped "
-        "(does its login print without end? check the shell's startup files or a ForceCommand)"
-    )
+async def run_on(
+    conn: Connection,
+    command: str,
+    timeout: float | None,
+    cap: int,
+    on_stdout: Callable[[bytes], Any],
+    on_stderr: Callable[[bytes], Any],
+) -> CommandEnd:
+    """Start ``command`` on ``conn`` and read it to its end: the one command semantics, for the direct
+    runner and the keeper alike (which passes callbacks that send frames to its client).
+
+    stdout goes to ``on_stdout`` until ``cap`` bytes (then the command is closed: oversize); the
+    start of stderr (``STDERR_KEEP``) to ``on_stderr``; the callbacks may be coroutines. Never raises
+    for the host's doing: how it ended is in the returned :class:`CommandEnd`.
+    """
+    t0 = time.perf_counter()
+    try:
+        proc = await asyncio.wait_for(conn.create_process(command, stdin=asyncssh.DEVNULL), timeout)
+    except (asyncio.TimeoutError, TimeoutError):
+        return CommandEnd(
+            NOT_RUN,
+            kind=TIMEOUT,
+            reason=f"no answer within {timeout:g}s to the command: logged in, then the host stopped answering",
+        )
+    except (asyncssh.Error, OSError) as exc:
+        target, _, port = conn.where.rpartition(":")
+        he = explain(exc, target, int(port) if port.isdigit() else None)
+        return CommandEnd(NOT_RUN, kind=he.kind, reason=str(he))
+    trips = conn.open_trips  # read now: another command may start on this connection meanwhile
+    end = CommandEnd(open_ms=(time.perf_counter() - t0) * 1000, trips=trips)
+    left = None if timeout is None else max(0.1, timeout - end.open_ms / 1000)
+
+    async def give(fn: Callable[[bytes], Any], data: bytes) -> None:
+        r = fn(data)
+        if asyncio.iscoroutine(r):
+            await r
+
+    async def drain_err() -> None:
+        kept = 0
+        while True:
+            data = await proc.stderr.read(65536)
+            if not data:
+                return
+            if kept < STDERR_KEEP:
+                piece = data[: STDERR_KEEP - kept]
+                kept += len(piece)
+                await give(on_stderr, piece)
+
+    async def drain() -> None:
+        err_task = asyncio.ensure_future(drain_err())
+        try:
+            while True:
+                data = await proc.stdout.read(65536)
+                if not data:
+                    break
+                end.got += len(data)
+                if end.got > cap:
+                    end.ended = CUT_OVERSIZE
+                    proc.close()
+                    return
+                await give(on_stdout, data)
+            await err_task
+        finally:
+            err_task.cancel()
+        await proc.wait_closed()
+
+    try:
+        await asyncio.wait_for(drain(), left)
+    except (asyncio.TimeoutError, TimeoutError):
+        proc.close()
+        end.ended = CUT_TIMEOUT
+    except (asyncssh.Error, OSError) as exc:
+        end.ended = CUT_LOST
+        end.reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    except BaseException:  # the caller went away (deadline, Ctrl-C, the keeper's client): stop the command
+        proc.close()
+        raise
+    finally:
+        conn.command_done()
+    if end.ended == DONE:
+        end.status = proc.exit_status
+    end.total_ms = (time.perf_counter() - t0) * 1000
+    return end
 
 
 class LineStream:
@@ -316,10 +394,6 @@ class LineStream:
             self._buf += data
 
 
-def _size(n: int) -> str:
-    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB"
-
-
 _UNREAD: Any = object()  # _connect_kwargs reads the ssh config itself
 
 
@@ -335,8 +409,6 @@ def _connect_kwargs(
         kw["port"] = port
     if user:
         kw["username"] = user
-    if opts.known_hosts:
-        kw["known_hosts"] = str(Path(opts.known_hosts).expanduser())
     if opts.ssh_config is not None:
         kw["config"] = opts.ssh_config
     if opts.client_keys is not None:
@@ -347,6 +419,7 @@ def _connect_kwargs(
         kw["passphrase"] = secret
     if config is _UNREAD:
         config = _ssh_config(target, port, user, opts)
+    kw["known_hosts"] = KnownHosts(known_hosts_files(opts, config))
     if config is None or config.get("Ciphers") is None:  # else the user chose, and asyncssh applies it
         kw["encryption_algs"] = _ciphers()
     kw.update(opts.extra)
@@ -406,10 +479,120 @@ def _ssh_config(target: str, port: int | None, user: str | None, opts: Transport
         paths = [str(default)] if os.access(default, os.R_OK) else []
     if not paths:
         return None
+    args = (getpass.getuser(), user or (), target, port or ())
     try:
-        return SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (), target, port or ())
+        try:
+            return SSHClientConfig.load(None, paths, False, False, False, *args)  # canonical, final: asyncssh >= 2.19
+        except TypeError:
+            return SSHClientConfig.load(None, paths, False, *args)  # asyncssh 2.18
     except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
         return None
+
+
+# --------------------------------------------------------------------------- what decided trust
+
+DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk")
+_INCLUDE_DEPTH = 16
+
+
+@dataclass
+class Trust:
+    """What decided a connection's trust, so a kept connection is reused only while it holds.
+
+    ``files``: every file (and Include directory) that took part, by its state on disk, checked
+    cheaply on each reuse; ``digest``: their contents (ssh config and its Includes, known_hosts)
+    or identity (key files), compared when a state changed."""
+
+    files: dict[str, Any]
+    digest: str
+
+    def unchanged(self) -> bool:
+        return all(_stat_sig(p) == sig for p, sig in self.files.items())
+
+
+def _stat_sig(path: str) -> Any:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _config_files(paths: list[str]) -> tuple[list[str], list[str]]:
+    """The ssh config files and every file they Include (recursively, as asyncssh resolves them),
+    and the directories Include patterns look in (a file added there changes what applies)."""
+    files: list[str] = []
+    dirs: list[str] = []
+    todo = [(str(Path(p).expanduser()), 0) for p in paths]
+    while todo:
+        name, depth = todo.pop(0)
+        if name in files:
+            continue
+        files.append(name)
+        try:
+            with open(name, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(1 << 20)
+        except OSError:
+            continue
+        if depth >= _INCLUDE_DEPTH:
+            continue
+        for line in text.splitlines():
+            words = line.replace("=", " ", 1).split()
+            if len(words) < 2 or words[0].lower() != "include":
+                continue
+            for pattern in words[1:]:
+                path = Path(pattern).expanduser()
+                base = Path(path.anchor) if path.anchor else Path("~", ".ssh").expanduser()
+                rel = str(Path(*path.parts[1:])) if path.anchor else pattern
+                dirs.append(str((base / rel).parent))
+                with contextlib.suppress(OSError, ValueError):
+                    todo += [(str(f), depth + 1) for f in sorted(base.glob(rel)) if f.is_file()]
+    return files, dirs
+
+
+def trust_of(target: str, port: int | None, user: str | None, opts: TransportOptions, jump: Any = None) -> Trust:
+    """The :class:`Trust` a connection to ``target`` (through ``jump``) is opened under now."""
+    paths = opts.ssh_config
+    if paths is None:
+        paths = [str(Path("~", ".ssh", "config").expanduser())]
+    configs, include_dirs = _config_files(list(paths))
+    hops: list[tuple[str, int | None, str | None]] = [(target, port, user)]
+    config = _ssh_config(target, port, user, opts)
+    if jump is None:
+        with contextlib.suppress(ValueError):
+            jump = [(h.host, h.port, h.user) for h in _jump_of(config)]
+    hops += [jump] if isinstance(jump, tuple) else list(jump or [])
+    known: list[str] = []
+    keys: list[str] = []
+    for i, (t, p, u) in enumerate(hops):
+        cfg = config if i == 0 else _ssh_config(t, p, u, opts)
+        known += known_hosts_files(opts, cfg)
+        if opts.client_keys is not None:
+            keys += list(opts.client_keys)
+        else:
+            keys += [str(Path.home() / ".ssh" / n) for n in DEFAULT_KEYS]
+            for option in ("IdentityFile", "CertificateFile"):
+                value = cfg.get(option) if cfg is not None else None
+                keys += [value] if isinstance(value, str) else list(value or [])
+    keys = [str(Path(k).expanduser()) for k in keys]
+    keys += [k + suffix for k in keys for suffix in (".pub", "-cert.pub")]
+    digest = hashlib.sha256()
+    files: dict[str, Any] = {}
+    for group, names, by_content in (("config", configs, True), ("known", known, True), ("key", keys, False)):
+        for name in dict.fromkeys(names):
+            files[name] = _stat_sig(name)
+            digest.update(f"{group}\0{name}\0".encode())
+            if by_content:
+                try:
+                    with open(name, "rb") as fh:
+                        digest.update(hashlib.sha256(fh.read(MAX_KNOWN_HOSTS)).digest())
+                except OSError:
+                    digest.update(b"-")
+            else:
+                digest.update(repr(files[name]).encode())
+    for d in dict.fromkeys(include_dirs):
+        files[d] = _stat_sig(d)
+    return Trust(files, digest.hexdigest())
 
 
 def config_jump(target: str, port: int | None, user: str | None, opts: TransportOptions) -> list[JumpHop]:
@@ -447,8 +630,8 @@ async def _open(
     via: str | None = None,
     config: Any = _UNREAD,
 ) -> asyncssh.SSHClientConnection:
-    client = _Client(opts)
     kw = _connect_kwargs(target, port, user, opts, config)
+    client = _Client(opts, kw["known_hosts"])
     if tunnel is not None:
         kw["tunnel"] = tunnel
     where = f"{target}:{port or 22}"
@@ -464,6 +647,12 @@ async def _open(
             f"{' (through jump host ' + via + ')' if via else ''}: no answer from the host",
         ) from exc
     except asyncssh.HostKeyNotVerifiable as exc:
+        if client.verdict == HOSTKEY_REVOKED or (client.verdict is None and client.known and client.known.revoked):
+            raise HostError(
+                HOSTKEY_CHANGED,
+                f"REVOKED HOST KEY for {where}: {client.known_path} marks this host's key @revoked; refused, "
+                "never accepted (not even with --accept-new); this may be an attack",
+            ) from exc
         if client.verdict == HOSTKEY_CHANGED:
             raise HostError(
                 HOSTKEY_CHANGED,
@@ -536,9 +725,7 @@ def _auth_reason(where: str, opts: TransportOptions) -> str:
     else:
         agent = None
     ssh_dir = Path.home() / ".ssh"
-    has_keys = any(
-        (ssh_dir / n).exists() for n in ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk", "id_dsa")
-    )
+    has_keys = any((ssh_dir / n).exists() for n in DEFAULT_KEY_FILES)
     if agent and not has_keys:
         return (
             f"{text}: {agent} and no default key in {ssh_dir}; start ssh-agent and ssh-add, or pass --identity KEYFILE"
@@ -595,7 +782,4 @@ def explain(exc: BaseException, target: str = "", port: int | None = None) -> Ho
 
 def _scrub(text: str, opts: TransportOptions | None = None) -> str:
     """Never let a passphrase (option or environment) reach a message."""
-    for secret in {os.environ.get(PASSPHRASE_ENV), opts.passphrase if opts else None}:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    return scrub(text, opts.passphrase if opts else None)

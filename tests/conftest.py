@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +15,16 @@ import pytest
 os.environ.setdefault("FLEETDIAG_PERSIST", "0")
 
 from .sshd import Sshd, start_sshd
+
+# Hermetic. The tests' sshd is this machine: discovery (a host with no log, or a configured log that is
+# missing) would see every process on it and read another user's vllm logs; and the CLI would read this
+# user's ~/.config rules and history. So discovery sees only the processes this test session started
+# (its descendants: the fake jobs, sshd's sessions), and config, data and state live in a session dir.
+# (The CLI subprocesses the tests spawn inherit both.)
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="fleetdiag-tests-"))
+os.environ["FLEETDIAG_DISCOVER_UNDER"] = str(os.getpid())
+for _var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+    os.environ[_var] = str(_SESSION_DIR / _var.lower())
 
 ROOT = Path(__file__).resolve().parent
 CORPUS = ROOT / "corpus"
@@ -22,3 +36,40 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Sshd:
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty home of the test's own (no ~/.ssh, no ~/.config): for what reads HOME itself."""
+    d = tmp_path / "home"
+    (d / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(d))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(d / ".config"))
+    return d
+
+
+@pytest.fixture
+def write_inventory(tmp_path: Path, sshd: Sshd) -> Callable[..., Path]:
+    """Writes a native inventory of hosts on the tests' sshd and returns its path: the one helper for it.
+
+    ``write_inventory({"gpu01": "/path/train.log", "gpu02": {"logs": {"app": {"command": "cat x"}},
+    "funnel": {"timeout": 2}}})``: a string is the host's log; a mapping holds inventory keys
+    (``log`` is short for ``logs: {app: LOG}``; ``address``, ``port`` and ``user`` default to the sshd's).
+    ``server``: another ``Sshd``; ``name``: the file's name in the test's tmp dir.
+    """
+
+    def write(hosts: dict[str, Any], name: str = "inventory.yaml", server: Sshd | None = None) -> Path:
+        srv = server or sshd
+        out: dict[str, Any] = {}
+        for host, spec in hosts.items():
+            entry = {"log": str(spec)} if isinstance(spec, (str, Path)) else dict(spec)
+            h: dict[str, Any] = {"address": "127.0.0.1", "port": srv.port, "user": srv.user}
+            if "log" in entry:
+                h["logs"] = {"app": str(entry.pop("log"))}
+            h.update(entry)
+            out[host] = h
+        path = tmp_path / name
+        path.write_text(json.dumps({"hosts": out}, indent=1) + "\n")  # JSON is YAML: every value quoted
+        return path
+
+    return write

@@ -80,6 +80,7 @@ def settings(sshd: Any, **kw: Any) -> WatchSettings:
         backoff_min=0.2,
         backoff_max=1.0,
         facts=False,
+        kernel=False,  # the kernel part reads this machine's kernel log: its own tests (test_watch_kernel.py)
     )
     base.update(kw)
     return WatchSettings(**base)

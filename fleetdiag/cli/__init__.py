@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..exitcodes import Exit
+from ..reach import COMMAND_TIMEOUT, CONNECT_TIMEOUT
 from ..render import Output
 
 
@@ -246,7 +247,7 @@ def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--connect-timeout",
             type=DURATION,
-            default="10s",
+            default=f"{CONNECT_TIMEOUT:g}s",
             show_default=True,
             help="Time to connect and log in (10s, 1m, or seconds).",
         ),
@@ -254,7 +255,7 @@ def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--timeout",
             "command_timeout",
             type=DURATION,
-            default="60s",
+            default=f"{COMMAND_TIMEOUT:g}s",
             show_default=True,
             help="Time for the remote funnel (2m, 90s, or seconds).",
         ),
@@ -270,7 +271,7 @@ def transport_from(kw: dict[str, Any]):
     return transport_options(kw)
 
 
-PIPE_CLOSED = 141  # what a shell reports for a command ended by SIGPIPE
+PIPE_CLOSED = Exit.PIPE_CLOSED  # (kept for importers; the code lives in exitcodes)
 
 
 def quiet_stdout() -> None:
@@ -312,7 +313,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             ctx.exit(PIPE_CLOSED)
         except KeyboardInterrupt:
             env.error("interrupted")
-            ctx.exit(130)
+            ctx.exit(Exit.INTERRUPTED)
         except Exception as exc:  # a bug: say so, with enough to report it
             env.err.print(Text.assemble(("internal error: ", "bold red"), env.shown(f"{type(exc).__name__}: {exc}")))
             obj = ctx.find_object(Context)

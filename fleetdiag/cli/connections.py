@@ -63,6 +63,10 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
             env.print("no keeper running" if n is None else f"closed {n} connection{'s' if n != 1 else ''}")
         return
     kept = list_kept()
+    if env.redactor is not None:  # --redact: the keeper's host names and addresses are names like any other
+        env.redactor.add_hosts(
+            n for c in kept or [] for n in (c.get("host"), str(c.get("where", "")).rpartition(":")[0])
+        )
     if as_json:
         env.json({"keeper": kept is not None, "connections": kept or []})
         return

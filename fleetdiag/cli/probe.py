@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from ..exitcodes import exit_for
+from ..exitcodes import Exit, exit_for
 from ..inventory import fold
 from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: re-exported)
 from ..probe import ProbeSettings
@@ -184,7 +184,7 @@ def probe(
     persist = persist_from(kw, inv)
     settings = settings_from(inv, kw, rules_pending=ctx.rules_soon())
     settings.persist = persist
-    settings.save_dir = Path(save) if save else None
+    settings.save_dir = Path(save).absolute() if save else None  # the workers run from /
     settings.stacks = not no_stacks
     t = settings.transport
     deadline = deadline or default_deadline(t.connect_timeout, t.command_timeout)
@@ -237,7 +237,7 @@ def probe(
             ),
             soft_wrap=True,
         )
-        raise SystemExit(130)
+        raise SystemExit(int(Exit.INTERRUPTED))
     raise SystemExit(int(exit_for(results)))
 
 

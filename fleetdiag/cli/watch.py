@@ -31,6 +31,9 @@ from . import (  # noqa: F401
 @click.argument("selectors", nargs=-1, required=True, shell_complete=complete_selector)
 @click.option("--log", help="Log to follow: a name from the inventory's logs, or a path/glob.")
 @click.option(
+    "--path-prepend", metavar="DIR", help="Remote directory searched first for host tools such as nvidia-smi."
+)
+@click.option(
     "--stall-after",
     type=DURATION,
     default="10m",
@@ -69,6 +72,7 @@ def watch(
     ctx: Context,
     selectors: tuple[str, ...],
     log: str | None,
+    path_prepend: str | None,
     stall_after: float,
     wait_limit: float,
     process: str | None,
@@ -106,6 +110,7 @@ def watch(
         heartbeat=heartbeat,
         facts=not no_facts,
         jump_resolver=jump_resolver(inv),
+        path_prepend=path_prepend,
     )
     w = Watch(hosts, settings)
     out = ctx.out

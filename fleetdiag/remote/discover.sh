@@ -38,6 +38,21 @@ fd_procs() {
       if (score >= min) { sub(/ +$/, "", label); printf "%d\t%s\t%s\n", score, pid, label }
     }' | sort -t "$T" -k1,1nr -k2,2n
 }
+# Whether pid $1 descends from FD_UNDER (set: only that process's descendants are the job; a test's
+# own view of a shared machine). Walks PPid up, bounded.
+fd_under() {
+  [ -n "$FD_UNDER" ] || return 0
+  q=$1; k=0
+  while [ -n "$q" ] && [ "$q" -gt 1 ] && [ "$k" -lt 64 ]; do
+    [ "$q" = "$FD_UNDER" ] && return 0
+    n=$q; q=
+    while IFS= read -r l; do  # builtins only: no fork per step
+      case $l in PPid:*) q=${l#PPid:}; q=${q#"${q%%[!"$T" ]*}"}; break ;; esac
+    done 2>/dev/null <"/proc/$n/status"
+    k=$((k + 1))
+  done
+  return 1
+}
 # Start time (clock ticks since boot) of a pid, to prefer the oldest: the launcher, not a worker.
 fd_start() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
 # (Pipes, not here-documents: bash writes a here-document to a temp file.)
@@ -46,6 +61,7 @@ fd_pick() {
     best=; bst=; bsc=
     while IFS="$T" read -r sc p lab; do
       [ -n "$bsc" ] && [ "$sc" -lt "$bsc" ] && break
+      fd_under "$p" || continue
       s=$(fd_start "$p"); [ -n "$s" ] || continue
       if [ -z "$best" ] || [ "$s" -lt "$bst" ]; then best=$p; bst=$s; bsc=$sc; blab=$lab; fi
     done
@@ -165,7 +181,16 @@ fd_stream() {
         fi
       fi ;;
     command)
-      fd_buf=$($TO sh -c "$2" 2>/dev/null </dev/null | tail -c "$FD_SBYTES" | tr -d '\000') ;;
+      # Read once: its output is the log. It must end within FD_CTMO seconds (inside the command's own
+      # timeout); one cut there is the host's status, never an empty, healthy log.
+      fd_buf=$({ $TOC sh -c "$2" 2>/dev/null </dev/null; printf '\n%s rc %s\n' "$FD_MARK" "$?"; } |
+        tail -c "$FD_SBYTES" | tr -d '\000')
+      fd_rc=${fd_buf##*"$FD_MARK rc "}
+      fd_buf=$(printf '%s' "${fd_buf%"$NL$FD_MARK rc "*}")
+      if [ -n "$TOC" ] && { [ "$fd_rc" = 124 ] || [ "$fd_rc" = 137 ]; }; then
+        m reason "the command did not end within ${FD_CTMO}s; a command source is read once and must end (for watch to stream one, let it print once and stream under \$FLEETDIAG_FOLLOW, e.g. kubectl logs \${FLEETDIAG_FOLLOW:+-f --tail 0} POD)"
+        m status unreadable; return
+      fi ;;
     cri)
       # "TIME STREAM F|P text": the prefix dropped; P is a partial line, joined to the next one.
       mt=$(stat -L -c '%Y' "$2" 2>/dev/null) && m mtime "$mt"

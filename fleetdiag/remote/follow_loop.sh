@@ -139,17 +139,25 @@ fw_read() {
 # A stream (journalctl -f, docker logs -f, a command's stdout): no size or mtime, so a sync mark
 # every nap (the awk counts the bytes) and a heartbeat with '-' for them; the controller's idle time
 # is the time since the last line arrived. The stream writes into the same pipe as the marks.
+# A command read once (FW_ONCE: it does not stream under FLEETDIAG_FOLLOW) is not run again: only
+# the heartbeat goes on.
 fw_stream() {
   echo "$FW_MARK a $fw_off0 -"
-  (
-    case $fw_sk in
-      journal) exec journalctl $fd_ju "$fw_sv" -f -n "$FW_SLINES" -o cat --no-pager ;;
-      docker) exec docker logs -f --tail "$FW_SLINES" "$fw_sv" 2>&1 ;;
-      *) FLEETDIAG_FOLLOW=1; export FLEETDIAG_FOLLOW; exec sh -c "$fw_sv" ;;
-    esac
-  ) </dev/null 2>/dev/null &
-  sp=$!; ended=; n=$FW_HBN
-  trap 'kill "$sp" 2>/dev/null; exit 0' PIPE TERM HUP INT
+  if [ -n "$FW_ONCE" ]; then
+    sp=; ended=1
+    echo "$FW_MARK n follow: the command's output is the log, read once (it ended; nothing more to follow)"
+  else
+    (
+      case $fw_sk in
+        journal) exec journalctl $fd_ju "$fw_sv" -f -n "$FW_SLINES" -o cat --no-pager ;;
+        docker) exec docker logs -f --tail "$FW_SLINES" "$fw_sv" 2>&1 ;;
+        *) FLEETDIAG_FOLLOW=1; export FLEETDIAG_FOLLOW; exec sh -c "$fw_sv" ;;
+      esac
+    ) </dev/null 2>/dev/null &
+    sp=$!; ended=
+  fi
+  n=$FW_HBN
+  trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; exit 0' PIPE TERM HUP INT
   while :; do
     n=$((n + 1))
     if [ "$n" -ge "$FW_HBN" ]; then
@@ -164,7 +172,7 @@ fw_stream() {
     fi
     fw_nap "$sl" || break
   done
-  kill "$sp" 2>/dev/null
+  [ -n "$sp" ] && kill "$sp" 2>/dev/null
   exit 0
 }
 [ -n "$fw_sk" ] && fw_stream

@@ -5,9 +5,10 @@
 # SC3013: test -nt works in dash, bash, zsh and busybox ash
 # The funnel: see fleetdiag/funnel.py. Values arrive as exported FD_* variables.
 
-TO=
+TO=; TOC=
 if command -v timeout >/dev/null 2>&1; then
-  if timeout -k 1 1 true >/dev/null 2>&1; then TO="timeout -k 2 $FD_TMO"; else TO="timeout $FD_TMO"; fi
+  if timeout -k 1 1 true >/dev/null 2>&1; then TO="timeout -k 2 $FD_TMO"; TOC="timeout -k 2 $FD_CTMO"
+  else TO="timeout $FD_TMO"; TOC="timeout $FD_CTMO"; fi
 fi
 T=$(printf '\t')
 NL='

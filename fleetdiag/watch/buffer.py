@@ -25,7 +25,8 @@ class LineBuffer:
         self._tail: dict[int, Line] = {}  # insertion order = arrival order
         self.tail_cap = max(1, tail_cap)
         self.dropped = 0
-        self.dirty = False
+        self.dirty = False  # lines changed since the last analysis
+        self.urgent = False  # ... and among them an error-shaped, context or run-start line (not only routine ones)
 
     def __len__(self) -> int:
         return len(self._by_pos) + len(self._tail)
@@ -36,7 +37,7 @@ class LineBuffer:
         self.dropped = 0
         for ln in lines:
             self._by_pos[ln.pos] = ln
-        self.dirty = True
+        self.dirty = self.urgent = True
         self._trim()
 
     def add_tail(self, ln: Line) -> None:
@@ -44,7 +45,7 @@ class LineBuffer:
         if kept is not None:  # already an important line: just take the newer text
             if kept.text != ln.text:
                 self._by_pos[ln.pos] = Line(ln.pos, ln.text, ln.lineno if ln.lineno is not None else kept.lineno)
-                self.dirty = True
+                self.dirty = self.urgent = True
             return
         if self._tail.get(ln.pos) == ln:
             return
@@ -66,7 +67,7 @@ class LineBuffer:
         if old is not None and ln.lineno is None:
             ln = Line(ln.pos, ln.text, old.lineno)
         self._by_pos[ln.pos] = ln
-        self.dirty = True
+        self.dirty = self.urgent = True
         if len(self._by_pos) > self.cap:
             self._trim()
 

@@ -12,7 +12,7 @@ from ..records import HostResult
 from ..scheduler import HandshakeGate
 from .host import HostWatcher
 from .settings import WatchSettings
-from .state import FAILED, STATES, HostView, WatchEvent
+from .state import FAILED, STALLED, STATES, HostView, WatchEvent
 
 
 class Watch:
@@ -38,9 +38,21 @@ class Watch:
         self._seq += 1
         v = w.view
         d = v.result.decisive if (v.state == FAILED and v.result is not None) else None
+        evidence = list(v.result.evidence) if (v.state in (FAILED, STALLED) and v.result is not None) else []
         self._queue.put_nowait(
             WatchEvent(
-                self._seq, time.time(), v.host, v.state, previous, v.reason, d, w.idle(), v.rtt_ms, v.log, v.idle_from
+                self._seq,
+                time.time(),
+                v.host,
+                v.state,
+                previous,
+                v.reason,
+                d,
+                w.idle(),
+                v.rtt_ms,
+                v.log,
+                v.idle_from,
+                evidence,
             )
         )
 

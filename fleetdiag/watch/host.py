@@ -22,18 +22,19 @@ from typing import Any
 
 from .. import follow as follow_mod
 from .. import funnel as funnel_mod
+from ..analysis.tracebacks import CARET, CODE, FRAME, TB_START
 from ..inventory.model import LogSource
 from ..job import clock_sample as job_clock_sample
 from ..probe import (
     HostLike,
     ProbeSettings,
-    add_job_facts,
-    apply_source,
-    finish,
-    given_source,
+    host_facts,
+    host_result,
+    kernel_command,
     open_host,
+    remote_spec,
+    source_name,
     source_of,
-    spec_for,
 )
 from ..reach import (
     AUTH,
@@ -44,8 +45,9 @@ from ..reach import (
     OVERSIZE,
     TIMEOUT,
     HostError,
+    PartialOutput,
 )
-from ..records import FunnelResult, Line, Timing
+from ..records import FunnelResult, HostResult, Line, Timing, Verdict
 from ..transport import explain
 from .buffer import LineBuffer
 from .settings import WatchSettings
@@ -53,8 +55,19 @@ from .state import HostState, HostView
 
 # Sources followed as a stream (no size or mtime: idle is the time since the last line arrived).
 STREAMS = ("journal", "docker", "command")
+# Seconds a healthy host's routine lines wait at most for their analysis (see HostWatcher._due).
+ROUTINE_EVERY = 10.0
+# Seconds a decisive line inside a traceback still being written waits for the block's end (its exception
+# line): the next burst usually brings it within a poll; a log cut there is decided on what is there.
+SETTLE = 0.5
+# A follower that ran this long and ended is started again on the same connection (see _follow_on).
+RESTART_AFTER = 5.0
 # No retry fixes these, and repeating a refused login can get the client banned.
 PERMANENT = (AUTH, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, KEY, OVERSIZE)
+
+
+class _Ended(Exception):
+    """The remote follower's output ended (its exec finished) on a connection that may still be up."""
 
 
 class _Watchdog:
@@ -112,6 +125,15 @@ class HostWatcher:
         self._pos = 0
         self.analyses = 0
         self.clock: dict[str, Any] | None = None  # the latest remote clock sample (heartbeats), for job analysis
+        self.kernel: list[str] = []  # the snapshot's kernel/GPU part (kernel.sh), as probe read it
+        self.received: float | None = None  # unix time the snapshot arrived (its remote clock's pair)
+        self.remote_offset: float | None = None  # the remote clock minus ours (snapshot, then each heartbeat)
+        self._conn: Any = None  # the connection being followed, while it is
+        self._kernel_task: asyncio.Task[None] | None = None
+        self._kernel_read_for: set[str] = set()  # app errors the kernel part was read again for
+        self._analysed_at = -math.inf  # monotonic time of the last analysis
+        self._settle: asyncio.TimerHandle | None = None  # pending: an unfinished traceback's deadline
+        self._settled = False  # analysing after that deadline: take what is there
 
     # -- time: monotonic inside, unix time in the view --
     def _now(self) -> float:
@@ -147,7 +169,7 @@ class HostWatcher:
             try:
                 conn = await self._connect()
                 try:
-                    await self._follow(conn, source)
+                    await self._follow_on(conn, source)
                 finally:
                     conn.close()
                 err = "the follower stopped"
@@ -180,13 +202,17 @@ class HostWatcher:
             return await open_host(self.host, ps)
 
     def _spec(self, source: LogSource) -> follow_mod.FollowSpec:
-        fs = spec_for(source.value if source.kind == "file" else "", self.rules, self.host.funnel)
-        apply_source(fs, source, self.host, self.settings.path_prepend)
-        if self.settings.facts:
-            from .. import facts as facts_mod  # lazily: facts are optional
-
-            fs.extra += facts_mod.SNIPPET
-            fs.extra_vars.update(facts_mod.snippet_vars(None))
+        s = self.settings
+        fs = remote_spec(  # the probe's own exec is the snapshot
+            self.host,
+            source,
+            source.value if source.kind == "file" else "",
+            self.rules,
+            facts=s.facts,
+            kernel=s.kernel,
+            path_prepend=s.path_prepend,
+            command_timeout=s.transport.command_timeout,
+        )
         return follow_mod.FollowSpec(
             funnel=fs,
             waiting=self.rules.waiting_ere(),
@@ -198,7 +224,28 @@ class HostWatcher:
             heartbeat=self.settings.heartbeat,
             mode=self.settings.mode,
             shell=self.settings.shell,
+            once=self._once(source),
         )
+
+    @staticmethod
+    def _once(source: LogSource) -> bool:
+        """A ``command`` source that does not stream under FLEETDIAG_FOLLOW: its output is read once."""
+        return source.kind == "command" and not follow_mod.streams(source.value)
+
+    async def _follow_on(self, conn: Any, source: LogSource) -> None:
+        """Followers on one connection: one that ends while the connection stays up (ended on the host,
+        by a newer follower, an admin's kill) is started again at once, without a reconnect, so the host
+        is never shown down for it. One that ends within RESTART_AFTER s of its start is a failure."""
+        while True:
+            started = self._now()
+            try:
+                await self._follow(conn, source)
+                return
+            except _Ended as ended:
+                closed = getattr(getattr(conn, "conn", None), "is_closed", lambda: True)()
+                if closed or self._now() - started < RESTART_AFTER:
+                    raise HostError(CLOSED, str(ended)) from None
+                self.view.markers = (self.view.markers + [f"{ended}: started again"])[-5:]
 
     async def _follow(self, conn: Any, source: LogSource) -> None:
         """One exec: the snapshot, then records until the connection ends or goes silent.
@@ -214,17 +261,21 @@ class HostWatcher:
         dog = _Watchdog(self._now, conn.close)
         dog.arm(s.transport.connect_timeout + s.transport.command_timeout, "no answer to the follower's exec request")
         dog_task = asyncio.ensure_future(dog.run())
+        self._conn = conn
         try:
             t0 = time.perf_counter()
             async with conn.stream(command) as stream:
                 self.view.rtt_ms = round((time.perf_counter() - t0) * 1000 / 2, 1)
                 await self._read(stream, mark, dog)
-        except (HostError, OSError):
+        except (HostError, OSError, _Ended):
             if dog.fired:
                 raise HostError(TIMEOUT, dog.fired) from None
             raise
         finally:
             dog_task.cancel()
+            self._conn = None
+            if self._kernel_task is not None:
+                self._kernel_task.cancel()
         if dog.fired:
             raise HostError(TIMEOUT, dog.fired)
 
@@ -256,7 +307,7 @@ class HostWatcher:
             if dog.fired:
                 raise HostError(TIMEOUT, dog.fired)
             status = stream.exit_status
-            raise HostError(CLOSED, "the remote follower ended" + (f" (exit status {status})" if status else ""))
+            raise _Ended("the remote follower ended" + (f" (exit status {status})" if status else ""))
         return line
 
     # -- applying what arrives --
@@ -273,18 +324,20 @@ class HostWatcher:
         pid = (fr.facts.get("remote") or {}).get("pid")
         if pid and str(pid).isdigit():  # the newest last; earlier ones are ended by the next follower
             self.remote_pids = (self.remote_pids + [int(pid)])[-4:]
-        if self.settings.facts:
-            from .. import facts as facts_mod
-
-            self.facts = facts_mod.build(fr.facts.get("raw"))
+        self.facts = host_facts(fr, self.settings.facts) or {}
+        self.kernel = list(fr.kernel)
+        self.received = time.time()
+        self.remote_offset = None if fr.now is None else fr.now - self.received
         self.view.markers = list(fr.markers)
         # which source the snapshot read (discovery names its own), and what idle time means for it
-        self.log_source = fr.facts.get("log_source") or given_source(self.log_name, self.source, self.settings.log)
+        self.log_source = source_name(fr, self.log_name, self.source, self.settings.log)
         if (self.log_source or {}).get("kind") in STREAMS:
             self.view.idle_from = "last line received"
             self.view.markers.append("a stream has no size or mtime: idle time counts from the last line received")
         else:
             self.view.idle_from = "log mtime"
+        # a command read once is a finished log: its silence says nothing (no stall by idle time)
+        st.final = self._once(self.source) and fr.status in ("ok", "empty")
         self.buffer.reset(fr.lines() if fr.status == "ok" else ())
         self.state.run_start = fr.run_start
         self._pos = fr.size or 0
@@ -309,7 +362,7 @@ class HostWatcher:
                 st.set_activity(now, now)
                 st.log_status = "ok"
                 st.seen_log = True
-            if self.buffer.dirty:
+            if self._due():
                 self._analyze()
             self.evaluate()
         elif isinstance(rec, follow_mod.Heartbeat):
@@ -317,8 +370,12 @@ class HostWatcher:
             if rec.mtime is not None and rec.now:
                 st.set_activity(now - max(0.0, rec.now - rec.mtime), now)
             if rec.now:
+                self.remote_offset = rec.now - time.time()
+            if rec.now:
                 rtt = self.view.rtt_ms / 1000.0 if self.view.rtt_ms is not None else None
                 self.clock = job_clock_sample(str(rec.now), time.time(), rtt) or self.clock
+            if self._due():  # a healthy host's routine lines, once ROUTINE_EVERY has passed
+                self._analyze()
             self.evaluate()
         elif isinstance(rec, follow_mod.Reset):
             self.buffer.reset()
@@ -340,24 +397,103 @@ class HostWatcher:
     def _analyze(self) -> None:
         st = self.state
         status = st.log_status
-        fr = FunnelResult(
+        fr = FunnelResult(  # what probe would read now: the buffered lines, the snapshot's facts and kernel part
             path=st.log_path,
             status="ok" if status in ("ok", "missing", "empty") else status,
             tail=self.buffer.lines(),
             facts=self.raw_facts,
+            kernel=self.kernel,
         )
+        offset = self.remote_offset
+        if offset is not None:  # on the remote clock, as the kernel's times are (the evidence compares them)
+            fr.now = time.time() + offset
+            if self.view.last_activity is not None and self.view.idle_from == "log mtime":
+                fr.mtime = self.view.last_activity + offset
         if status == "missing" and not len(self.buffer):
             fr.status = "missing"
         timing = Timing(rtt_ms=self.view.rtt_ms, round_trips=1)
-        res = finish(self.host.name, fr, self.rules, math.inf, timing, self.facts)
-        res.log_source = self.log_source
-        add_job_facts(res, fr)  # the lines a job-level root cause needs (fleetdiag.job)
+        # silence is the state machine's to judge (its clock runs on): math.inf keeps probe's judgement out
+        res = host_result(self.host.name, fr, self.rules, math.inf, timing, self.facts, self.log_source, self.received)
         if self.clock is not None:
             res.facts["clock"] = dict(self.clock)
             if self.clock.get("zone"):
                 res.facts["zone"] = self.clock["zone"]
         if self.buffer.dropped:
             res.markers.append(f"watch buffer: {self.buffer.dropped} lines from the middle of the run not kept")
-        self.buffer.dirty = False
+        if _unfinished(res) and not self._settled:  # a traceback still being written: its end decides
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # driven by hand (no loop to wait in): decide now
+                loop = None
+            if loop is not None:
+                if self._settle is None:
+                    self._settle = loop.call_later(SETTLE, self._settle_now)
+                return
+        if self._settle is not None:
+            self._settle.cancel()
+            self._settle = None
+        self.buffer.dirty = self.buffer.urgent = False
         self.analyses += 1
-        st.analysed(res, self._now())
+        self._analysed_at = self._now()
+        st.analysed(res, self._analysed_at)
+        self._reread_kernel(res)
+
+    def _settle_now(self) -> None:
+        """The traceback stayed unfinished for SETTLE seconds: decide on what is there."""
+        self._settle = None
+        self._settled = True
+        try:
+            self._analyze()
+        finally:
+            self._settled = False
+        self.evaluate()
+
+    def _due(self) -> bool:
+        """Whether what arrived needs an analysis now. Error-shaped, context and run-start lines always do;
+        routine lines cannot make a healthy log fail, so a healthy host re-analyses for them at most every
+        ROUTINE_EVERY seconds (a busy serving log on fifty hosts would otherwise keep the controller busy)."""
+        b = self.buffer
+        if not b.dirty:
+            return False
+        res = self.view.result
+        if b.urgent or res is None or res.verdict != Verdict.HEALTHY:
+            return True
+        return self._now() - self._analysed_at >= ROUTINE_EVERY
+
+    def _reread_kernel(self, res: HostResult) -> None:
+        """A failure that appeared after the snapshot: read the kernel part again, beside the follower on
+        the same connection, so a fault as new as the error can name it (then re-analyse). Once per error."""
+        d = res.decisive
+        if not self.settings.kernel or self._conn is None or d is None or res.verdict != Verdict.FAILED:
+            return
+        key = d.fingerprint or d.line
+        if d.source == "kernel" or key in self._kernel_read_for:
+            return
+        if self._kernel_task is not None and not self._kernel_task.done():
+            return
+        self._kernel_read_for.add(key)
+        self._kernel_task = asyncio.ensure_future(self._read_kernel(self._conn))
+
+    async def _read_kernel(self, conn: Any) -> None:
+        command, mark = kernel_command(self.settings.path_prepend)
+        try:
+            out = (await conn.run(command, self.settings.transport.command_timeout))[0]
+        except PartialOutput as exc:
+            out = exc.data
+        except (HostError, OSError):
+            return  # the follower's own loop notices a dead connection
+        fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
+        if fr.kernel and fr.kernel != self.kernel:
+            self.kernel = fr.kernel
+            self._analyze()
+            self.evaluate()
+
+
+def _unfinished(res: HostResult) -> bool:
+    """The decisive line is a traceback's header, frame, code or caret line, with no exception type: the
+    block is being written (its exception line, the real decisive one, comes with the next burst)."""
+    d = res.decisive
+    if res.verdict != Verdict.FAILED or d is None or d.exception_type or d.source != "log":
+        return False
+    m = d.message or d.line
+    return bool(TB_START.search(m) or FRAME.match(m) or CARET.match(m) or CODE.match(m))

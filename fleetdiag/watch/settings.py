@@ -32,6 +32,7 @@ class WatchSettings:
     backoff_max: float = 10.0
     buffer_lines: int = 4000  # per host; the middle of an over-long run is dropped first
     facts: bool = True  # GPU / serving-process facts in the snapshot (hints use them)
+    kernel: bool = True  # the kernel log and GPU health in the snapshot, as probe reads them
     connect_fanout: int = 64  # handshakes in flight at once, fleet-wide
     per_address: int = 8  # ... per address:port (sshd MaxStartups is 10 by default)
     jump_resolver: Callable[[str], tuple[str, int | None, str | None]] | None = None

@@ -66,6 +66,7 @@ class WatchEvent:
     rtt_ms: float | None = None
     log: str | None = None
     idle_from: str | None = None  # what idle_seconds counts from: "log mtime" or "last line received" (a stream)
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # kernel/GPU evidence, as probe's JSON has it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +84,7 @@ class WatchEvent:
             "rtt_ms": self.rtt_ms,
             "log": self.log,
             "idle_from": self.idle_from,
+            "evidence": self.evidence,
         }
 
 
@@ -160,6 +162,7 @@ class HostState:
     stall_limit: float | None = None  # silence beyond this may be a stall (None: serving); set per analysis
     parsed: list[Any] = field(default_factory=list)  # the latest run's buffered lines, parsed once per analysis
     judged: tuple[float, Silence] | None = None  # (when, judgement) while silent past the limit
+    final: bool = False  # the log is complete (a command's output, read once): no stall by silence
 
     # -- evidence --
     def idle(self, now: float) -> float | None:
@@ -236,7 +239,7 @@ class HostState:
         missing = self.log_status in ("missing", "no-match")
         if v.process_alive is False:
             return STALLED, f"no process matches '{s.process}', and the log names no error"
-        idle = self.idle(now)
+        idle = None if self.final else self.idle(now)
         if missing:
             if idle is not None and idle >= self.stall_after:
                 return STALLED, f"the log has not appeared for {ago(idle)}: {v.log}"

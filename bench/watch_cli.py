@@ -1,0 +1,206 @@
+"""Detection latency of ``fleetdiag watch`` through the CLI, for 1, 3 and 50 hosts at 240 ms RTT.
+
+Run: ``python bench/watch_cli.py [--hosts 1,3,50] [--rounds 3] [--rtt 240]`` (needs /usr/sbin/sshd).
+
+Every host is a real loopback sshd behind its own delay proxy (``bench/_proxyd.py``), its log growing
+healthily; the installed console script runs ``watch all --jsonl`` as a user would. Once every host is
+healthy, the seeds' failure is appended to each host's log in turn; the latency is the ``failed``
+event's own time minus the append's time (same clock). Then each log is truncated back to its healthy
+head (the host recovers) and the next round starts. Also counted: ``unreachable`` events (a follower
+must never end by design), and failed events whose decisive line is not the seed's (a traceback frame
+while the block was being written). Target: p90 ≤ RTT/2 + 50 ms.
+
+Prints numbers, not pass/fail (DESIGN §9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.sshd import start_sshd  # noqa: E402
+
+SEED = (ROOT / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text().splitlines(keepends=True)
+CUT = next(i for i, ln in enumerate(SEED) if " ERROR " in ln)
+HEAD, FAILURE = "".join(SEED[:CUT]), "".join(SEED[CUT:])
+DECISIVE = "DP adjusted local rank 3 is out of bounds"
+
+
+def healthy_line(i: int) -> str:
+    return f"(APIServer pid=6412) INFO 05-09 15:14:{i % 60:02d} [loggers.py:123] Engine 000: step {i}\n"
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
+
+
+class Events:
+    """The watch's JSON lines, read in a thread; wait for a condition on them."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.lines: list[dict] = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            with self.cond:
+                self.lines.append(doc)
+                self.cond.notify_all()
+
+    def state(self) -> dict[str, str]:
+        now: dict[str, str] = {}
+        for d in self.lines:
+            if d.get("event") == "state":
+                now[d["host"]] = d["state"]
+        return now
+
+    def wait(self, pred, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        with self.cond:
+            while not pred():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+        return True
+
+
+def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
+    logs = [workdir / f"n{n}-h{i:02d}.log" for i in range(n)]
+    for p in logs:
+        p.write_text(HEAD)
+    proxyd = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "_proxyd.py"), str(server.port), *[str(rtt)] * n],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proxyd.stdout is not None
+    ports = json.loads(proxyd.stdout.readline())["ports"]
+    for port in ports:
+        server.trust(port)
+    inv = workdir / f"inv{n}.yaml"
+    inv.write_text(
+        "hosts:\n"
+        + "".join(
+            f"  h{i:02d}:\n    address: 127.0.0.1\n    port: {port}\n    user: {server.user}\n"
+            f"    logs:\n      vllm: {json.dumps(str(logs[i]))}\n"
+            for i, port in enumerate(ports)
+        )
+    )
+    exe = str(Path(sys.executable).parent / "fleetdiag")
+    argv = [exe, "-i", str(inv), "watch", "all", "--jsonl", "--known-hosts", str(server.known_hosts)]
+    argv += ["--identity", str(server.client_key), "--ssh-config", str(server.ssh_config)]
+    watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    ev = Events(watch)
+    names = [f"h{i:02d}" for i in range(n)]
+    stop = threading.Event()
+
+    def grow() -> None:  # every log grows healthily, as a serving vLLM's does
+        i = 0
+        while not stop.is_set():
+            for p, name in zip(logs, names):
+                if name not in failing:
+                    with open(p, "a", encoding="utf-8") as fh:
+                        fh.write(healthy_line(i))
+            i += 1
+            time.sleep(0.2)
+
+    failing: set[str] = set()
+    grower = threading.Thread(target=grow, daemon=True)
+    grower.start()
+    latencies: list[float] = []
+    wrong: list[str] = []
+    misses = 0
+    t_up = time.monotonic()
+    ok = ev.wait(lambda: all(ev.state().get(h) in ("healthy", "recovered") for h in names), 120)
+    up_s = time.monotonic() - t_up
+    try:
+        for _ in range(rounds if ok else 0):
+            for name, p in zip(names, logs):
+                seen = len(ev.lines)
+                failing.add(name)
+                time.sleep(0.25)  # the grower's last healthy line is out of the way
+                t0 = time.time()
+                with open(p, "a", encoding="utf-8") as fh:
+                    fh.write(FAILURE)
+
+                def failed(name: str = name, seen: int = seen) -> dict | None:
+                    for d in ev.lines[seen:]:
+                        if d.get("event") == "state" and d["host"] == name and d["state"] == "failed":
+                            return d
+                    return None
+
+                if not ev.wait(lambda: failed() is not None, 30):
+                    misses += 1
+                    continue
+                d = failed()
+                latencies.append((d["time"] - t0) * 1000)
+                if DECISIVE not in (d.get("decisive") or {}).get("line", ""):
+                    wrong.append((d.get("decisive") or {}).get("line", ""))
+            for name, p in zip(names, logs):  # back to a healthy run: each host recovers
+                p.write_text(HEAD)
+                failing.discard(name)
+            ev.wait(lambda: all(ev.state().get(h) in ("healthy", "recovered") for h in names), 60)
+        time.sleep(25 if n <= 3 else 5)  # a follower that ends by design would show up here as unreachable
+    finally:
+        stop.set()
+        watch.terminate()
+        watch.wait(20)
+        proxyd.stdin.close()  # type: ignore[union-attr]
+        proxyd.wait(10)
+    down = [d["reason"][:60] for d in ev.lines if d.get("event") == "state" and d["state"] == "unreachable"]
+    unreachable = len(down)
+    final = ev.state()
+    return {
+        "hosts": n,
+        "up_s": round(up_s, 1),
+        "trials": len(latencies),
+        "misses": misses,
+        "p50_ms": round(pct(latencies, 0.5), 1),
+        "p90_ms": round(pct(latencies, 0.9), 1),
+        "max_ms": round(max(latencies), 1) if latencies else None,
+        "target_ms": rtt / 2 + 50,
+        "wrong_decisive": len(wrong),
+        "unreachable_events": unreachable,
+        "unreachable_why": sorted(set(down))[:5],
+        "final_states": {st: list(final.values()).count(st) for st in sorted(set(final.values()))},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hosts", default="1,3,50")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rtt", type=float, default=240.0)
+    args = ap.parse_args()
+    os.environ.setdefault("FLEETDIAG_PERSIST", "0")
+    with tempfile.TemporaryDirectory(prefix="fleetdiag-watch-cli-") as tmp:
+        server = start_sshd(Path(tmp) / "sshd")
+        try:
+            for n in (int(x) for x in args.hosts.split(",")):
+                print(json.dumps(run(n, args.rounds, args.rtt, Path(tmp), server)), flush=True)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
