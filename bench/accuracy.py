@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -332,8 +333,8 @@ def _xid_support(cases: list[Case]) -> dict[str, list[str]]:
     base = {c.id: judge(c, *run_cli([c])[c.id]) for c in cases}
     out: dict[str, list[str]] = {}
     for code in sorted(table.codes):
-        needle = str(code)
-        cand = [c for c in cases if base[c.id] == RIGHT and needle in c.kernel.read_text(errors="replace")]  # type: ignore[union-attr]
+        named = re.compile(rf"Xid \([^)]*\): {code}\b")  # the cases whose kernel log names this Xid
+        cand = [c for c in cases if base[c.id] == RIGHT and named.search(c.kernel.read_text(errors="replace"))]  # type: ignore[union-attr]
         flipped = []
         if cand:
             less = xid_mod.XidTable({k: v for k, v in table.codes.items() if k != code}, table.hints)

@@ -20,6 +20,10 @@ FLOORS = {
     "tests/corpus_extra": 81,
     "tests/corpus_heldout": 7,
     "tests/corpus_multinode": 61,
+    # run where `analyze --kernel` and the kernel corpus's e2e test are present
+    "kernel": 17,
+    "tests/corpus_kernel_extra": 10,
+    "tests/corpus_heldout/kernel": 2,
 }
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS = {"tests/corpus_heldout": 1}
