@@ -85,7 +85,99 @@ def preflight() -> str:
     return _print(*render.preflight_view(launch, [res], launch.to_dict()))
 
 
+def _fifty() -> list:
+    """Fifty hosts from the demo's logs: two with the DP-rank assertion, one CUDA error, five unreachable."""
+    from fleetdiag.records import UNREACHABLE, HostResult
+
+    rules = load_rules()
+    logs = {"dp_rank.log": _demo_log("dp_rank.log"), "broken_pipe.log": _demo_log("broken_pipe.log")}
+    healthy = _demo_log("healthy.log")
+    down = {4: 11, 7: 12, 8: 13, 10: 14, 13: 15}
+    results = []
+    for i in range(1, 51):
+        name = f"node{i:02d}"
+        if i in down:
+            results.append(
+                HostResult(
+                    host=name,
+                    verdict=UNREACHABLE,
+                    error=f"connection refused by 10.0.1.{down[i]}:22 (is sshd listening on that port?)",
+                    facts={"error_kind": "refused"},
+                )
+            )
+            continue
+        text = logs["dp_rank.log"] if i in (1, 2) else logs["broken_pipe.log"] if i == 5 else healthy
+        fr = _funnel(text, "/data/train.log", idle=30)
+        res = finish(name, fr, rules, timing=Timing(rtt_ms=18.0 + i % 7, round_trips=1))
+        res.evidence = []
+        results.append(res)
+    return results
+
+
+def fleet_50() -> str:
+    """``probe all`` on fifty hosts, piped (80 columns): the table first, folds shortened before errors."""
+    return _print(render.fleet_view(_fifty()))
+
+
+def fleet_csv() -> str:
+    """``probe all --only failed,unreachable --format csv``."""
+    return render.fleet_csv(render.filter_results(_fifty(), only={"failed", "unreachable"}))
+
+
+def incident_md(lines: int = 32) -> str:
+    """The start of ``probe all --hide healthy --format md``."""
+    rs = render.filter_results(_fifty(), hide={"healthy"})
+    rep = render.incident_report(rs)
+    rep.notes.append(render.filter_note(50, len(rs), None, {"healthy"}))
+    text = render.report_markdown(rep).splitlines()
+    return "\n".join(text[:lines]) + "\n…\n"
+
+
+def lemons() -> str:
+    """``history --lemons``: recurring troubles from a history of six sweeps (UTC)."""
+    import os
+    import tempfile
+    import time
+
+    from fleetdiag.cli.sweep import print_lemons
+    from fleetdiag.records import Decisive, HostResult
+    from fleetdiag.store import Store
+
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    xid = Decisive(
+        line="NVRM: Xid 79, GPU has fallen off the bus",
+        message="Xid 79: GPU has fallen off the bus",
+        fingerprint="xid79",
+        category="hardware",
+    )
+    ecc = Decisive(
+        line="NVRM: Xid 48, uncorrectable ECC error",
+        message="Xid 48: uncorrectable ECC error",
+        fingerprint="xid48",
+        category="hardware",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "history.sqlite3"
+        with Store(db) as store:
+            for n in range(6):
+                t = NOW + n * 3600
+                gpu07 = HostResult(host="gpu07", verdict="failed", decisive=xid) if n % 2 == 0 else None
+                gpu12 = HostResult(host="gpu12", verdict="failed", decisive=ecc)
+                gpu12.facts["kernel_log"] = {"boot": NOW - 86400 if n < 3 else NOW + 3 * 3600 - 300}
+                rs = [gpu07 or HostResult(host="gpu07", verdict="healthy"), gpu12]
+                store.record_sweep(rs, started=t, finished=t + 30)
+            recs = [r for r in store.recurrences() if r.lemon(3)]
+        buf = io.StringIO()
+        print_lemons(render.Output(stdout=buf, color=False, width=WIDTH), recs, db, 3, None)
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
+
+
 if __name__ == "__main__":  # a quick look: python docs/examples.py
     print(host_card())
     print(job_view())
     print(preflight())
+    print(fleet_50())
+    print(fleet_csv())
+    print(incident_md())
+    print(lemons())

@@ -326,7 +326,7 @@ class Keeper:
             trust = trust_of(params["target"], params.get("port"), params.get("user"), opts, jump)
             conn = await connect(params["target"], params.get("port"), params.get("user"), opts, jump=jump)
             conn.keep_spare()  # the next command on this host costs its exec alone
-            k = Kept(key, label, f"{params['target']}:{params.get('port') or 22}", conn, persist=persist)
+            k = Kept(key, label, conn.where, conn, persist=persist)  # the address and port dialled
             k.params, k.trust = params, trust
             self.kept[key] = k
             return k, False, conn.connect_ms

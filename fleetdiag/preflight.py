@@ -171,7 +171,8 @@ def evaluate(
                     "gpu-ids",
                     PASS,
                     f"CUDA_VISIBLE_DEVICES={cvd} (from {cvd_from}): "
-                    f"GPU{'s' if len(vis.indices) != 1 else ''} {_list(vis.indices)} exist",
+                    f"GPU{'s' if len(vis.indices) != 1 else ''} {_list(vis.indices)} "
+                    f"exist{'' if len(vis.indices) != 1 else 's'}",
                 )
             )
 

@@ -3,7 +3,8 @@
 ``fleetdiag sweep --prometheus /var/lib/node_exporter/textfile_collector/fleetdiag.prom`` writes one
 file per sweep in the Prometheus text exposition format (version 0.0.4): every host's verdict as
 an enumerated state (one series per verdict, 1 for the current one, 0 for the others, so an alert
-resolves when the host recovers), whether the host has an open incident, its SSH round trip, and
+resolves when the host recovers) labelled with the trouble's ``category`` and ``action`` class (who has
+to act: docs/prometheus/alerts.yaml routes on it), whether the host has an open incident, its SSH round trip, and
 the sweep's own time, duration and host count.
 
 The file holds host names, verdicts and numbers only, never log text, so it is written 0644:
@@ -72,14 +73,22 @@ def render(metrics: SweepMetrics, redactor: Any = None) -> str:
     def name(host: str) -> str:
         return redactor.text(host) if redactor is not None else host
 
+    from .store import action_class, category_of
+
     rs = list(metrics.results)
     doc = _Doc()
     verdicts = list(VERDICTS) + sorted({r.verdict for r in rs} - set(VERDICTS))
+
+    def labels(r: HostResult, v: str) -> dict[str, str]:
+        # category and action are the host's now, on every verdict's series, so an alert routes on them
+        return {"host": name(r.host), "verdict": str(v), "category": category_of(r), "action": action_class(r)}
+
     doc.family(
         "fleetdiag_host_verdict",
         "gauge",
-        "1 for the host's verdict in the last sweep, 0 for the other verdicts.",
-        [({"host": name(r.host), "verdict": str(v)}, 1 if r.verdict == v else 0) for r in rs for v in verdicts],
+        "1 for the host's verdict in the last sweep, 0 for the other verdicts; category: the trouble's kind, "
+        "action: who acts (hardware, driver, network, config, capacity, software, hang, access, consequence, none).",
+        [(labels(r, v), 1 if r.verdict == v else 0) for r in rs for v in verdicts],
     )
     rtt = [r for r in rs if r.timing.rtt_ms is not None]
     doc.family(

@@ -102,6 +102,70 @@ def describe(res: HostResult) -> str:
     return res.error or res.summary or res.verdict
 
 
+# Who acts on a host's trouble: the label alerts route on (``fleetdiag_host_verdict{action=...}``).
+ACTION_CLASSES = (
+    "hardware",
+    "driver",
+    "network",
+    "config",
+    "capacity",
+    "software",
+    "hang",
+    "access",
+    "consequence",
+    "none",
+)
+_ACTION_OF_CATEGORY = {
+    "hardware": "hardware",
+    "driver": "driver",
+    "nccl": "network",
+    "network": "network",
+    "config": "config",
+    "oom": "capacity",
+    "disk": "capacity",
+    "cuda": "software",
+    "import": "software",
+    "python": "software",
+    "other": "software",
+}
+
+
+def category_of(res: HostResult) -> str:
+    """The host's trouble in one word: the decisive error's category, ``gpu-health`` for a degraded
+    GPU, the kind of failure to reach it (``unreachable``/``no-log``), or ``none`` when healthy."""
+    if res.verdict in (HEALTHY, STARTING):
+        return "none"
+    if res.decisive is not None and res.decisive.category:
+        return res.decisive.category
+    if res.verdict == DEGRADED:
+        return "hardware"
+    if res.verdict in (UNREACHABLE, NO_LOG):
+        return res.verdict
+    return "other"
+
+
+def action_class(res: HostResult) -> str:
+    """Who has to act (one of ``ACTION_CLASSES``): hardware (drain, RMA), driver (reset or reboot),
+    network (fabric), config (the launch), capacity (memory, disk), software (the code), hang (a
+    stalled job), access (SSH or the log cannot be reached), consequence (failed because another
+    host of its job did: act there), none (healthy)."""
+    if res.verdict in (HEALTHY, STARTING):
+        return "none"
+    if res.verdict == DEGRADED:
+        return "hardware"
+    if res.verdict in (UNREACHABLE, NO_LOG):
+        return "access"
+    job = (res.facts or {}).get("job")
+    if isinstance(job, dict) and job.get("role") == "consequence":  # a job's victim: act on its root's host
+        return "consequence"
+    d = res.decisive
+    if d is not None and d.rule == "gpu-hardware":
+        return "hardware"
+    if d is not None and d.category in _ACTION_OF_CATEGORY and not (res.verdict == STALLED and d.category == "other"):
+        return _ACTION_OF_CATEGORY[d.category]
+    return "hang" if res.verdict == STALLED else "software"
+
+
 @dataclass
 class CauseGroup:
     """Hosts in the same state for the same root cause (the fleet view's rows)."""
@@ -490,13 +554,34 @@ class Store:
         """host -> its open incident."""
         return {i.host: i for i in self.incidents(hosts, open_only=True)}
 
-    def incidents(self, hosts: Iterable[str] | None = None, open_only: bool = False) -> list[Incident]:
-        """Incidents, open ones first, most recently seen first."""
+    def incidents(
+        self,
+        hosts: Iterable[str] | None = None,
+        open_only: bool = False,
+        since: float | None = None,
+        until: float | None = None,
+        verdicts: Iterable[str] | None = None,
+    ) -> list[Incident]:
+        """Incidents, open ones first, most recently seen first. ``since``/``until`` keep those whose
+        time (first seen to last seen, or still open) overlaps the window; ``verdicts`` those in them."""
         assert self.db is not None
         sql = f"SELECT {_INCIDENT_COLS} FROM incidents"
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if open_only:
             where.append("resolved_at IS NULL")
+        if since is not None:
+            where.append("(last_seen >= ? OR resolved_at IS NULL OR resolved_at >= ?)")
+            args += [since, since]
+        if until is not None:
+            where.append("first_seen <= ?")
+            args.append(until)
+        if verdicts is not None:
+            vs = list(dict.fromkeys(verdicts))
+            if not vs:
+                return []
+            where.append(f"verdict IN ({','.join('?' * len(vs))})")
+            args += vs
         if hosts is not None:
             names = list(dict.fromkeys(hosts))
             if not names:
@@ -508,6 +593,51 @@ class Store:
         sql += " ORDER BY resolved_at IS NOT NULL, last_seen DESC, host"
         with self._errors():
             return [_incident(row) for row in self.db.execute(sql, args)]
+
+    def recurrences(
+        self, hosts: Iterable[str] | None = None, since: float | None = None, until: float | None = None
+    ) -> list[Recurrence]:
+        """Each (host, trouble) as the kept sweeps saw it: how many separate episodes (seen, gone,
+        back) and on how many boots of the host (a trouble that survives a reboot is the node's,
+        not the job's). The "lemon node" view is built from these; pure SQL over ``results``."""
+        assert self.db is not None
+        sql = "SELECT r.sweep, r.host, r.fingerprint, r.verdict, r.summary, r.record, s.started FROM results r "
+        sql += "JOIN sweeps s ON s.id = r.sweep"
+        where: list[str] = []
+        args: list[Any] = []
+        if since is not None:
+            where.append("s.started >= ?")
+            args.append(since)
+        if until is not None:
+            where.append("s.started <= ?")
+            args.append(until)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY r.host, r.sweep"
+        wanted = None if hosts is None else set(hosts)
+        found: dict[tuple[str, str], Recurrence] = {}
+        last: dict[str, str | None] = {}
+        with self._errors():
+            rows = list(self.db.execute(sql, args))
+        for _sweep, host, fp, verdict, summary, record, started in rows:
+            if wanted is not None and host not in wanted:
+                continue
+            prev = last.get(host)
+            last[host] = fp
+            if fp is None:
+                continue
+            rec = found.get((host, fp))
+            if rec is None:
+                rec = found[(host, fp)] = Recurrence(host, fp, verdict, summary or "", first_seen=started)
+            if prev != fp:
+                rec.episodes += 1
+            rec.sweeps += 1
+            rec.last_seen = started
+            rec.verdict, rec.summary = verdict, summary or rec.summary
+            boot = _boot_of(record)
+            if boot is not None and all(abs(boot - b) > BOOT_SLACK for b in rec.boots):
+                rec.boots.append(boot)
+        return sorted(found.values(), key=lambda r: (-r.episodes, -len(r.boots), r.host))
 
     def hosts(self) -> list[str]:
         """Every host the store has seen."""
@@ -656,6 +786,59 @@ class Store:
         if prev is not None:
             return Change(CHANGED, res.host, cur, previous=prev, recurred=recurred, verdict=res.verdict)
         return Change(NEW, res.host, cur, recurred=recurred, verdict=res.verdict)
+
+
+BOOT_SLACK = 120.0  # boot times (remote now − uptime) closer than this are the same boot
+
+
+@dataclass
+class Recurrence:
+    """One host's one trouble across the kept sweeps: episodes and boots it was seen on."""
+
+    host: str
+    fingerprint: str
+    verdict: str
+    summary: str
+    episodes: int = 0  # separate times it appeared (seen, gone or another trouble, back)
+    sweeps: int = 0
+    first_seen: float | None = None
+    last_seen: float | None = None
+    boots: list[float] = field(default_factory=list)  # distinct boot times it was seen on
+
+    def lemon(self, recur: int = 3) -> str | None:
+        """Why this host is a lemon for this trouble, or None: back ``recur`` times or more, or seen
+        again after the host rebooted (gpud's reboot-count escalation: a reboot did not fix it)."""
+        why = []
+        if self.episodes >= recur:
+            why.append(f"back {self.episodes} times")
+        if len(self.boots) >= 2:
+            why.append(f"seen on {len(self.boots)} boots (again after a reboot)")
+        return "; ".join(why) or None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "fingerprint": self.fingerprint,
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "episodes": self.episodes,
+            "sweeps": self.sweeps,
+            "boots": len(self.boots),
+            "first_seen": _iso(self.first_seen),
+            "last_seen": _iso(self.last_seen),
+        }
+
+
+def _boot_of(record: str | None) -> float | None:
+    """The host's boot time in a stored result (its kernel clock: remote now − uptime), if it was read."""
+    if not record:
+        return None
+    try:
+        kl = (json.loads(record).get("facts") or {}).get("kernel_log") or {}
+        boot = kl.get("boot") if isinstance(kl, dict) else None
+        return float(boot) if isinstance(boot, (int, float)) and not isinstance(boot, bool) else None
+    except (ValueError, AttributeError):
+        return None
 
 
 def _incident(row: Sequence[Any]) -> Incident:

@@ -282,8 +282,7 @@ async def run_on(
             reason=f"no answer within {timeout:g}s to the command: logged in, then the host stopped answering",
         )
     except (asyncssh.Error, OSError) as exc:
-        target, _, port = conn.where.rpartition(":")
-        he = explain(exc, target, int(port) if port.isdigit() else None)
+        he = explain(exc, where=conn.where)  # the address and port dialled, as the connection names them
         return CommandEnd(NOT_RUN, kind=he.kind, reason=str(he))
     trips = conn.open_trips  # read now: another command may start on this connection meanwhile
     end = CommandEnd(open_ms=(time.perf_counter() - t0) * 1000, trips=trips)
@@ -426,6 +425,17 @@ def _connect_kwargs(
     return kw
 
 
+class Dropped(HostError):
+    """The server closed a connection it had accepted before its SSH greeting (MaxStartups)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(CLOSED, message)
+
+
+DROP_RETRY_S = (0.5, 1.5)  # the back-off before the retry of a dropped handshake: uniform in this range
+DROP_RETRIES = 1  # retries of a dropped handshake (once: a burst has passed by then; a full sshd stays full)
+
+
 async def connect(
     target: str,
     port: int | None = None,
@@ -454,18 +464,31 @@ async def connect(
     via = None
     try:
         for jt, jp, ju in hops:
+            hop_config = _ssh_config(jt, jp, ju, opts)
+            hop = dialled(jt, jp, hop_config)  # the port the hop's ssh config gives it, not 22
             try:
-                tunnel = await _open(jt, jp, ju, opts, tunnel, via=via)
+                tunnel = await _open(jt, jp, ju, opts, tunnel, via=via, config=hop_config)
             except HostError as exc:
-                raise HostError(JUMP, f"jump host {jt}:{jp or 22}: {exc}") from exc
+                raise HostError(JUMP, f"jump host {hop}: {exc}") from exc
             opened.append(tunnel)
-            via = f"{jt}:{jp or 22}"
-        conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
+            via = hop
+        for attempt in range(DROP_RETRIES + 1):
+            try:
+                conn = await _open(target, port, user, opts, tunnel, via=via, config=config)
+                break
+            except Dropped as exc:  # after a back-off: the burst that filled sshd's MaxStartups has passed
+                if attempt == DROP_RETRIES:
+                    if attempt:
+                        raise Dropped(f"{exc} (dropped again: retried once after a back-off)") from exc
+                    raise
+                import random
+
+                await asyncio.sleep(random.uniform(*DROP_RETRY_S))
     except BaseException:
         for t in reversed(opened):
             t.close()
         raise
-    c = Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=f"{target}:{port or 22}")
+    c = Connection(conn, (time.perf_counter() - t0) * 1000, tunnel, where=dialled(target, port, config))
     c.hops = opened
     return c
 
@@ -487,6 +510,79 @@ def _ssh_config(target: str, port: int | None, user: str | None, opts: Transport
             return SSHClientConfig.load(None, paths, False, *args)  # asyncssh 2.18
     except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
         return None
+
+
+@dataclass
+class Resolved:
+    """What one host resolves to, as ``ssh -G`` would print it: the address and port dialled, the
+    login, the jump chain, the keys offered and the known_hosts checked (``hosts --ssh``, messages)."""
+
+    target: str
+    hostname: str
+    port: int
+    user: str
+    jump: list[str]
+    identity_files: list[str]
+    known_hosts: list[str]
+    config_files: list[str]
+
+    @property
+    def where(self) -> str:
+        """The address and port actually dialled, named as the user named the host."""
+        return _named(self.target, self.hostname, self.port)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def resolve(target: str, port: int | None, user: str | None, opts: TransportOptions, config: Any = _UNREAD) -> Resolved:
+    """``target`` as the connection will see it: the inventory's values first, then the ssh config
+    (HostName, Port, User, ProxyJump, IdentityFile, UserKnownHostsFile), then ssh's defaults."""
+    if config is _UNREAD:
+        config = _ssh_config(target, port, user, opts)
+
+    def get(key: str) -> Any:
+        return config.get(key) if config is not None else None
+
+    hostname = str(get("Hostname") or get("HostName") or target)
+    cport = get("Port")
+    try:
+        jump = [f"{h.user + '@' if h.user else ''}{_hop_where(h, opts)}" for h in _jump_of(config)]
+    except ValueError as exc:
+        jump = [f"(malformed ProxyJump: {exc})"]
+    if opts.client_keys is not None:
+        ids = list(opts.client_keys)
+    else:
+        ids = [str(Path(str(i)).expanduser()) for i in (get("IdentityFile") or ())]
+    known = known_hosts_files(opts, config)  # as the connection checks them
+    files = list(opts.ssh_config) if opts.ssh_config is not None else []
+    if opts.ssh_config is None and config is not None:
+        files = [str(Path("~", ".ssh", "config").expanduser())]
+    return Resolved(
+        target=target,
+        hostname=hostname,
+        port=int(port or cport or 22),
+        user=str(user or get("User") or getpass.getuser()),
+        jump=jump,
+        identity_files=ids,
+        known_hosts=known,
+        config_files=files,
+    )
+
+
+def _named(target: str, hostname: str, port: int) -> str:
+    return f"{target}:{port}" if hostname == target else f"{target} ({hostname}:{port})"
+
+
+def dialled(target: str, port: int | None, config: Any) -> str:
+    """``target`` as dialled under ``config`` (HostName, Port), cheaply: for every message."""
+    name = str((config.get("Hostname") if config is not None else None) or target)
+    return _named(target, name, int(port or (config.get("Port") if config is not None else None) or 22))
+
+
+def _hop_where(hop: JumpHop, opts: TransportOptions) -> str:
+    """A jump hop as dialled: its own ssh config's HostName and Port apply (one level, never a loop)."""
+    return dialled(hop.host, hop.port, _ssh_config(hop.host, hop.port, hop.user, opts))
 
 
 # --------------------------------------------------------------------------- what decided trust
@@ -630,11 +726,13 @@ async def _open(
     via: str | None = None,
     config: Any = _UNREAD,
 ) -> asyncssh.SSHClientConnection:
+    if config is _UNREAD:
+        config = _ssh_config(target, port, user, opts)
     kw = _connect_kwargs(target, port, user, opts, config)
     client = _Client(opts, kw["known_hosts"])
     if tunnel is not None:
         kw["tunnel"] = tunnel
-    where = f"{target}:{port or 22}"
+    where = dialled(target, port, config)  # the address and port the ssh config made of it, as dialled
     try:
         conn = await asyncio.wait_for(
             asyncssh.connect(target, client_factory=lambda: client, **kw),
@@ -673,7 +771,7 @@ async def _open(
                 REFUSED if "refused" in str(exc.reason).lower() else NETWORK,
                 f"jump host {via} could not reach {where}: {exc.reason or exc}",
             ) from exc
-        raise explain(exc, target, port) from exc
+        raise explain(exc, target, port, where) from exc
     except asyncssh.PermissionDenied as exc:
         raise HostError(AUTH, _auth_reason(where, opts)) from exc
     except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as exc:
@@ -681,10 +779,17 @@ async def _open(
     except ValueError as exc:
         if "known hosts" in str(exc).lower():  # asyncssh quotes the offending line: never show it
             raise HostError(HOSTKEY_UNKNOWN, _known_hosts_reason(opts)) from exc
-        he = explain(exc, target, port)
+        he = explain(exc, target, port, where)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     except (asyncssh.Error, OSError) as exc:
-        he = explain(exc, target, port)
+        proxied = config is not None and config is not _UNREAD and bool(config.get("ProxyCommand"))
+        if client.conn is not None and not client.conn.get_extra_info("server_version") and not proxied:
+            # TCP accepted, then closed before sshd said a word: what sshd does to a handshake past MaxStartups
+            raise Dropped(
+                f"{where} closed the connection before the SSH greeting ({type(exc).__name__}: {exc}); "
+                "sshd drops handshakes past its MaxStartups limit: lower --per-address"
+            ) from exc
+        he = explain(exc, target, port, where)
         raise HostError(he.kind, _scrub(str(he), opts)) from exc
     if client.new_key is not None:
         _remember(client, target, port)
@@ -748,9 +853,10 @@ def _remember(client: _Client, target: str, port: int | None) -> None:
         fh.write(line)
 
 
-def explain(exc: BaseException, target: str = "", port: int | None = None) -> HostError:
-    """Map a connection exception to a HostError with a plain-words reason."""
-    where = f"{target}:{port or 22}" if target else "host"
+def explain(exc: BaseException, target: str = "", port: int | None = None, where: str | None = None) -> HostError:
+    """Map a connection exception to a HostError with a plain-words reason (``where``: the address and
+    port dialled, when known; else ``target:port``)."""
+    where = where or (f"{target}:{port or 22}" if target else "host")
     if isinstance(exc, HostError):
         return exc
     if isinstance(exc, ConnectionRefusedError):

@@ -346,10 +346,19 @@ def test_check_says_what_each_host_will_read(tmp_path):
     res = cli("-i", str(bad), "check")
     assert res.exit_code == 2
     assert "hosts.a.port" in res.output and "hosts.a.gpus" in res.output and "stall_after" in res.output
-    nolog = tmp_path / "nolog.yaml"
-    nolog.write_text("hosts:\n  a:\n    address: 127.0.0.1\n  b:\n    address: 127.0.0.1\n")
-    res = cli("-i", str(nolog), "check")
-    assert res.exit_code == 2 and "host 'a'" in res.output and "host 'b'" in res.output
+    # what probe reads, check accepts (#25): no logs (found on the host), a journal unit, a command's output
+    streams = tmp_path / "streams.yaml"
+    streams.write_text(
+        "hosts:\n  a:\n    address: 127.0.0.1\n"
+        "  b:\n    address: 127.0.0.1\n    logs:\n      svc: {journal: vllm.service}\n"
+        "  c:\n    address: 127.0.0.1\n    logs:\n      out: {command: 'cat /var/log/train.log'}\n"
+    )
+    res = cli("-i", str(streams), "check")
+    assert res.exit_code == 0, res.output
+    assert re.search(r"a\s+reads the log its job writes, found on the host", res.output)
+    assert re.search(r"b\s+reads svc: journalctl -u vllm.service", res.output)
+    assert re.search(r"c\s+reads out: the output of `cat /var/log/train.log`", res.output)
+    assert "ok:" in res.output and "3 hosts, 0 groups" in res.output
 
 
 def test_sweep_report_dash_writes_the_report_to_stdout(sshd, tmp_path, monkeypatch):

@@ -272,9 +272,19 @@ def test_cli_several_selectors_like_probe(sshd, tmp_path):
     assert doc["launch"]["workers"] == 2
 
 
+def test_a_launch_it_cannot_read_is_said_and_exits_0(sshd, tmp_path):
+    """``python train.py`` and ``deepspeed`` name no GPU count preflight can read: it says what it did not
+    judge (stderr, one line) and exits 0, so a wrapper that always runs preflight never stops a job (#25)."""
+    for launch in (["python", "train.py"], ["deepspeed", "--num_gpus", "8", "train.py"]):
+        result = _run(sshd, tmp_path, launch)
+        assert result.exit_code == 0, result.output
+        assert "cannot judge the launch" in result.stderr and "nothing was checked" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+    result = _run(sshd, tmp_path, ["deepspeed", "train.py"], "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["judged"] is False
+
+
 def test_cli_usage_errors_exit_2(sshd, tmp_path):
-    result = _run(sshd, tmp_path, ["python", "train.py"])
-    assert result.exit_code == 2 and "not a launch preflight understands" in result.output
     result = _run(sshd, tmp_path, FIXED_LAUNCH, "--env", "NOEQUALS")
     assert result.exit_code == 2
 

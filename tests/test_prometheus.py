@@ -31,7 +31,8 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def value(got: dict, name: str, **labels: str) -> float:
-    found = [v for lab, v in got.get(name, []) if lab == labels]
+    """The one sample of ``name`` whose labels include ``labels`` (host series also carry category/action)."""
+    found = [v for lab, v in got.get(name, []) if all(lab.get(k) == v for k, v in labels.items())]
     assert len(found) == 1, (name, labels, got.get(name))
     return found[0]
 

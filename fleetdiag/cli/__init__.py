@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -27,6 +28,7 @@ class Context:
         self.rules_files = rules
         self.debug = debug
         self._rules = None
+        self._inventory: tuple[str | None, Any] | None = None
 
     def set_output(self, color: bool | None = None, redact: bool = False) -> None:
         """Rebuild the Output when a subcommand repeats --color/--no-color or --redact."""
@@ -74,13 +76,19 @@ class Context:
         return fut
 
     def inventory(self):
+        """The inventory, loaded once per command (its warnings said once, however often it is asked for)."""
         from ..inventory import find_inventory, load_inventory
 
-        inv = load_inventory(find_inventory(self.inventory_arg))
+        key = self.inventory_arg
+        if self._inventory is not None and self._inventory[0] == key:
+            inv = self._inventory[1]
+        else:
+            inv = load_inventory(find_inventory(key))
+            self._inventory = (key, inv)
+            for w in getattr(inv, "warnings", []):  # keys read but not used are named, never dropped silently
+                self.out.error(f"warning: {w}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         if self.redactor is not None:
             self.redactor.seed_inventory(inv)
-        for w in getattr(inv, "warnings", []):  # keys read but not used are named, never dropped silently
-            self.out.error(f"warning: {w}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         return inv
 
 
@@ -176,22 +184,116 @@ def complete_selector(ctx: click.Context, param: click.Parameter, incomplete: st
         return []
 
 
-def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json`` / ``--jsonl``, the same on every command that reports hosts; both at once is a usage error."""
+TEXT_FORMATS = ("text", "json", "jsonl")
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, fmt_json: bool = False, fmt_jsonl: bool = False, **kwargs: Any) -> Any:
-        if fmt_json and fmt_jsonl:
-            raise click.UsageError("--json and --jsonl are exclusive: choose one")
-        kwargs["fmt"] = "json" if fmt_json else "jsonl" if fmt_jsonl else None
-        return fn(*args, **kwargs)
 
-    wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
-    wrapper = click.option(
-        "--jsonl", "fmt_jsonl", is_flag=True, help="One JSON record per host per line, as they finish."
-    )(wrapper)
-    wrapper = click.option("--json", "fmt_json", is_flag=True, help="One JSON document (schema: README).")(wrapper)
-    return wrapper
+def output_options(
+    fn: Callable[..., Any] | None = None,
+    *,
+    formats: tuple[str, ...] = TEXT_FORMATS,
+    json_help: str = "One JSON document (schema: README).",
+    jsonl_help: str = "One JSON record per host per line, as they finish.",
+) -> Any:
+    """``--format FORMAT`` and its short forms ``--json`` / ``--jsonl``, the same on every command that
+    reports hosts (``formats``: the ones this command can write); two different formats at once is a
+    usage error. The command gets ``fmt``: None for the default text, else the format's name."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, fmt_json: bool = False, fmt_jsonl: bool = False, fmt_format: str | None = None, **kw):
+            given = [f for f, on in (("json", fmt_json), ("jsonl", fmt_jsonl)) if on]
+            if fmt_format:
+                given.append(fmt_format)
+            if len(set(given)) > 1:
+                raise click.UsageError(
+                    f"{' and '.join('--' + g for g in dict.fromkeys(given))} are exclusive: choose one"
+                )
+            fmt = given[0] if given else None
+            kw["fmt"] = None if fmt == "text" else fmt
+            return fn(*args, **kw)
+
+        wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
+        wrapper = click.option(
+            "--format",
+            "fmt_format",
+            type=click.Choice(formats),
+            help="Output format [default: text]"
+            + "".join(
+                note
+                for fmt, note in (
+                    ("csv", "; csv: the fleet table"),
+                    ("md", "; md and html: an incident report to paste"),
+                )
+                if fmt in formats
+            )
+            + ".",
+        )(wrapper)
+        if "jsonl" in formats:
+            wrapper = click.option("--jsonl", "fmt_jsonl", is_flag=True, help=jsonl_help)(wrapper)
+        if "json" in formats:
+            wrapper = click.option("--json", "fmt_json", is_flag=True, help=json_help)(wrapper)
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@dataclass
+class View:
+    """``--only`` / ``--hide`` / ``--summary``: which hosts a report shows, and whether cards are printed."""
+
+    only: set[str] = field(default_factory=set)
+    hide: set[str] = field(default_factory=set)
+    summary: bool = False
+
+    def keep(self, results: list[Any]) -> list[Any]:
+        from ..render import filter_results
+
+        return filter_results(results, self.only, self.hide)
+
+    def note(self, total: int, shown: int) -> str:
+        from ..render import filter_note
+
+        return filter_note(total, shown, self.only, self.hide)
+
+
+def view_options(fn: Callable[..., Any] | None = None, *, summary: bool = True, states: bool = False) -> Any:
+    """``--only failed,stalled`` / ``--hide healthy`` (and ``--summary``: the fleet table, no cards), the
+    same on probe, sweep and watch. The command gets ``view``; a filter changes what is shown, never
+    the exit code."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> set[str]:
+        from ..records import VERDICTS, WatchState
+        from ..render import parse_verdicts
+
+        try:
+            return parse_verdicts(value, "--" + (param.name or ""), tuple(WatchState) if states else VERDICTS)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).split(": ", 1)[1], ctx=ctx, param=param) from None
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, only: set[str], hide: set[str], summary_only: bool = False, **kw: Any) -> Any:
+            kw["view"] = View(only=only, hide=hide, summary=summary_only)
+            return fn(*args, **kw)
+
+        wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
+        if summary:
+            wrapper = click.option(
+                "--summary", "summary_only", is_flag=True, help="Only the fleet table: no host cards."
+            )(wrapper)
+        wrapper = click.option(
+            "--hide", multiple=True, callback=parse, metavar="VERDICTS", help="Leave out hosts in these verdicts."
+        )(wrapper)
+        wrapper = click.option(
+            "--only",
+            multiple=True,
+            callback=parse,
+            metavar="VERDICTS",
+            help="Show only hosts in these verdicts (failed,stalled,degraded,unreachable,no-log,starting,healthy).",
+        )(wrapper)
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
 
 
 def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -339,11 +441,26 @@ COMMANDS = {
     "history": "sweep",
     "watch": "watch",
     "connections": "connections",
+    "completion": "manual",
+    "manual": "manual",
 }
 
 
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use (see ``COMMANDS``)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown command names the one meant (``prob`` → ``probe``), as an unknown option does."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            from difflib import get_close_matches
+
+            near = get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+            ctx.fail(f"No such command {name!r}{hint}.")
+        return super().resolve_command(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(COMMANDS))

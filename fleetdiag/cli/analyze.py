@@ -25,7 +25,7 @@ from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
     show_default=True,
     help="No growth for this long (10m, 600s, or seconds): a starting log counts as stalled.",
 )
-@output_options
+@output_options(jsonl_help="The host record as one JSON line (for a pipe), not indented.")
 @pass_ctx
 @handle_errors
 def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> None:

@@ -29,19 +29,21 @@ def persist_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         envvar="FLEETDIAG_PERSIST",
         callback=_duration,
         help="Keep each host's SSH connection open this long after use, for the next command "
-        "(like ssh ControlPersist) [default: 10m; 0: close at exit; $FLEETDIAG_PERSIST].",
+        "(like ssh ControlPersist) [default: 10m, sweep 0; 0: close at exit; $FLEETDIAG_PERSIST].",
     )(fn)
 
 
-def persist_from(kw: dict[str, Any], inv: Any = None) -> float:
+def persist_from(kw: dict[str, Any], inv: Any = None, default: float | None = None) -> float:
     """Seconds to keep connections: --persist, else $FLEETDIAG_PERSIST, else the inventory's defaults.persist,
-    else 10 minutes."""
+    else ``default`` (10 minutes when not given; ``sweep`` passes 0: a cron job leaves nothing running)."""
     from ..keeper import DEFAULT_PERSIST
 
     value = kw.pop("persist", None)
     if value is None:
         value = getattr(inv, "persist", None)
-    return DEFAULT_PERSIST if value is None else float(value)
+    if value is None:
+        value = DEFAULT_PERSIST if default is None else default
+    return float(value)
 
 
 @main.command()
@@ -64,9 +66,7 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
         return
     kept = list_kept()
     if env.redactor is not None:  # --redact: the keeper's host names and addresses are names like any other
-        env.redactor.add_hosts(
-            n for c in kept or [] for n in (c.get("host"), str(c.get("where", "")).rpartition(":")[0])
-        )
+        env.redactor.add_hosts(n for c in kept or [] for n in (c.get("host"), *_where_names(str(c.get("where", "")))))
     if as_json:
         env.json({"keeper": kept is not None, "connections": kept or []})
         return
@@ -88,3 +88,9 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
             str(c["uses"]),
         )
     env.print(table)
+
+
+def _where_names(where: str) -> list[str]:
+    """The names in a kept connection's ``where``: ``gpu01:22`` or ``gpu01 (10.0.0.1:42022)``."""
+    name, _, dialled = where.partition(" (")
+    return [n for n in (name.rpartition(":")[0] if not dialled else name, dialled.rstrip(")").rpartition(":")[0]) if n]

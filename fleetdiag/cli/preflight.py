@@ -98,7 +98,17 @@ def preflight(
     try:
         launch = plan(command, parse_env(env_items))
     except LaunchError as exc:
-        raise click.UsageError(str(exc)) from None
+        if not command:
+            raise click.UsageError(str(exc)) from None
+        # A launch it cannot read (python train.py, deepspeed …) is not the user's mistake: say what
+        # was not judged and exit 0, so a wrapper that always runs preflight does not stop the job.
+        why = str(exc).replace("not a launch preflight understands:", "cannot judge the launch", 1)
+        why = why.replace(" (supported:", ": its GPU count is not on its command line (judged:", 1)
+        if fmt in ("json", "jsonl"):
+            ctx.out.json({"version": 1, "judged": False, "launch": list(command), "why": why}, indent=None)
+        else:
+            ctx.out.error(f"fleetdiag preflight: {why}; nothing was checked", style="yellow", soft_wrap=True)
+        raise SystemExit(0) from None
     inv = ctx.inventory()
     hosts = select_hosts(inv, selectors)
     settings = ProbeSettings(transport=transport_from(kw), jump_resolver=jump_resolver(inv), path_prepend=path_prepend)

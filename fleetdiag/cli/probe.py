@@ -14,11 +14,22 @@ from ..inventory import fold
 from ..plan import jump_resolver, settings_from  # noqa: F401  (jump_resolver: re-exported)
 from ..probe import ProbeSettings
 from ..records import SCHEMA_VERSION, HostResult, report_json
-from ..render import FleetProgress, fleet_view, host_card
+from ..render import (
+    FORMATS,
+    TABLE_FIRST,
+    FleetProgress,
+    fleet_csv,
+    fleet_title,
+    fleet_view,
+    host_card,
+    incident_report,
+    report_text,
+)
 from ..scheduler import CostMemory, default_deadline
 from ..spread import probe_fleet
 from . import (
     Context,
+    View,
     check_logs,
     complete_selector,
     fanout_options,
@@ -28,6 +39,7 @@ from . import (
     pass_ctx,
     select_hosts,
     transport_options,
+    view_options,
 )
 from .connections import persist_option
 
@@ -55,32 +67,63 @@ def inventory_or_adhoc(ctx: Context, selectors: tuple[str, ...]):
     return inv, select_hosts(inv, selectors)
 
 
-def emit(ctx: Context, results: list[HostResult], fmt: str | None, cards: bool = True, all_cards: bool = False) -> None:
-    """Print results in the chosen format (cards, json or already-streamed jsonl).
+def emit(
+    ctx: Context,
+    results: list[HostResult],
+    fmt: str | None,
+    cards: bool = True,
+    all_cards: bool = False,
+    view: View | None = None,
+) -> None:
+    """Print results in the chosen format (cards, json, csv, md, html or already-streamed jsonl).
 
     One host: its card. Several: one card per root cause (the first host of
     each group that is in trouble, the others named under it), then the fleet
-    view; ``all_cards`` prints every host's card instead.
+    view; with many hosts the fleet view comes first, so the answer is on the first
+    screen. ``all_cards`` prints every host's card instead; ``view`` filters the hosts
+    (``--only``/``--hide``) and, with ``--summary``, prints the table alone.
     """
+    from ..job import root_causes
+
     env = ctx.out
+    view = view or View()
+    total = len(results)
+    title = fleet_title(results)  # the whole fleet's counts, whatever the filter shows
+    all_rcs = root_causes(results) if total > 1 else []
+    results = view.keep(results)
+    kept = {r.host for r in results}
+    rcs = [rc for rc in all_rcs if rc.host in kept]
+    note = view.note(total, len(results))
     if fmt == "json":
         env.json(report_json(results))
     elif fmt == "jsonl":  # the host lines streamed as they came; the job-level answer needs them all
         from ..job import report
 
         env.jsonl({"version": SCHEMA_VERSION, "event": "summary", "root_causes": report(results)})
+    elif fmt == "csv":
+        env.document(fleet_csv([env.shown(r) for r in results], [env.shown(rc) for rc in rcs]))
+    elif fmt in ("md", "html"):
+        rep = incident_report([env.shown(r) for r in results], [env.shown(rc) for rc in rcs])
+        if note:
+            rep.notes.append(note)
+        env.document(report_text(rep, fmt))
     elif fmt is None:
-        from ..job import root_causes
-
-        rcs = [env.shown(rc) for rc in root_causes(results)] if len(results) > 1 else []
+        rcs = [env.shown(rc) for rc in rcs]
         results = [env.shown(r) for r in results]
-        if cards and (all_cards or len(results) == 1):
-            for r in results:
-                env.print(host_card(r))
-        elif cards:
-            print_job_cards(env, results, rcs)
-        if len(results) > 1:
-            env.print(fleet_view(results, root_causes=rcs))
+        several = total > 1
+        table_first = several and (view.summary or total >= TABLE_FIRST)
+        if several and table_first and results:
+            env.print(fleet_view(results, title=title, root_causes=rcs))
+        if cards and not view.summary:
+            if all_cards or len(results) == 1:
+                for r in results:
+                    env.print(host_card(r))
+            else:
+                print_job_cards(env, results, rcs)
+        if several and not table_first and results:
+            env.print(fleet_view(results, title=title, root_causes=rcs))
+        if note:
+            env.print(Text(note, style="dim"), soft_wrap=True)
 
 
 def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
@@ -151,7 +194,8 @@ def cost_memory() -> CostMemory:
     is_flag=True,
     help="A stalled host: skip the second round trip that reads where its processes wait (py-spy, /proc).",
 )
-@output_options
+@view_options
+@output_options(formats=FORMATS)
 @transport_options
 @persist_option
 @pass_ctx
@@ -167,6 +211,7 @@ def probe(
     save: str | None,
     all_cards: bool,
     no_stacks: bool,
+    view: View,
     **kw,
 ) -> None:
     """Run the funnel on the selected hosts and print one card per host.
@@ -210,7 +255,7 @@ def probe(
                     if not results:  # a bad --rules file stops here, before any output (exit 2)
                         await settings.rules_ready()
                     results.append(res)
-                    if fmt == "jsonl":
+                    if fmt == "jsonl" and view.keep([res]):
                         ctx.out.jsonl(res.to_json())
             except asyncio.CancelledError:  # Ctrl-C: keep the hosts that answered, as sweep does
                 interrupted = True
@@ -222,12 +267,12 @@ def probe(
     if interrupted:
         unfinished = interrupted_results(hosts, results, settings)
         if fmt == "jsonl":
-            for res in unfinished:
+            for res in view.keep(unfinished):
                 ctx.out.jsonl(res.to_json())
         results += unfinished
     order = {h.name: i for i, h in enumerate(hosts)}
     results.sort(key=lambda r: order.get(r.host, 0))
-    emit(ctx, results, fmt, all_cards=all_cards)
+    emit(ctx, results, fmt, all_cards=all_cards, view=view)
     if interrupted:
         ctx.out.error(
             Text(

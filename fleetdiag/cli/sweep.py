@@ -29,7 +29,7 @@ from rich.text import Text
 from .. import units
 from ..exitcodes import Exit
 from ..records import SCHEMA_VERSION, VERDICTS, HostResult
-from ..render import ICON, STYLE, FleetProgress, Output
+from ..render import ICON, STYLE, FleetProgress, Output, plural
 from ..scheduler import INTERNAL, INTERRUPTED, default_deadline
 from ..store import (
     DEFAULT_KEEP_DAYS,
@@ -56,16 +56,21 @@ from ..units import ago
 from . import (
     Context,
     Duration,
+    View,
     check_logs,
     complete_selector,
     fanout_options,
     handle_errors,
     main,
+    output_options,
     pass_ctx,
     select_hosts,
     transport_options,
+    view_options,
 )
 from .connections import persist_option
+
+SWEEP_FORMATS = ("text", "json", "csv", "md", "html")
 
 # --------------------------------------------------------------------------- printing the news
 
@@ -175,14 +180,19 @@ def fleet_line(results: list[HostResult], out: SweepOutcome) -> str:
     counts = {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
     head = " · ".join(f"{n} {v}" for v, n in counts.items() if n)
     where = f" · report {out.report}" if out.report else ""
-    return f"{len(results)} hosts: {head}{where}"
+    return f"{plural(len(results), 'host')}: {head}{where}"
 
 
-def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: SweepJob | None = None) -> None:
+def print_outcome(
+    env: Output, out: SweepOutcome, fmt: str | None = None, job: SweepJob | None = None, view: View | None = None
+) -> None:
     """The news on stdout (nothing when nothing changed); problems on stderr.
 
-    Everything goes through ``env``: redacted under --redact, host text made visible.
+    Everything goes through ``env``: redacted under --redact, host text made visible. ``view``
+    (--only/--hide) keeps the news of the hosts whose trouble has those verdicts; csv, md and html
+    write the fleet as this sweep found it (with the news in the report).
     """
+    view = view or View()
     raw, out = out, env.shown(out)
     store_error = env.shown(str(raw.store_error)) if raw.store_error else None
     for note in ([out.report_error] if out.report_error else []) + (
@@ -224,15 +234,58 @@ def print_outcome(env: Output, out: SweepOutcome, fmt: str | None = None, job: S
             }
         )
         return
-    if out.changes is None:
-        lines = current_lines(out.results)
-    else:
-        lines = change_lines(out.changes)
+    changes = _filtered_changes(out.changes, view) if out.changes is not None else None
+    results = view.keep(out.results)
+    note = view.note(len(out.results), len(results))
+    if fmt in ("csv", "md", "html"):
+        from ..job import root_causes
+        from ..render import fleet_csv, incident_report, report_text
+
+        kept = {r.host for r in results}
+        rcs = [rc for rc in root_causes(out.results) if rc.host in kept] if len(out.results) > 1 else []
+        if fmt == "csv":
+            env.document(fleet_csv(results, rcs))
+            return
+        rep = incident_report(results, rcs, title="fleetdiag sweep report")
+        if note:
+            rep.notes.append(note)
+        if changes is not None:
+            news = [line.plain.split("\n")[0] for line in change_lines(changes)]
+            rep.extra.append(("changes since the last sweep", ["news"], [[n] for n in news] or [["nothing changed"]]))
+        env.document(report_text(rep, fmt))
+        return
+    lines = current_lines(results) if changes is None else change_lines(changes)
+    if view.summary:
+        from ..render import fleet_title, fleet_view
+
+        for line in lines:
+            env.print(line, soft_wrap=True)
+        env.print(fleet_view(results, title=fleet_title(out.results)))
+        if note:
+            env.print(Text(note, style="dim"), soft_wrap=True)
+        return
     if not lines:
         return
     for line in lines:
         env.print(line, soft_wrap=True)
     env.print(Text(fleet_line(out.results, out), style="dim"), soft_wrap=True)
+
+
+def _filtered_changes(changes: Changes, view: View) -> Changes:
+    """The news of the troubles ``--only``/``--hide`` keep (judged by the trouble's verdict)."""
+    if not (view.only or view.hide):
+        return changes
+
+    def keep(c: Change) -> bool:
+        v = str(c.incident.verdict)
+        return (not view.only or v in view.only) and v not in view.hide
+
+    return Changes(
+        new=[c for c in changes.new if keep(c)],
+        changed=[c for c in changes.changed if keep(c)],
+        resolved=[c for c in changes.resolved if keep(c)],
+        sweep_id=changes.sweep_id,
+    )
 
 
 # --------------------------------------------------------------------------- commands
@@ -270,7 +323,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
     show_default=True,
     help="How long to keep per-sweep results (90d, 12h, or days; incidents are kept); 0: keep all.",
 )
-@click.option("--json", "fmt", flag_value="json", help="Print the changes as one JSON document, even when empty.")
+@view_options
+@output_options(formats=SWEEP_FORMATS, json_help="Print the changes as one JSON document, even when empty.")
 @transport_options
 @persist_option
 @pass_ctx
@@ -288,6 +342,7 @@ def sweep(
     workers: int,
     keep_days: float,
     fmt: str | None,
+    view: View,
     **kw: Any,
 ) -> None:
     """Probe the selected hosts for cron: report, history, and only what changed.
@@ -311,7 +366,7 @@ def sweep(
         report = str(Path(spool.name) / "report.json")
     from .connections import persist_from
 
-    persist = persist_from(kw, inv)
+    persist = persist_from(kw, inv, default=0.0)  # run from cron: no keeper left behind unless asked
     settings = settings_from(inv, kw, ctx.rules())
     settings.persist = persist
     t = settings.transport
@@ -364,10 +419,34 @@ def sweep(
         if text is not None:
             ctx.out.json(json.loads(text), indent=1)
         news = Output(stdout=sys.stderr, color=ctx.out.color, redactor=ctx.out.redactor)
-        print_outcome(news, out, fmt, job)
+        print_outcome(news, out, fmt, job, view)
         raise SystemExit(int(out.exit))
-    print_outcome(ctx.out, out, fmt, job)
+    print_outcome(ctx.out, out, fmt, job, view)
     raise SystemExit(int(out.exit))
+
+
+class When(click.ParamType):
+    """A moment for ``--since``/``--until``: a duration back from now (``2h``, ``3d``) or a date and time
+    (``2026-05-09``, ``2026-05-09T15:00``, ``2026-05-09 15:00+02:00``; local time without a zone)."""
+
+    name = "WHEN"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        from datetime import datetime
+
+        from ..units import parse_duration
+
+        text = str(value).strip()
+        try:
+            return time.time() - parse_duration(text)
+        except ValueError:
+            pass
+        try:
+            return datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            self.fail(f"expected a duration back from now (2h, 3d) or a date/time (2026-05-09T15:00), got {text!r}")
 
 
 @main.command()
@@ -379,20 +458,66 @@ def sweep(
     help="History database [default: the user data dir].",
 )
 @click.option("--open", "open_only", is_flag=True, help="Only incidents not resolved yet.")
-@click.option("--json", "fmt", flag_value="json", help="One JSON document.")
+@click.option("--since", type=When(), help="Only incidents seen since then: 2h, 3d, or 2026-05-09T15:00.")
+@click.option("--until", type=When(), help="Only incidents that began before then (same forms as --since).")
+@click.option(
+    "--host",
+    "host_sel",
+    multiple=True,
+    metavar="SELECTOR",
+    shell_complete=complete_selector,
+    help="Only these hosts (a selector, as the arguments; repeatable).",
+)
+@click.option(
+    "--verdict", multiple=True, metavar="VERDICTS", help="Only incidents of these verdicts (failed,stalled…)."
+)
+@click.option(
+    "--lemons",
+    is_flag=True,
+    help="Hosts whose trouble recurs: the same fingerprint back --recur times, or again after a reboot.",
+)
+@click.option("--recur", type=click.IntRange(2), default=3, show_default=True, help="Episodes that make a lemon.")
+@output_options(formats=("text", "json", "md", "html"), json_help="One JSON document.")
 @pass_ctx
 @handle_errors
-def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only: bool, fmt: str | None) -> None:
+def history(
+    ctx: Context,
+    selectors: tuple[str, ...],
+    db: str | None,
+    open_only: bool,
+    since: float | None,
+    until: float | None,
+    host_sel: tuple[str, ...],
+    verdict: tuple[str, ...],
+    lemons: bool,
+    recur: int,
+    fmt: str | None,
+) -> None:
     """Incidents from the sweep history: first seen, last seen, count, resolved.
 
     SELECTOR (default: every host in the history) is resolved with the
     inventory when there is one; hosts no longer in it match by name, glob or range.
+    --lemons lists the hosts whose incidents recur instead (a node to drain, not a job to fix).
     """
+    from ..render import parse_verdicts
+
+    try:
+        verdicts = parse_verdicts(verdict, "--verdict") or None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1], param_hint="--verdict") from None
+    if since is not None and until is not None and until < since:
+        raise click.BadParameter("--until is before --since", param_hint="--until")
+    selectors = tuple(selectors) + tuple(host_sel)
     path = Path(db).expanduser() if db else default_db_path()
     try:
         with Store(path, readonly=True) as store:
             names = _select_stored(ctx, selectors, store.hosts()) if selectors else None
-            incidents = store.incidents(names, open_only=open_only)
+            if lemons:
+                recs = [r for r in store.recurrences(names, since=since, until=until) if r.lemon(recur)]
+                if verdicts:
+                    recs = [r for r in recs if r.verdict in verdicts]
+            else:
+                incidents = store.incidents(names, open_only=open_only, since=since, until=until, verdicts=verdicts)
     except StoreError as exc:
         ctx.out.err.print(Text(f"fleetdiag history: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.USAGE)) from None  # like a bad inventory: input the user controls
@@ -403,14 +528,67 @@ def history(ctx: Context, selectors: tuple[str, ...], db: str | None, open_only:
             ctx.inventory()
         except InventoryError:
             pass
-        ctx.redactor.add_hosts(i.host for i in incidents)
+        ctx.redactor.add_hosts(i.host for i in (recs if lemons else incidents))
+    if lemons:
+        print_lemons(ctx.out, recs, path, recur, fmt)
+        return
     if fmt == "json":
         ctx.out.json({"version": SCHEMA_VERSION, "db": str(path), "incidents": [i.to_json() for i in incidents]})
+        return
+    if fmt in ("md", "html"):
+        from ..render import history_report, report_text
+
+        shown = [ctx.out.shown(i) for i in incidents]
+        ctx.out.document(report_text(history_report(shown, ctx.out.shown(str(path))), fmt))
         return
     if not incidents:
         ctx.out.print(f"no incidents{' open' if open_only else ''} in {path}")
         return
     print_history(ctx.out, incidents, path)
+
+
+def print_lemons(out: Output, recs: list[Any], path: Path, recur: int, fmt: str | None) -> None:
+    """``history --lemons``: one line per host and trouble that keeps coming back."""
+    shown = [out.shown(r) for r in recs]
+    if fmt == "json":
+        out.json(
+            {
+                "version": SCHEMA_VERSION,
+                "db": str(out.shown(str(path))),
+                "recur": recur,
+                "lemons": [{**r.to_json(), "why": r.lemon(recur)} for r in shown],
+            }
+        )
+        return
+    if fmt in ("md", "html"):
+        from ..render import lemons_report, report_text
+
+        out.document(report_text(lemons_report(shown, out.shown(str(path)), recur), fmt))
+        return
+    if not shown:
+        out.print(f"no recurring incidents in {path} (back {recur} times or after a reboot)")
+        return
+    from ..inventory import fold
+
+    out.print(
+        Text(
+            f"{len(shown)} recurring: {fold(sorted({r.host for r in shown}))} (drain and inspect: a reboot "
+            "or a new job did not fix them)",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
+    for r in shown:
+        out.print(
+            Text.assemble(
+                (r.host, "bold"),
+                "  ",
+                (f"{ICON.get(r.verdict, '')} {r.verdict}", STYLE.get(r.verdict, "")),
+                f"  {r.lemon(recur)}  ·  {r.sweeps} sweep(s), last {_when(r.last_seen)}",
+            ),
+            soft_wrap=True,
+        )
+        out.print(Text(f"  {r.summary}"), soft_wrap=True)
 
 
 def print_history(out: Output, incidents: list[Any], path: Path) -> None:

@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     DURATION,
     Context,
     Duration,
+    View,
     check_logs,
     complete_selector,
     handle_errors,
@@ -24,6 +25,7 @@ from . import (  # noqa: F401
     select_hosts,
     transport_from,
     transport_options,
+    view_options,
 )
 
 
@@ -65,6 +67,7 @@ from . import (  # noqa: F401
     "--jsonl", is_flag=True, help="Stream state-change events as JSON lines (for piping) instead of the table."
 )
 @click.option("--no-facts", is_flag=True, help="Skip the GPU/serving-process facts in the first snapshot.")
+@view_options(summary=False, states=True)
 @transport_options
 @pass_ctx
 @handle_errors
@@ -81,6 +84,7 @@ def watch(
     duration: float | None,
     jsonl: bool,
     no_facts: bool,
+    view: View,
     **kw: Any,
 ) -> None:
     """Watch hosts live: each keeps one SSH connection and pushes what changes.
@@ -118,7 +122,20 @@ def watch(
 
     def table(live: bool = False) -> Any:
         """The dashboard; live, it fits the terminal's height (healthy hosts fold, failures stay on screen)."""
-        return watch_table([out.shown(v) for v in w.views.values()], height=out.out.height if live else None)
+        views = list(w.views.values())
+        kept = view.keep(views)
+        note = view.note(len(views), len(kept))
+        title = None
+        if note:  # the counts stay the whole fleet's; the rows are the filter's
+            from collections import Counter
+
+            from ..records import WatchState
+            from ..render import plural
+
+            counts = Counter(v.state for v in views)
+            head = " · ".join(f"{counts[s]} {s}" for s in WatchState if counts[s])
+            title = f"{plural(len(views), 'host')}: {head} · {note}"
+        return watch_table([out.shown(v) for v in kept], title=title, height=out.out.height if live else None)
 
     jobs_told: set[tuple[str, tuple[str, ...]]] = set()
 
@@ -135,6 +152,8 @@ def watch(
         return fresh
 
     def on_event(ev: Any, console: Any = out.out) -> None:
+        if not view.keep([ev]):  # --only/--hide: the events of the states kept
+            return
         if jsonl:
             out.jsonl(ev.to_json())
             if ev.state == FAILED:
@@ -216,7 +235,7 @@ def watch(
     else:
         if not live_table:
             out.print(table())
-        for v in w.views.values():
+        for v in view.keep(list(w.views.values())):
             if v.state in TROUBLE and v.state != FAILED:  # failed cards were printed when they happened
                 out.print(host_card(out.shown(v.to_result())))
         counts = ", ".join(f"{n} {s}" for s, n in _counts(w.views.values()).items())

@@ -245,6 +245,8 @@ def apply(res: HostResult, fr: FunnelResult, table: XidTable | None = None) -> H
     kc = parse_sections("\n".join(fr.kernel))
     fact = _fact(kc)
     if fact is not None:
+        if kc.clock.boot is not None:  # the history tells a reboot by it (store.Recurrence)
+            fact["boot"] = round(kc.clock.boot)
         res.facts["kernel_log"] = fact
     events = kc.events()
     health = parse_health(kc.smi) if kc.smi_status == "ok" else []

@@ -234,7 +234,8 @@ def _oom_hint(text: str, facts: Mapping[str, Any]) -> str | None:
             else ""
         )
         parts.append(f"{where}: {gib(free)} free of {gib(total)}, asked {gib(asked)}")
-        others = [f"process {p} holds {gib(_gib(v, u))}" for p, v, u in _OOM_PROC.findall(text)]
+        # each process once: the same OOM message is often logged by several ranks (#25)
+        others = list(dict.fromkeys(f"process {p} holds {gib(_gib(v, u))}" for p, v, u in _OOM_PROC.findall(text)))
         if asked > total:
             parts.append("more than the whole GPU: shard the model (raise TP/PP) or shrink batch / sequence length")
         elif others:

@@ -296,8 +296,33 @@ def looks_ini(text: str) -> bool:
     return False
 
 
-def _ini_value(v: str) -> Any:
-    return int(v) if v.isdigit() else v
+def _ini_value(v: str, line: int = 0) -> Any:
+    """A var's value as Ansible reads it: a number, a JSON/Python literal mapping or list
+    (``fleetdiag_logs='{"train": "/x.log"}'``, as a mapping, not a path), else the text."""
+    if v.isdigit():
+        return int(v)
+    if v[:1] in ("{", "[") and v[-1:] in ("}", "]"):
+        import ast
+        import json
+
+        for load in (json.loads, ast.literal_eval):
+            try:
+                return _as_ymap(load(v), line)
+            except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+                continue
+    return v
+
+
+def _as_ymap(value: Any, line: int) -> Any:
+    """A parsed literal in the YAML shape: mappings become YMaps, all on the var's line."""
+    if isinstance(value, dict):
+        m = _ymap(line)
+        for k, v in value.items():
+            _put(m, k, _as_ymap(v, line), line)
+        return m
+    if isinstance(value, list):
+        return [_as_ymap(v, line) for v in value]
+    return value
 
 
 def ini_to_ymap(text: str, err: Any) -> YMap:
@@ -341,7 +366,7 @@ def ini_to_ymap(text: str, err: Any) -> YMap:
             if not eq or not k.strip():
                 err(n, f"{name}.vars", f"expected key=value, got '{line}'")
                 continue
-            _put(part(g, "vars", n), k.strip(), _ini_value(v.strip()), n)
+            _put(part(g, "vars", n), k.strip(), _ini_value(v.strip(), n), n)
         elif kind == "children":
             _put(part(g, "children", n), line, None, n)
         else:
@@ -358,7 +383,7 @@ def ini_to_ymap(text: str, err: Any) -> YMap:
                 if not eq:
                     err(n, f"{name}.hosts.{toks[0]}", f"expected key=value, got '{t}'")
                     continue
-                _put(hv, k, _ini_value(v), n)
+                _put(hv, k, _ini_value(v, n), n)
             _put(part(g, "hosts", n), toks[0], hv, n)
     return top
 

@@ -41,12 +41,23 @@ fd_stacks_gpu_fds() { # fd_stacks_gpu_fds PID: how many /dev/nvidia* files it ho
   ls -l "/proc/$1/fd" 2>/dev/null | grep -c ' -> /dev/nvidia'
 }
 
+fd_stacks_tool() { # fd_stacks_tool PID: a Python process that is nobody's job (fleetdiag, its keeper, pytest, pip)
+  fd_stacks_cl=$({ tr '\000' ' ' < "/proc/$1/cmdline"; } 2>/dev/null | head -c 4096)
+  case $fd_stacks_cl in
+    # the program or module by name, never a path that merely contains the word (a checkout called fleetdiag/)
+    *bin/fleetdiag|*bin/fleetdiag\ *|*"from fleetdiag"*|*"-m fleetdiag"*|*"import fleetdiag"*) return 0 ;;
+    *bin/pytest|*bin/pytest\ *|*"-m pytest"*|*bin/py.test*|*bin/pip\ *|*"-m pip "*|*ipykernel*|*bin/jupyter*) return 0 ;;
+  esac
+  return 1
+}
+
 fd_stacks_find() { # PIDs of the job's Python processes, at most FD_STACKS_MAX: those holding a GPU first
   fd_stacks_me=$$
   grep -aliE 'python|torchrun|vllm|sglang|ray::|deepspeed|accelerate|pt_main_thread' /proc/[0-9]*/cmdline 2>/dev/null |
     sed -n 's|^/proc/\([0-9][0-9]*\)/cmdline$|\1|p' | sort -n | while read -r fd_stacks_p; do
       [ "$fd_stacks_p" = "$fd_stacks_me" ] && continue
       fd_stacks_is_job "$fd_stacks_p" || continue
+      fd_stacks_tool "$fd_stacks_p" && continue
       if [ "$(fd_stacks_gpu_fds "$fd_stacks_p")" -gt 0 ]; then echo "0 $fd_stacks_p"; else echo "1 $fd_stacks_p"; fi
     done | sort -k1,1n -k2,2n | head -n "${FD_STACKS_MAX:-16}" | cut -d' ' -f2
 }
