@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -94,7 +95,12 @@ def single_host_set(name: str, folder: Path) -> list[Case]:
 
 
 def multinode_set(name: str, folder: Path) -> list[Case]:
-    """Per node of a job: the root node's own error; a victim's line is its own peer-caused error."""
+    """Per node of a job: the root node's own error; a victim's line is its own peer-caused error.
+
+    A hang's root is the straggler, a node with no error of its own (its last
+    ordinary line is the label): only the job analysis can name it, so it is
+    not a single-host case.
+    """
     out = []
     for p in sorted(folder.glob("*.json")):
         lab = _label(p)
@@ -106,6 +112,8 @@ def multinode_set(name: str, folder: Path) -> list[Case]:
             src = lab.get("source", "")
             cid = f"{p.stem}.{host}"
             if host == lab.get("root_host"):
+                if lab.get("kind") == "hang":
+                    continue
                 out.append(Case(name, cid, log, list(lab.get("root_line_any", [])), [], "failed", src))
             elif host in (lab.get("victims") or {}):
                 out.append(Case(name, cid, log, [], [], "failed", src, role="peer-caused"))
@@ -113,23 +121,38 @@ def multinode_set(name: str, folder: Path) -> list[Case]:
 
 
 def kernel_set(name: str, folder: Path) -> list[Case]:
-    """The kernel corpus: the app log (or an empty one) with its kernel lines."""
+    """The kernel corpus, judged as a live host whose kernel log holds the fault (``analyze --kernel``).
+
+    A fault that stands on its own (hardware, driver) makes the host
+    ``degraded`` with the kernel line; any other (an application's Xid, an OOM
+    kill, corrected errors) leaves it ``healthy``. Which is which is the
+    kernel corpus's own reading of its labels (tests/test_kernel_corpus_probe.py);
+    without it the set is not run.
+    """
+    try:
+        from tests import test_kernel_corpus_probe as kc  # the labels' reading, shared with its e2e test
+    except Exception:
+        return []
     out = []
     for p in sorted(folder.glob("*.json")):
         lab = _label(p)
         files = lab.get("files") or {}
-        if not files.get("kern"):
+        if not files.get("kern") or "decisive_kernel_line" not in lab:
             continue
-        acc = [x for x in (lab.get("decisive_kernel_line"), lab.get("decisive_app_line")) if x]
-        app = p.parent / files["app"] if files.get("app") else None
+        try:
+            alone = kc.stands_alone(lab)
+            also = getattr(kc, "ALSO_RIGHT", {}).get(lab["id"])
+        except Exception:
+            continue
+        acc = [lab["decisive_kernel_line"], *([also] if also else [])] if alone else []
         out.append(
             Case(
                 name,
                 p.stem,
-                app if app is not None else Path(os.devnull),
+                Path(os.devnull),
                 acc,
                 list(lab.get("decoys", [])),
-                "failed" if lab.get("verdict", "failed") == "failed" else lab["verdict"],
+                "degraded" if alone or files.get("smi") else "healthy",  # nvidia-smi's own fault refines it
                 lab.get("source", ""),
                 kernel=p.parent / files["kern"],
                 smi=p.parent / files["smi"] if files.get("smi") else None,
@@ -149,6 +172,7 @@ def all_sets() -> dict[str, list[Case]]:
         ("tests/corpus", TESTS / "corpus", single_host_set),
         ("tests/corpus_extra", TESTS / "corpus_extra", single_host_set),
         ("tests/corpus_heldout", TESTS / "corpus_heldout", single_host_set),
+        ("tests/corpus_heldout/kernel", TESTS / "corpus_heldout" / "kernel", kernel_set),
         ("tests/corpus_multinode", TESTS / "corpus_multinode", multinode_set),
     ):
         if folder.is_dir():
@@ -167,6 +191,11 @@ Answer = tuple[str | None, str | None, str | None, str | None]  # verdict, decis
 def judge(case: Case, verdict: str | None, line: str | None, role: str | None, category: str | None = None) -> str:
     """right, wrong, or decoy (a decoy named instead of the decisive line); the labelled category counts."""
     line = line or ""
+    if case.verdict == "degraded":  # a kernel fault on a live host: the verdict and the kernel line
+        if any(d in line for d in case.decoys):
+            return DECOY
+        named = not case.accepted or any(a in line for a in case.accepted)
+        return RIGHT if verdict == "degraded" and named else WRONG
     if case.verdict != "failed":
         if verdict == case.verdict:
             return RIGHT
@@ -190,11 +219,11 @@ def judge(case: Case, verdict: str | None, line: str | None, role: str | None, c
 def _kernel_supported() -> bool:
     from fleetdiag.cli.analyze import analyze
 
-    return any(p.name == "kernel" for p in analyze.params)
+    return any("--kernel" in getattr(p, "opts", ()) for p in analyze.params)
 
 
 def _argv(case: Case, kernel_ok: bool) -> list[str] | None:
-    argv = ["analyze", "--json", str(case.log)]
+    argv = ["analyze", "--json"] + ([] if str(case.log) == os.devnull else [str(case.log)])
     if case.kernel is not None:
         if not kernel_ok:
             return None
@@ -304,17 +333,26 @@ def _xid_support(cases: list[Case]) -> dict[str, list[str]]:
     base = {c.id: judge(c, *run_cli([c])[c.id]) for c in cases}
     out: dict[str, list[str]] = {}
     for code in sorted(table.codes):
-        needle = str(code)
-        cand = [c for c in cases if base[c.id] == RIGHT and needle in c.kernel.read_text(errors="replace")]  # type: ignore[union-attr]
+        named = re.compile(rf"Xid \([^)]*\): {code}\b")  # the cases whose kernel log names this Xid
+        cand = [c for c in cases if base[c.id] == RIGHT and named.search(c.kernel.read_text(errors="replace"))]  # type: ignore[union-attr]
         flipped = []
         if cand:
             less = xid_mod.XidTable({k: v for k, v in table.codes.items() if k != code}, table.hints)
+            # every module that imported the table's accessor by name gets the smaller table
+            users = [
+                m
+                for m in list(sys.modules.values())
+                if getattr(m, "__name__", "").startswith("fleetdiag")
+                and getattr(m, "default_xid_table", None) is xid_mod.default_xid_table
+            ]
             saved = xid_mod.default_xid_table
-            xid_mod.default_xid_table = lambda less=less: less  # type: ignore[assignment]
+            for m in users:
+                m.default_xid_table = lambda less=less: less  # type: ignore[attr-defined]
             try:
                 got = run_cli(cand)
             finally:
-                xid_mod.default_xid_table = saved  # type: ignore[assignment]
+                for m in users:
+                    m.default_xid_table = saved  # type: ignore[attr-defined]
             flipped = [c.id for c in cand if judge(c, *got[c.id]) != RIGHT]
         out[f"xid:{code}"] = flipped
     return out

@@ -767,7 +767,7 @@ def test_torchrun_sigkill_without_any_child_output(rules):
     assert "failed (exitcode: -9) local_rank: 1" in dec.line
     assert dec.category == "oom" and dec.rank == 1
     assert dec.role == "launcher"
-    assert "rank 1 died with SIGKILL (-9) and wrote no error" in dec.reason
+    assert "local rank 1 died with SIGKILL (-9) and wrote no error" in dec.reason
 
 
 def test_logger_exception_with_a_prefix_on_its_first_line_only(rules):

@@ -68,7 +68,7 @@ def test_launcher_alone_says_so(rules):
     dec = analyze_text(text, rules=rules).decisive
     assert dec.role == "launcher"
     assert "exitcode: -9" in dec.line
-    assert "rank 0 died with SIGKILL (-9) and wrote no error: see the kernel log" in dec.reason
+    assert "local rank 0 died with SIGKILL (-9) and wrote no error: see the kernel log" in dec.reason
 
 
 def test_watchdog_reporting_a_local_cuda_fault_is_a_cause(rules):

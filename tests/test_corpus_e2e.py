@@ -49,9 +49,25 @@ CASES = _cases()
 HOSTS = {c.id: f"c{i:03d}" for i, c in enumerate(CASES)}
 
 
+# held-back cases the analyzer gets wrong: never tuned on (bench/accuracy.py scores them); strict, so a
+# general fix that makes one pass is noticed and the entry goes
+HELDOUT_KNOWN_WRONG = {
+    "llamacpp_6527_argsort_ggml_assert_gdb",
+    "ray_rlfactory_8_raytaskerror_actordied_system_error",
+    "torch_xinference_4421_tcpstore_should_dump_broken_pipe",
+    "vllm_9818_sidecar_prefix_mqllmengine_already_dead",
+    "vllm_dynamo_787_custom_allreduce_failed_as_info_lines",
+    "vllm_omni_2928_hung_engine_behind_status_200s",
+}
+
+
 def _xfail(case) -> list:
+    if case.set == "tests/corpus_heldout" and case.id in HELDOUT_KNOWN_WRONG:
+        return [pytest.mark.xfail(reason="held back, known wrong (not tuned on)", strict=True)]
     lab = case.log.with_suffix(".json")
     why = json.loads(lab.read_text()).get("known_wrong") if lab.is_file() else None
+    if isinstance(why, dict):  # per test: only a wrong line or verdict matters here
+        why = why.get("test_decisive_line")
     return [pytest.mark.xfail(reason=why, strict=True)] if why else []
 
 
@@ -86,6 +102,15 @@ def probed(sshd, tmp_path_factory):
         "--ssh-config",
         str(sshd.ssh_config),
         "--no-stacks",
+        # a loaded CI machine: generous limits, few handshakes at once (one sshd serves every host)
+        "--fanout",
+        "8",
+        "--connect-timeout",
+        "60s",
+        "--timeout",
+        "120s",
+        "--workers",
+        "1",
     ]
     env = {"COLUMNS": "400", "XDG_CONFIG_HOME": str(tmp / "config")}
     r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *common], env=env)
@@ -130,7 +155,14 @@ def test_json_verdict_and_decisive_line(case, probed):
     dec = h.get("decisive") or {}
     verdict = "failed" if h["verdict"] == "failed" else h["verdict"]
     got = _bench().judge(case, verdict, dec.get("line"), dec.get("role"), dec.get("category"))
-    assert got == "right", (h["verdict"], dec.get("line"), dec.get("role"), dec.get("category"), case.accepted)
+    assert got == "right", (
+        h["verdict"],
+        h.get("error"),
+        dec.get("line"),
+        dec.get("role"),
+        dec.get("category"),
+        case.accepted,
+    )
     assert "role" in dec or case.verdict != "failed"
 
 

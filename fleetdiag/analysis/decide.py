@@ -23,7 +23,7 @@ from ..records import FAILED, HEALTHY, STARTING, Decisive, Diagnosis, Line
 from . import hints
 from .fingerprint import fingerprint
 from .lines import SEVERITY, LogLine, clean, parse_all, time_key
-from .normalise import normalise
+from .normalise import Normalised, normalise
 from .processes import rank_of
 from .rules import CAUSE, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
 from .tracebacks import Event, build_events
@@ -251,6 +251,8 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         if ev.kind == "exception" and ev.line.severity == SEVERITY["WARNING"]:
             weak = True  # logged as a warning: the program went on
         j = Judged(ev, "primary", WEAK if weak else STRONG, sig=sig)
+        if ev.kind == "native" and "after throwing" in ev.line.msg:
+            j.tier = INCOMPLETE  # the what() naming the exception was not in the lines read
         j.line_role = sig.role if sig is not None else CAUSE
         if j.line_role == CAUSE and _blames_peer(sig) and rules.peer_for(text, ev.line.msg) is not None:
             j.line_role = PEER
@@ -325,6 +327,31 @@ def _nested(outer: Event, inner: Event) -> bool:
 
 
 SURVIVED = "handled errors (the process went on normally)"
+RESTARTED = "failures after the launcher restarted the workers"
+_LAUNCH_CHILD = re.compile(r"local_rank: ?(\d+) \(pid: ?(\d+)\)")
+
+
+def restarted_after(judged: list[Judged]) -> int | None:
+    """Line index of a launcher's first report of a child when it later reports a new child of that local rank.
+
+    torchelastic's ``--max-restarts`` starts the workers again after a failure;
+    when the restart fails too, its errors (a connect refused by peers that are
+    gone) follow from the first failure, which is the answer.
+    """
+    first: dict[str, tuple[str, int]] = {}
+    for j in judged:
+        if j.line_role != LAUNCHER or j.role not in ("primary", "secondary"):
+            continue
+        m = _LAUNCH_CHILD.search(j.ev.line.msg)
+        if m is None:
+            continue
+        rank, pid = m.groups()
+        if rank in first and first[rank][0] != pid:
+            return first[rank][1]
+        first.setdefault(rank, (pid, j.ev.line.index))
+    return None
+
+
 SURVIVAL_LINES = 3  # normal lines the same process must log after an error for it to count as survived
 _ENDING = re.compile(
     r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process"
@@ -376,7 +403,7 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
             continue
         ev = j.ev
         end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
-        seen = 0
+        seen: set[str] = set()
         for ln in run[pos.get(end, len(run)) + 1 :]:
             if ln.process != ev.process or ln.index in in_block:
                 continue
@@ -384,8 +411,8 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
                 out[k] = True  # the server answered a request after it
                 break
             if _normal(ln, rules):
-                seen += 1
-                if seen >= SURVIVAL_LINES:
+                seen.add(ln.msg.strip())  # one note repeated word for word while waiting is not work
+                if len(seen) >= SURVIVAL_LINES:
                     out[k] = False
                     break
     return out
@@ -471,7 +498,8 @@ def _launcher_says(best: Judged, rank: int | None) -> str:
     """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
     import signal as _signal
 
-    who = f"rank {rank}" if rank is not None else "a child process"
+    local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg)
+    who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
     code, sig = exit_of(best.ev.line.msg)
     if sig is not None:
         try:
@@ -618,30 +646,24 @@ def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
 def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
     """The whole analysis of one log's lines (sparse, ordered by position)."""
     norm = normalise(list(lines))
-    diag = _diagnose(norm.lines, rules, facts)
-    dec = diag.decisive
-    if dec is not None and norm.steps:
-        orig = norm.original(dec.pos)
-        if orig is not None:
-            dec.pos, dec.lineno = orig.pos, orig.lineno
-        # the lines as the file has them, the service's prefix included (a joined line stays joined)
-        back: dict[str, str] = {}
-        for ln in norm.lines:
-            o = norm.origin.get(ln.pos)
-            raw = clean(o.text) if o is not None else ln.text
-            if raw != ln.text and raw.endswith(ln.text):
-                back[ln.text] = raw
-        dec.line = back.get(dec.line, dec.line)
-        dec.traceback = [back.get(t, t) for t in dec.traceback]
-        dec.reason += f"; log normalised first ({', '.join(norm.steps)})"
+    diag = _diagnose(norm.lines, rules, facts, norm)
+    if diag.decisive is not None and norm.steps:
+        diag.decisive.reason += f"; log normalised first ({', '.join(norm.steps)})"
     return diag
 
 
-def _diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
+def _diagnose(
+    lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None, norm: Normalised | None = None
+) -> Diagnosis:
     parsed = parse_all(lines, rules.tag_peelers)
     run = current_lines(parsed, rules)
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
+    again = restarted_after(judged)
+    if again is not None:
+        for j in judged:
+            if j.ev.line.index > again and j.role == "primary":
+                j.role, j.kind, j.tier = "secondary", RESTARTED, ONLY_SECONDARY
     handled = survivors(judged, run, rules)
     for k in handled:
         judged[k].role, judged[k].kind, judged[k].tier = "secondary", SURVIVED, ONLY_SECONDARY
@@ -665,16 +687,23 @@ def _diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None)
     sig = best.sig
     if sig is None and best.role == "secondary":
         sig = best.sig = rules.signature_for(best.ev.text)
+
+    def as_filed(ln: LogLine) -> LogLine | Line:
+        """The line as the file has it (before normalisation: its prefix, its first physical part)."""
+        o = norm.original(ln.pos) if norm is not None and norm.origin else None
+        return o if o is not None else ln
+
+    first = as_filed(ev.line)
     decisive = Decisive(
-        line=ev.line.raw,
+        line=clean(first.text) if isinstance(first, Line) else ev.line.raw,
         message=ev.line.msg.strip(),
         process=ev.process,
         time=ev.line.time or next((ln.time for ln in ev.block if ln.time), None),
-        lineno=ev.line.lineno,
-        pos=ev.line.pos,
+        lineno=first.lineno,
+        pos=first.pos,
         exception_type=ev.exception_type,
         category=_category(best),
-        traceback=[ln.raw for ln in ev.block],
+        traceback=[clean(o.text) if isinstance(o, Line) else o.raw for o in map(as_filed, ev.block)],
         hint=hints.render(sig, facts) or _fallback_hint(best),
         fingerprint=best.fp or fingerprint(ev.exception_type or best.kind or ev.kind, ev.message),
         confidence=_confidence(best, judged, cascade),
