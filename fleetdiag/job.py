@@ -432,6 +432,14 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
             ev.rank = r
         ev.chosen = "the rank's own line above its launcher's report"
         return
+    m = _LAUNCHER.search(ev.line)
+    if m and int(m["code"]) < 0 and -int(m["code"]) not in _STOPPED_BY_AGENT:
+        # the launcher's line itself reports a signal death: a killed rank writes no error file (one on the node
+        # is a restart's)
+        code = int(m["code"])
+        ev.signal, ev.kind, ev.pid = SIGNALS.get(-code, f"signal {-code}"), "", int(m["pid"])
+        ev.chosen = f"its rank died by {ev.signal} (exit code {code}) with no error of its own"
+        return
     if err is not None and err.get("message"):  # the rank's own error, as its @record wrote it
         ev.line = ev.message = str(err["message"])
         ev.traceback, ev.lineno, ev.time = [], None, None
