@@ -85,6 +85,13 @@ def default_nodes() -> list[DemoNode]:
             "fr",
             "rank 1 of the same job: a shape error in its own code (the job's root cause)",
         ),
+        # A three-node gloo job (real logs, tests/fixtures/gloo/g3_exc_mid): the middle node's rank raises; the
+        # other two ranks show only gloo's "Connection closed by peer" and their launcher's "failed (exitcode: 1)".
+        DemoNode("se-node-0", "gloo_node0.log", 90, "se", "rank 0 of a 3-node gloo job: Connection closed by peer"),
+        DemoNode(
+            "se-node-1", "gloo_node1.log", 90, "se", "rank 1 of the same job: a shape error (the job's root cause)"
+        ),
+        DemoNode("se-node-2", "gloo_node2.log", 90, "se", "rank 2 of the same job: Connection closed by peer"),
     ]
 
 

@@ -166,6 +166,7 @@ def remote_command(script: str) -> str:
 
 
 _LINE_SPLIT = re.compile("\t")
+NODE_RECORDS = 200_000  # remote/node.sh's records kept (its files are bounded there; this bounds the rest)
 CUT = "funnel output ended early (timeout or connection cut): what arrived is shown"
 
 
@@ -227,6 +228,10 @@ def parse_output(out: str, mark: str) -> FunnelResult:
         elif kind == "F":
             key, _, value = rest.partition("\t")
             res.facts.setdefault("raw", {}).setdefault(key, []).append(value)
+        elif kind == "N":  # what the node knows about the job (remote/node.sh), parsed by facts.node
+            node = res.facts.setdefault("node_raw", [])
+            if len(node) < NODE_RECORDS:
+                node.append(rest)
         elif kind == "K":  # kernel evidence (remote/kernel.sh), one of its lines per record
             res.kernel.append(rest)
     if not ended:

@@ -24,6 +24,8 @@ from .analysis import Rules, analyze, load_rules
 from .evidence import hang as hang_mod
 from .evidence import host as evidence_mod
 from .evidence import stacks as stacks_mod
+from .facts import node as node_mod
+from .facts import ras as ras_mod
 from .inventory.model import DISCOVER, LogSource
 from .reach import (
     JUMP,
@@ -279,6 +281,9 @@ def remote_spec(
     if facts:  # same exec: the facts snippet runs after the funnel
         spec.extra += facts_mod.SNIPPET
         spec.extra_vars.update(facts_mod.snippet_vars(path_prepend))
+    # same exec, after the funnel: what the node knows (the job's rank variables, error files, Flight Recorder)
+    spec.extra += node_mod.SCRIPT
+    spec.extra_vars.update(node_mod.script_vars((host.funnel or {}).get("flight_recorder")))
     if kernel:  # same exec, beside the funnel: kernel log and GPU health
         spec.side += evidence_mod.SCRIPT
         spec.extra_vars.update(evidence_mod.script_vars(path_prepend))
@@ -463,7 +468,8 @@ async def _stacks(conn: Runner, name: str, settings: ProbeSettings, res: HostRes
     res.timing.bytes += len(out)
     if settings.save_dir is not None:
         save_evidence(settings.save_dir, name, out, "stacks")
-    hang_mod.apply(res, stacks_mod.parse_stacks(out.decode("utf-8", "replace")), cut)
+    text = out.decode("utf-8", "replace")
+    hang_mod.apply(res, stacks_mod.parse_stacks(text), cut, ras_mod.parse(text))
     res.facts["stacks"]["exec_ms"] = round((time.perf_counter() - t0) * 1000, 1)
 
 
@@ -514,10 +520,15 @@ def add_job_facts(res: HostResult, fr: FunnelResult, received: float | None = No
             res.facts["zone"] = clock["zone"]
     if fr.mtime is not None:
         res.facts["log_mtime"] = fr.mtime
+    node = node_mod.parse_node(fr.facts.get("node_raw"))
+    if node is not None and (node["procs"] or node["error_files"] or node["flight_recorder"] or node["notes"]):
+        res.facts["node"] = node
     if res.decisive is not None:
         kept = job_mod.job_facts(res, [ln.text for ln in fr.lines()])
         if kept is not None:
             res.facts["job"] = kept
+    elif res.verdict == STALLED:  # a straggler candidate: its last lines say the step it is stuck in
+        res.facts["job"] = {"kind": "", "lines": [job_mod.clip(ln.text) for ln in fr.lines()[-job_mod.QUIET_LINES :]]}
 
 
 def save_evidence(directory: Path, name: str, raw: bytes, stage: str = "funnel") -> Path:

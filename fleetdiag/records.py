@@ -177,6 +177,9 @@ class Decisive:
     source: str = "log"  # where the line came from: log | kernel | gpu
     consequence: str | None = None  # source kernel/gpu: the application's error this caused (its log line)
     time_iso: str | None = None  # ``time`` as ISO 8601 (year from the log's mtime; offset when the zone is known)
+    # what the line is to the failure: cause | wrapper | launcher | peer-caused | consequence (DESIGN §14);
+    # a peer-caused line is this host's own error, caused by another process (the job analysis uses it)
+    role: str = "cause"
 
 
 @dataclass

@@ -384,7 +384,9 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             where.append(loc)
         grid.add_row("where", PathSafe(" · ".join(where)))
         grid.add_row("log line", PathSafe(d.line, style="dim"))
-        kind = " · ".join(x for x in (d.exception_type, d.category) if x)
+        # a line that is not the cause itself says what it is (peer-caused, launcher, wrapper)
+        role = d.role if d.role and d.role != "cause" else None
+        kind = " · ".join(x for x in (d.exception_type, d.category, role) if x)
         grid.add_row(
             "kind", Text(f"{kind} · confidence {d.confidence:.0%}" if kind else f"confidence {d.confidence:.0%}")
         )
@@ -426,6 +428,7 @@ def host_card(res: HostResult, traceback_lines: int = 40) -> Panel:
             ),
         )
     _stack_rows(grid, res)
+    _node_rows(grid, res)
     parts: list[Any] = [grid]
     if d is not None and d.traceback:
         tb = _strip_common_prefix(d.traceback)
@@ -454,6 +457,17 @@ def _stack_rows(grid: Table, res: HostResult) -> None:
     info = (res.facts or {}).get("stacks")
     for note in (info.get("notes") or []) if isinstance(info, dict) else []:
         grid.add_row("stacks", Text(str(note), style="yellow"))
+
+
+def _node_rows(grid: Table, res: HostResult) -> None:
+    """What the node recorded about the job (fleetdiag.facts.node): its error file, Flight Recorder dumps, ranks."""
+    from .facts.node import rows
+
+    for label, text in rows((res.facts or {}).get("node")):
+        grid.add_row(label, PathSafe(text))
+    ras = ((res.facts or {}).get("stacks") or {}).get("ras")
+    if isinstance(ras, dict) and ras.get("summary"):
+        grid.add_row("NCCL RAS", Text(str(ras["summary"]), style="yellow" if ras.get("available") else "dim"))
 
 
 def _below_the_log(grid: Table, res: HostResult) -> None:

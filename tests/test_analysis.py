@@ -766,7 +766,8 @@ def test_torchrun_sigkill_without_any_child_output(rules):
     dec = run(killed, rules).decisive
     assert "failed (exitcode: -9) local_rank: 1" in dec.line
     assert dec.category == "oom" and dec.rank == 1
-    assert "no exception found" in dec.reason
+    assert dec.role == "launcher"
+    assert "local rank 1 died with SIGKILL (-9) and wrote no error" in dec.reason
 
 
 def test_logger_exception_with_a_prefix_on_its_first_line_only(rules):

@@ -27,6 +27,7 @@ SAMPLES = [
     # keywords: a worker's one-line last words
     "/bin/sh: 1: vllm: not found",
     "/usr/bin/python3: No module named vllm.entrypoints.openai.api_serve",
+    "\tGPU 1: FAULTY",
     # run_start
     "(APIServer pid=1) INFO 05-09 15:00:00 [api_server.py:1920] vLLM API server version 0.20.1",
     "INFO 10-24 13:47:42 [cli_args.py:264] non-default args: {'model': 'Qwen/Qwen3-8B-FP8'}",

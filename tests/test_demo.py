@@ -22,6 +22,9 @@ def test_demo_probes_the_simulated_fleet():
         ("jp-node", "FAILED"),
         ("fr-node-a", "FAILED"),
         ("fr-node-b", "FAILED"),
+        ("se-node-0", "FAILED"),
+        ("se-node-1", "FAILED"),
+        ("se-node-2", "FAILED"),
     ):
         assert f"{host}  {verdict}" in out, host
     # jp-node: the kernel's Xid 79 is the cause, the worker's CUDA error its consequence
@@ -38,3 +41,7 @@ def test_demo_probes_the_simulated_fleet():
     assert "job root cause: fr-node-b · rank 1 · RuntimeError: mat1 and mat2 shapes" in flat
     assert "1 other host failed as a consequence: fr-node-a (NCCL remote error" in flat
     assert "consequence of fr-node-b (job root cause)" in out
+    # the three-node gloo job: the victims' own line is gloo's closed connection, never their launcher's report
+    assert "job root cause: se-node-1 · rank 1 · RuntimeError: mat1 and mat2 shapes" in flat
+    assert "2 other hosts failed as a consequence: se-node-0 (peer closed the connection" in flat
+    assert "se-node-2 (peer closed the connection" in flat and "job: ranks 0–2 of 3" in flat

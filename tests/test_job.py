@@ -97,7 +97,7 @@ def test_m1_victim_stamped_earlier_is_demoted() -> None:
     line = summary_line(rc)
     assert line.startswith("job root cause: node1 · rank 1 · RuntimeError: mat1 and mat2 shapes")
     assert "1 other host failed as a consequence: node0 (NCCL remote error, stamped 0.4 s earlier)" in line
-    assert set(rc.to_json()) == {"host", "rank", "line", "time", "fingerprint", "affected", "why"}
+    assert set(rc.to_json()) == {"host", "rank", "line", "time", "fingerprint", "affected", "why", "formed", "evidence"}
     assert rc.to_json()["time"].startswith("2026-11-30T16:46:04")
 
 

@@ -1,10 +1,14 @@
-"""From events to a diagnosis: primary or secondary, the decisive error, the verdict.
+"""From events to a diagnosis: each error line's role, the decisive error, the verdict.
 
-The decisive error is the earliest primary error of the latest run. Wrappers
-and consequences (rules.yaml ``secondary``) never win while a primary exists;
-among simultaneous primaries the deepest process wins (a worker over its
-engine core over the API server), because the parent only reports that the
-child died.
+Every error line gets a role (rules.py ROLES): a *cause* raised where it
+happened, a *wrapper* quoting another error, a *launcher* reporting a child's
+exit, a *peer-caused* transport or watchdog error blaming another process, or
+a *consequence*. The decisive error is the earliest cause of the latest run;
+then a peer-caused line (on a node that failed because of a peer, its own
+transport error is what the job analysis reasons with); a wrapper or launcher
+only when nothing it wraps is in the log. Among simultaneous causes the
+deepest process wins (a worker over its engine core over the API server),
+because the parent only reports that the child died.
 """
 
 from __future__ import annotations
@@ -18,12 +22,20 @@ from typing import Any
 from ..records import FAILED, HEALTHY, STARTING, Decisive, Diagnosis, Line
 from . import hints
 from .fingerprint import fingerprint
-from .lines import SEVERITY, LogLine, parse_all, time_key
+from .lines import SEVERITY, LogLine, clean, parse_all, time_key
+from .normalise import Normalised, normalise
 from .processes import rank_of
-from .rules import Rules, SecondaryRule, Signature
+from .rules import CAUSE, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
 from .tracebacks import Event, build_events
 
-STRONG, WEAK, INCOMPLETE, ONLY_SECONDARY = range(4)
+# tiers, best first: a cause; a weak cause (an error line of no known shape) or a peer-caused error,
+# whichever came first (an unknown error-level line after a transport error is its follow-up);
+# a launcher's report of a child's exit; a traceback without its last line; a wrapper or launcher
+# line that quotes nothing; a consequence
+STRONG, WEAK, LAUNCH_TIER, INCOMPLETE, REPORTER, ONLY_SECONDARY = range(6)
+PEER_TIER = WEAK
+_TIER_OF_ROLE = {PEER: PEER_TIER, LAUNCHER: LAUNCH_TIER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
+_TIER_OF_SECONDARY = {PEER: PEER_TIER, LAUNCHER: REPORTER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
 SIMULTANEOUS_S = 5.0  # errors this close in time count as one moment for the depth preference
 
 
@@ -39,6 +51,7 @@ class Judged:
     fp: str = ""
     rule: SecondaryRule | None = None
     cause: str | None = None  # message quoted by a wrapper
+    line_role: str = CAUSE  # cause | wrapper | launcher | peer-caused | consequence (rules.ROLES)
 
 
 def latest_run(lines: list[LogLine], rules: Rules) -> int:
@@ -199,7 +212,7 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         ev = queue[q]
         q += 1
         if ev.line.index in demoted and ev.kind == "signature":
-            out.append(Judged(ev, "secondary", ONLY_SECONDARY, OTHER_RANKS))
+            out.append(Judged(ev, "secondary", ONLY_SECONDARY, OTHER_RANKS, line_role=LAUNCHER))
             continue
         text = ev.text
         key = (text, ev.header, ev.line.msg)
@@ -217,7 +230,8 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         if verdict[0] == "secondary":
             rule, m = verdict[1]
             cause = m.groupdict().get("cause") if rule.carries_cause else None
-            out.append(Judged(ev, "secondary", ONLY_SECONDARY, rule.kind, rule=rule, cause=cause))
+            tier = _TIER_OF_SECONDARY.get(rule.role, ONLY_SECONDARY)
+            out.append(Judged(ev, "secondary", tier, rule.kind, rule=rule, cause=cause, line_role=rule.role))
             if ev.kind == "exception" and len(ev.block) > 1:
                 queue.extend(_lifted(ev, rules))
             continue
@@ -225,7 +239,7 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             out.append(Judged(ev, "primary", INCOMPLETE, "traceback without its final line"))
             continue
         if _restated_by_chain(ev, events):
-            out.append(Judged(ev, "secondary", ONLY_SECONDARY, RESTATED))
+            out.append(Judged(ev, "secondary", ONLY_SECONDARY, RESTATED, line_role=WRAPPER))
             continue
         detail = [d for d in ev.detail[:20] if not rules.is_benign(d)]
         sig = rules.signature_for(text, *detail) or ev.signature
@@ -237,6 +251,13 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         if ev.kind == "exception" and ev.line.severity == SEVERITY["WARNING"]:
             weak = True  # logged as a warning: the program went on
         j = Judged(ev, "primary", WEAK if weak else STRONG, sig=sig)
+        if ev.kind == "native" and "after throwing" in ev.line.msg:
+            j.tier = INCOMPLETE  # the what() naming the exception was not in the lines read
+        j.line_role = sig.role if sig is not None else CAUSE
+        if j.line_role == CAUSE and _blames_peer(sig) and rules.peer_for(text, ev.line.msg) is not None:
+            j.line_role = PEER
+        if j.line_role != CAUSE:
+            j.tier = max(j.tier, _TIER_OF_ROLE.get(j.line_role, ONLY_SECONDARY))
         j.fp = fingerprint(ev.exception_type or (sig.name if sig else ev.kind), ev.message)
         first = seen.get(j.fp)
         if first is not None:
@@ -246,6 +267,7 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         else:
             seen[j.fp] = j
         out.append(j)
+    _chained_wrappers(out)
     known = " \n ".join(_norm(j.ev.text + " " + " ".join(j.ev.detail)) for j in out if j.role == "primary")
     quoting: dict[str, Judged] = {}
     for j in out:
@@ -261,9 +283,40 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
                 )  # re-raised outward: the inner quote is nearer the cause
             quoting[_norm(j.cause)] = j
             j.role, j.tier = "primary", STRONG
+            j.line_role = WRAPPER
             j.sig = rules.signature_for(j.cause, j.ev.text)
             j.fp = fingerprint("quoted", j.cause)
     return out
+
+
+def _blames_peer(sig: Signature | None) -> bool:
+    """A transport or watchdog error blames another process unless it names a local fault.
+
+    "watchdog thread terminated with exception: CUDA error: an illegal memory
+    access" is this GPU's own failure, reported by the watchdog.
+    """
+    return sig is None or sig.category in ("nccl", "network", "other")
+
+
+def _chained_wrappers(judged: list[Judged]) -> None:
+    """Later exceptions of a chain that began with a cause wrap it: they never win over it.
+
+    ``raise RuntimeError("worker failed") from e`` and "During handling of the
+    above exception" print the cause first; what follows restates or reacts to it.
+    """
+    first: dict[int, Judged] = {}
+    for j in judged:
+        ev = j.ev
+        if ev.kind != "exception" or not ev.block:
+            continue
+        head = first.get(id(ev.block))
+        if ev.chain == 0 or head is None:
+            if j.role == "primary" and j.line_role == CAUSE and j.tier <= WEAK:
+                first[id(ev.block)] = j
+            continue
+        if j.role in ("primary", "repeat") and j.line_role == CAUSE and ev.chain > head.ev.chain:
+            j.line_role = WRAPPER
+            j.tier = max(j.tier, REPORTER)
 
 
 def _nested(outer: Event, inner: Event) -> bool:
@@ -274,6 +327,31 @@ def _nested(outer: Event, inner: Event) -> bool:
 
 
 SURVIVED = "handled errors (the process went on normally)"
+RESTARTED = "failures after the launcher restarted the workers"
+_LAUNCH_CHILD = re.compile(r"local_rank: ?(\d+) \(pid: ?(\d+)\)")
+
+
+def restarted_after(judged: list[Judged]) -> int | None:
+    """Line index of a launcher's first report of a child when it later reports a new child of that local rank.
+
+    torchelastic's ``--max-restarts`` starts the workers again after a failure;
+    when the restart fails too, its errors (a connect refused by peers that are
+    gone) follow from the first failure, which is the answer.
+    """
+    first: dict[str, tuple[str, int]] = {}
+    for j in judged:
+        if j.line_role != LAUNCHER or j.role not in ("primary", "secondary"):
+            continue
+        m = _LAUNCH_CHILD.search(j.ev.line.msg)
+        if m is None:
+            continue
+        rank, pid = m.groups()
+        if rank in first and first[rank][0] != pid:
+            return first[rank][1]
+        first.setdefault(rank, (pid, j.ev.line.index))
+    return None
+
+
 SURVIVAL_LINES = 3  # normal lines the same process must log after an error for it to count as survived
 _ENDING = re.compile(
     r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process"
@@ -283,10 +361,20 @@ _UNWINDING = re.compile(
 )  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
 
 
+# health, readiness and metrics probes: an HTTP front end answers them while its engine is dead
+_PROBE = re.compile(r'"(?:GET|HEAD) /(?:health\w*|ready\w*|live\w*|ping|metrics|v1/models|version|stats)\b[^"]*"')
+
+
 def _normal(ln: LogLine, rules: Rules) -> bool:
-    """A line that shows a process at work: info-level, not error-shaped, not winding down."""
+    """A line that shows a process at work: info-level, not error-shaped, not winding down.
+
+    A ``GET /health 200`` is not work: the API server answers it after the
+    engine behind it died.
+    """
     m = ln.msg.strip()
     if not m or ln.severity > SEVERITY["INFO"] or m[0] in "|+^~":
+        return False
+    if '" ' in m and _PROBE.search(m):
         return False
     if ln.level is None and (ln.msg[:1].isspace() or not rules.is_ready(ln.raw) and not ln.tags and not ln.time):
         return False  # an unlabelled line could be anything (a traceback's tail, a print)
@@ -311,11 +399,11 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
         for ln in j.ev.block:
             in_block.add(ln.index)
     for k, j in enumerate(judged):
-        if j.role != "primary" or j.tier > WEAK:
+        if j.role != "primary" or j.tier == INCOMPLETE or j.tier > REPORTER:
             continue
         ev = j.ev
         end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
-        seen = 0
+        seen: set[str] = set()
         for ln in run[pos.get(end, len(run)) + 1 :]:
             if ln.process != ev.process or ln.index in in_block:
                 continue
@@ -323,8 +411,8 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
                 out[k] = True  # the server answered a request after it
                 break
             if _normal(ln, rules):
-                seen += 1
-                if seen >= SURVIVAL_LINES:
+                seen.add(ln.msg.strip())  # one note repeated word for word while waiting is not work
+                if len(seen) >= SURVIVAL_LINES:
                     out[k] = False
                     break
     return out
@@ -336,17 +424,15 @@ def _simultaneous(a: Event, b: Event) -> bool:
 
 
 def choose(judged: list[Judged], rules: Rules) -> Judged | None:
-    """Earliest primary of the best tier; a deeper process wins a tie in time."""
-    prim = [j for j in judged if j.role == "primary"]
+    """Earliest line of the best tier (a cause, then a peer-caused error, then a launcher or
+    wrapper, then a consequence); a deeper process wins a tie in time."""
+    prim = [j for j in judged if j.role in ("primary", "secondary")]
     if not prim:
-        sec = [j for j in judged if j.role == "secondary"]
-        if not sec:
-            return None
-        for j in sec:
-            j.tier = ONLY_SECONDARY
-        prim = sec
+        return None
     tier = min(j.tier for j in prim)
     cands = sorted((j for j in prim if j.tier == tier), key=lambda j: j.ev.line.index)
+    if any(j.role == "primary" for j in cands):  # an error line beats a secondary rule's match of its tier
+        cands = [j for j in cands if j.role == "primary"]
     best = cands[0]
     for c in cands[1:]:
         if rules.depth_of(c.ev.process) > rules.depth_of(best.ev.process) and _simultaneous(best.ev, c.ev):
@@ -355,6 +441,8 @@ def choose(judged: list[Judged], rules: Rules) -> Judged | None:
 
 
 _FALLBACK_HINTS = {
+    REPORTER: "Only a wrapper or a launcher's summary was found: the error it reports was printed elsewhere, in "
+    "another process's log (the rank's own stderr) or before the lines read.",
     ONLY_SECONDARY: "Only consequences of a failure were found (wrappers, teardown, a launcher's summary): the root cause "
     "was printed elsewhere, earlier in this log or in another process's log.",
     INCOMPLETE: "The traceback's final line was not in the lines read: read the log around it (that process's own "
@@ -375,12 +463,69 @@ def _fallback_hint(best: Judged) -> str:
             f"Only a wrapper names the cause ({best.cause[:120]}): the failing task's own traceback, with the "
             "full message, is in that worker's own log (for Ray, the worker's log file on its node)."
         )
+    if best.line_role == PEER:
+        return _PEER_HINT
     return _FALLBACK_HINTS.get(best.tier) or _FALLBACK_BY_KIND.get(best.ev.kind, _FALLBACK)
 
 
+_PEER_HINT = (
+    "This process failed because another one did (a peer closed the connection, timed out or exited): "
+    "the root cause is in the log of the rank or host that stopped first."
+)
+_EXIT = re.compile(
+    r"exitcode *: *(?P<code>-?\d+)|return code = (?P<rc>-?\d+)|exit code:? (?P<ec>-?\d+)|exit status (?P<st>\d+)"
+    r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\)|exited with code (?P<dc>\d+)"
+)
+
+
+def exit_of(text: str) -> tuple[int | None, int | None]:
+    """(exit code, signal) a launcher's line reports: ``exitcode: -9`` is SIGKILL, status 137 too."""
+    m = _EXIT.search(text)
+    if m is None:
+        return None, None
+    if m.group("sig"):
+        return None, int(m.group("sig"))
+    raw = next(g for g in (m.group("code"), m.group("rc"), m.group("ec"), m.group("st"), m.group("dc")) if g)
+    n = int(raw)
+    if n < 0:
+        return None, -n
+    if n > 128 and (m.group("st") or m.group("dc")):
+        return None, n - 128  # a shell's (or docker's) 128 + signal
+    return n, None
+
+
+def _launcher_says(best: Judged, rank: int | None) -> str:
+    """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
+    import signal as _signal
+
+    local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg)
+    who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
+    code, sig = exit_of(best.ev.line.msg)
+    if sig is not None:
+        try:
+            name = _signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        where = {
+            9: "the kernel log (the OOM killer) and host memory",
+            7: "its stderr and /dev/shm size",
+        }.get(sig, "its own stderr and the kernel log")
+        return f"{who} died with {name} (-{sig}) and wrote no error: see {where}"
+    if code is not None:
+        return f"{who} exited with code {code} and wrote no error in the lines read: see its own output"
+    return f"{who} died and wrote no error in the lines read: see its own output and the kernel log"
+
+
 def _category(j: Judged) -> str:
-    """The signature's category; an error no signature knows is "other" (not guessed)."""
-    return j.sig.category if j.sig is not None else "other"
+    """The signature's category; an error no signature knows is "other" (not guessed).
+
+    A wrapper quoting a worker's message (``Worker failed with error '…'``)
+    carries a Python exception's text: with no signature of its own it is "python".
+    """
+    if j.sig is not None:
+        return j.sig.category
+    quoted_message = j.cause is not None and " " in j.cause.strip()  # a message, not a bare type name
+    return "python" if quoted_message and j.line_role == WRAPPER and j.tier == STRONG else "other"
 
 
 def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rules) -> Counter[str]:
@@ -426,21 +571,21 @@ def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rule
 
 def _confidence(best: Judged, judged: list[Judged], cascade: int) -> float:
     ev = best.ev
-    if best.tier == ONLY_SECONDARY:
+    if best.tier >= REPORTER:
         c = 0.2
     elif best.tier == INCOMPLETE:
         c = 0.3
-    elif best.tier == WEAK:
+    elif best.tier == LAUNCH_TIER or (best.tier == WEAK and best.line_role == CAUSE):
         c = 0.45
-    elif best.cause is not None:
+    elif best.cause is not None or best.line_role == PEER:
         c = 0.6
     elif ev.kind == "exception":
         c = 0.85 if len(ev.block) > 1 and not ev.truncated else 0.75
     else:
         c = 0.8
-    if best.sig is not None and best.tier <= WEAK:
+    if best.sig is not None and best.tier <= LAUNCH_TIER:
         c += 0.05
-    if cascade and best.tier <= WEAK:
+    if cascade and best.tier <= LAUNCH_TIER:
         c += 0.05
     others = sum(1 for j in judged if j.role == "primary" and j is not best and j.tier == STRONG)
     c -= 0.07 * min(others, 3)
@@ -452,9 +597,15 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
     where = f"in {ev.process}" if ev.process else "in an untagged process"
     if rank is not None and not (ev.process or "").endswith(f"rank{rank}"):
         where += f" (rank {rank})"
+    if best.line_role == LAUNCHER and best.tier <= LAUNCH_TIER:
+        where = f"reported by {ev.process}" if ev.process else "reported by the launcher"
     prim = [j for j in judged if j.role == "primary" and j.tier == best.tier]
-    if best.tier == ONLY_SECONDARY:
-        what = "no primary error in the lines read, only consequences; the earliest is shown"
+    if best.line_role == LAUNCHER and best.tier <= LAUNCH_TIER:
+        what = _launcher_says(best, rank)
+    elif best.tier >= REPORTER:
+        what = f"no cause in the lines read, only consequences (a {best.line_role}); the earliest is shown"
+    elif best.line_role == PEER:
+        what = "peer-caused: a transport or watchdog error that blames another process, and no cause of its own"
     elif best.cause is not None:
         what = "the failing process's own traceback is missing; this wrapper is the only line quoting its error"
     elif best.tier == INCOMPLETE:
@@ -494,13 +645,28 @@ def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
 
 def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) -> Diagnosis:
     """The whole analysis of one log's lines (sparse, ordered by position)."""
+    norm = normalise(list(lines))
+    diag = _diagnose(norm.lines, rules, facts, norm)
+    if diag.decisive is not None and norm.steps:
+        diag.decisive.reason += f"; log normalised first ({', '.join(norm.steps)})"
+    return diag
+
+
+def _diagnose(
+    lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None, norm: Normalised | None = None
+) -> Diagnosis:
     parsed = parse_all(lines, rules.tag_peelers)
     run = current_lines(parsed, rules)
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
+    again = restarted_after(judged)
+    if again is not None:
+        for j in judged:
+            if j.ev.line.index > again and j.role == "primary":
+                j.role, j.kind, j.tier = "secondary", RESTARTED, ONLY_SECONDARY
     handled = survivors(judged, run, rules)
     for k in handled:
-        judged[k].role, judged[k].kind = "secondary", SURVIVED
+        judged[k].role, judged[k].kind, judged[k].tier = "secondary", SURVIVED, ONLY_SECONDARY
     best = choose(judged, rules)
     if best is not None and best.kind == SURVIVED:
         best = None  # every error was handled and nothing ended the run
@@ -519,24 +685,32 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
     ev = best.ev
     rank = rank_of(ev.process, run, ev.line.msg)
     sig = best.sig
-    if sig is None and best.tier == ONLY_SECONDARY:
+    if sig is None and best.role == "secondary":
         sig = best.sig = rules.signature_for(best.ev.text)
+
+    def as_filed(ln: LogLine) -> LogLine | Line:
+        """The line as the file has it (before normalisation: its prefix, its first physical part)."""
+        o = norm.original(ln.pos) if norm is not None and norm.origin else None
+        return o if o is not None else ln
+
+    first = as_filed(ev.line)
     decisive = Decisive(
-        line=ev.line.raw,
+        line=clean(first.text) if isinstance(first, Line) else ev.line.raw,
         message=ev.line.msg.strip(),
         process=ev.process,
         time=ev.line.time or next((ln.time for ln in ev.block if ln.time), None),
-        lineno=ev.line.lineno,
-        pos=ev.line.pos,
+        lineno=first.lineno,
+        pos=first.pos,
         exception_type=ev.exception_type,
         category=_category(best),
-        traceback=[ln.raw for ln in ev.block],
+        traceback=[clean(o.text) if isinstance(o, Line) else o.raw for o in map(as_filed, ev.block)],
         hint=hints.render(sig, facts) or _fallback_hint(best),
         fingerprint=best.fp or fingerprint(ev.exception_type or best.kind or ev.kind, ev.message),
         confidence=_confidence(best, judged, cascade),
         reason=_reason(best, judged, rules, cascade, rank),
         rank=rank,
         rule=sig.name if sig is not None else (best.rule.kind if best.rule is not None else None),
+        role=best.line_role,
     )
     primaries = sum(1 for j in judged if j.role == "primary" and j.tier <= WEAK)
     return Diagnosis(

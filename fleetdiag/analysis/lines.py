@@ -54,9 +54,22 @@ _MPI = _p(r"\[(?P<tag>\d+,\d+)\]<std(?:out|err)>: ?")
 _GLOG_BR = _p(r"\[(?P<level>[IWEF])(?P<time>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)(?: \d+)? (?P<source>" + _SRC + r")\] ?")
 _GLOG_BR_OLD = _p(r"\[(?P<level>[IWEF]) (?P<source>" + _SRC + r")\] ?")
 _BRACKET_LEVEL = _p(r"\[(?P<level>" + _LVL + r")\] *")
+# TensorRT-LLM's "[06/21/2025-01:30:42] "
+_BRACKET_TIME_MDY = _p(r"\[(?P<time>\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d(?:\.\d+)?)\] ?")
+# a native library's own prefix: "[TensorRT-LLM][ERROR] ", "[TRT-LLM] [RANK 0] [E] "
+_BRACKET_NAME_LEVEL = _p(
+    r"\[(?P<source>[A-Za-z][\w.+-]*)\] ?(?:\[RANK \d+\] )?\[(?P<level>" + _LVL + r"|TRACE|[EWIF])\] ?"
+)
 _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
 _ISO_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?=\S)")
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
+# nccl-tests name the host before their failure lines: "node7: Test NCCL failure common.cu:959 '...'"
+_NCCL_TESTS = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*): (?=Test (?:NCCL|CUDA) failure )")
+# llama.cpp's common log: "0.00.160.791 I cmn  message" (time since start, one-letter level)
+_GGML_LOG = _p(r"(?P<time>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[IWEFD]) +")
+# after a time: a journald/snap "unit[pid]: " (short-iso without the host, or with it)
+_UNIT_PID = _p(r"(?:[a-z0-9][\w.-]* )?(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
+_UNIT_PID_START = _p(r"(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
 _NCCL = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*:\d+:\d+ \[\d+\]) ")
 _VLLM = _p(r"(?P<level>" + _LVL + r") +(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) +\[?(?P<source>" + _SRC + r")\] ?")
 _GLOG = _p(r"(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+) +\d+ (?P<source>" + _SRC + r")\] ")
@@ -88,12 +101,23 @@ _SYSLOG = _p(
 _UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _SYSLOG, _NCCL)
 _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "(": (_PAREN_TAG, _RAY_SYS, _ASCEND_PID),
-    "[": (_BRACKET_TIME, _RAY_CPP, _RANK, _MPI, _GLOG_BR, _GLOG_BR_OLD, _BRACKET_LEVEL, _BRACKET_SOURCE),
+    "[": (
+        _BRACKET_TIME,
+        _BRACKET_TIME_MDY,
+        _RAY_CPP,
+        _RANK,
+        _MPI,
+        _GLOG_BR,
+        _GLOG_BR_OLD,
+        _BRACKET_LEVEL,
+        _BRACKET_SOURCE,
+        _BRACKET_NAME_LEVEL,
+    ),
     "-": (_PYDASH,),
     "|": (_LOGURU,),
 }
 for _c in "0123456789":
-    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _NCCL)
+    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _GGML_LOG, _NCCL)
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _DISPATCH[_c] = _UPPER
 for _c in "abcdefghijklmnopqrstuvwxyz":
@@ -102,7 +126,15 @@ _DISPATCH["s"] = (_CRI, _NCCL)
 
 _GROUPS = {
     rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
-    for rx in (_COMPOSE, _PDSH, _RAY_CPP_SRC, *{r for v in _DISPATCH.values() for r in v})
+    for rx in (
+        _COMPOSE,
+        _PDSH,
+        _NCCL_TESTS,
+        _RAY_CPP_SRC,
+        _UNIT_PID,
+        _UNIT_PID_START,
+        *{r for v in _DISPATCH.values() for r in v},
+    )
 }
 # Terminal UIs (k9s, less with borders, rich panels) frame each line: "│ text   │".
 _FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
@@ -215,8 +247,14 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 m = _COMPOSE.match(s)
             if m is None and s.find(": ", 0, 80) > 0:
                 m = _PDSH.match(s)
+                if m is None and "Test " in s:
+                    m = _NCCL_TESTS.match(s)
+                if m is None and s.find("]: ", 0, 120) > 0:
+                    m = _UNIT_PID_START.match(s)  # an export's "gemma3.server[16376]: ..." (time already gone)
         elif source is None and tags and tags[-1] in _RAY_SYS_TAGS and s.find(": ", i, i + 80) > 0:
             m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
+        elif step == 1 and time is not None and not tags and level is None and s.find("]: ", i, i + 120) > 0:
+            m = _UNIT_PID.match(s, i)  # "2026-03-25T19:17:07+02:00 gemma3.server[16376]: ..."
         if m is None:
             c = s[i]
             if source is not None and c != "[" and c != "(":

@@ -28,6 +28,11 @@ except ImportError:  # Python 3.10
 CATEGORIES = ("config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other")
 ERE_SECTIONS = ("keywords", "run_start", "tags", "waiting", "ready")
 LIST_SECTIONS = ERE_SECTIONS + ("benign", "serving")
+# What an error line is to the failure (DESIGN §14): raised where it happened, quoting another
+# error, a launcher reporting a child, a transport/watchdog error blaming another process, or a
+# consequence of the failure.
+CAUSE, WRAPPER, LAUNCHER, PEER, CONSEQUENCE = "cause", "wrapper", "launcher", "peer-caused", "consequence"
+ROLES = (CAUSE, WRAPPER, LAUNCHER, PEER, CONSEQUENCE)
 
 
 class RulesError(ValueError):
@@ -166,6 +171,7 @@ class Signature(_Compiled):
     hint_facts: list[dict[str, str]] = field(default_factory=list)
     standalone: bool = False  # a matching line is an error whatever its level
     weak: bool = False  # loses to any other error (e.g. a launcher's exit code)
+    role: str = CAUSE  # a launcher's exit code, a peer's transport error: they lose to a cause
     pat: Pat = field(init=False, repr=False, compare=False)
 
 
@@ -176,6 +182,7 @@ class SecondaryRule(_Compiled):
     kind: str
     pattern: str
     header: bool = False  # match the line introducing a traceback, not the error line
+    role: str = CONSEQUENCE  # wrapper | launcher | peer-caused | consequence
     pat: Pat = field(init=False, repr=False, compare=False)
 
     @property
@@ -210,6 +217,7 @@ class Rules:
     processes: list[ProcessRule] = field(default_factory=list)
     secondary: list[SecondaryRule] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
+    peer: list[SecondaryRule] = field(default_factory=list)  # data/peer.yaml peer_caused: blames another process
     sources: list[str] = field(default_factory=list)  # files read, in order
     extra_tags: list[str] = field(default_factory=list)  # tags the line parser does not know built in
 
@@ -227,6 +235,7 @@ class Rules:
         self._line_rules = [r for r in self.secondary if not r.header]
         self._header_rules = [r for r in self.secondary if r.header]
         self._standalone = [s for s in self.signatures if s.standalone]
+        self._peer_gate = gate([r.pat for r in self.peer])
         self.tag_peelers = [(re.compile(t[1:] if t.startswith("^") else t), t.startswith("^")) for t in self.extra_tags]
         self._gates = {
             name: gate(pats)
@@ -301,6 +310,58 @@ class Rules:
                 if m is not None:
                     return rule, m
         return None
+
+    def peer_for(self, *texts: str) -> SecondaryRule | None:
+        """The peer_caused rule (data/peer.yaml) a line matches: a transport or watchdog error
+        that blames another process."""
+        for text in texts:
+            if not text or (self._peer_gate is not None and self._peer_gate.search(text) is None):
+                continue
+            for rule in self.peer:
+                if rule.pat.search(text) is not None:
+                    return rule
+        return None
+
+    def rule_ids(self) -> list[str]:
+        """Every rule's id, as ``disable`` takes them: ``signature:NAME``, ``secondary:KIND``,
+        ``peer:KIND``, ``benign:N``, ``serving:N``, ``ready:N``, ``waiting:N``, ``run_start:N``."""
+        out = [f"signature:{s.name}" for s in self.signatures]
+        out += [f"secondary:{r.kind}" for r in self.secondary]
+        out += [f"peer:{r.kind}" for r in self.peer]
+        for sec in ("benign", "serving", "ready", "waiting", "run_start"):
+            out += [f"{sec}:{k}" for k in range(len(getattr(self, sec)))]
+        return out
+
+    def without(self, rule_id: str) -> Rules:
+        """A copy with one rule removed (the rule-support sweep: which cases need it)."""
+        sec, _, key = rule_id.partition(":")
+        kw: dict[str, Any] = {
+            f: list(getattr(self, f))
+            for f in (
+                "keywords",
+                "run_start",
+                "tags",
+                "waiting",
+                "ready",
+                "benign",
+                "serving",
+                "processes",
+                "secondary",
+                "signatures",
+                "peer",
+                "sources",
+                "extra_tags",
+            )
+        }
+        if sec == "signature":
+            kw["signatures"] = [s for s in self.signatures if s.name != key]
+        elif sec in ("secondary", "peer"):
+            kw[sec] = [r for r in getattr(self, sec) if r.kind != key]
+        elif sec in ("benign", "serving", "ready", "waiting", "run_start"):
+            kw[sec] = [p for k, p in enumerate(getattr(self, sec)) if str(k) != key]
+        else:
+            raise KeyError(rule_id)
+        return Rules(**kw)
 
     def is_benign(self, text: str) -> bool:
         return _any(self.benign_pats, self._gates["benign"], text)
@@ -404,13 +465,14 @@ def user_rules_path() -> Path:
     return Path(platformdirs.user_config_path("fleetdiag")) / "rules.yaml"
 
 
-def load_rules(extra: Iterable[Path | str] = (), *, user_default: bool = True) -> Rules:
+def load_rules(extra: Iterable[Path | str] = (), *, user_default: bool = True, disable: Iterable[str] = ()) -> Rules:
     """Shipped rules, then the user's default file (if any), then ``extra`` files.
 
     Later files extend the lists; a signature or secondary rule with the name
     of an existing one replaces it (``disable: true`` removes it). New
     signatures from a later file are tried before earlier ones, so a user's
-    specific rule wins over a shipped generic one. Raises RulesError.
+    specific rule wins over a shipped generic one. ``disable`` drops rules by
+    id (``Rules.rule_ids``). Raises RulesError.
     """
     files: list[Path] = [shipped_rules_path()]
     if user_default:
@@ -426,7 +488,22 @@ def load_rules(extra: Iterable[Path | str] = (), *, user_default: bool = True) -
         if i == 0:
             shipped_tags = list(merged["tags"])
     extra_tags = [t for t in merged["tags"] if t not in shipped_tags]
-    return _build(merged, [str(p) for p in files], extra_tags)
+    out = _build(merged, [str(p) for p in files], extra_tags, _peer_rules())
+    for rid in disable:
+        out = out.without(rid)
+    return out
+
+
+def _peer_rules() -> list[SecondaryRule]:
+    """data/peer.yaml's peer_caused kinds: the one list of errors that blame another process,
+    shared with the job analysis (fleetdiag.job)."""
+    text = (resources.files("fleetdiag") / "data" / "peer.yaml").read_text(encoding="utf-8")
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}  # noqa: S506 (a safe loader)
+    return [
+        SecondaryRule(str(r["kind"]), str(r["pattern"]), role=PEER)
+        for r in data.get("peer_caused") or []
+        if isinstance(r, dict) and "kind" in r and "pattern" in r
+    ]
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -495,7 +572,7 @@ def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) 
         "secondary",
         "kind",
         ("kind", "pattern"),
-        ("kind", "pattern", "header", "disable"),
+        ("kind", "pattern", "header", "role", "disable"),
         first,
     )
     _merge_named(
@@ -505,7 +582,7 @@ def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) 
         "signatures",
         "name",
         ("name", "pattern"),
-        ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "disable"),
+        ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "role", "disable"),
         first,
     )
 
@@ -539,6 +616,8 @@ def _merge_named(
                 raise RulesError(f"{where}: hint_facts must be a list of strings or {{text, if}} mappings")
         if section == "secondary" and not isinstance(item.get("header", False), bool):
             raise RulesError(f"{where}: header must be true or false")
+        if "role" in item and item["role"] not in ROLES:
+            raise RulesError(f"{where}: role {item['role']!r} is not one of {', '.join(ROLES)}")
         for i, old in enumerate(target):
             if old[key] == item[key]:
                 target[i] = dict(item)
@@ -571,7 +650,9 @@ def _check_py(pattern: str, where: str) -> None:
         raise RulesError(f"{where}: invalid regex {pattern!r}: {exc}") from None
 
 
-def _build(merged: dict[str, Any], sources: list[str], extra_tags: list[str]) -> Rules:
+def _build(
+    merged: dict[str, Any], sources: list[str], extra_tags: list[str], peer: list[SecondaryRule] | None = None
+) -> Rules:
     sigs = []
     for s in merged["signatures"]:
         hf = [h if isinstance(h, dict) else {"text": h} for h in (s.get("hint_facts") or [])]
@@ -584,6 +665,7 @@ def _build(merged: dict[str, Any], sources: list[str], extra_tags: list[str]) ->
                 hint_facts=hf,
                 standalone=bool(s.get("standalone")),
                 weak=bool(s.get("weak")),
+                role=str(s.get("role", CAUSE)),
             )
         )
     return Rules(
@@ -596,9 +678,11 @@ def _build(merged: dict[str, Any], sources: list[str], extra_tags: list[str]) ->
         serving=merged["serving"],
         processes=[ProcessRule(p["pattern"], int(p["depth"]), str(p.get("role", ""))) for p in merged["processes"]],
         secondary=[
-            SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False))) for s in merged["secondary"]
+            SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False)), str(s.get("role", CONSEQUENCE)))
+            for s in merged["secondary"]
         ],
         signatures=sigs,
+        peer=list(peer or []),
         sources=sources,
         extra_tags=extra_tags,
     )

@@ -69,7 +69,10 @@ def demo(ctx: Context, serve: bool) -> None:
                     out.print(
                         "\nA job across nodes: fr-node-a and fr-node-b both failed, but only one broke the job. "
                         "fr-node-a's NCCL error is stamped first, yet it is a [bold]consequence[/] (a peer vanished); "
-                        "the [bold]job root cause[/] line names the node and rank whose own error started it."
+                        "the [bold]job root cause[/] line names the node and rank whose own error started it. "
+                        "The se-nodes run a gloo job: two of them show only [bold]Connection closed by peer[/] "
+                        "under their launcher's [bold]failed (exitcode: 1)[/]; that is each rank's own line, "
+                        "peer-caused, and the job line names se-node-1 and how the job was formed."
                     )
                 out.print(
                     "\nHow to read a card: [bold]cause[/] is the root-cause line fleetdiag chose; "

@@ -141,6 +141,8 @@ def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
         if root is None:
             continue
         env.print(Text(summary_line(rc), style="bold red"), soft_wrap=True)
+        for ev in rc.evidence:  # what the nodes recorded: the root's error file, the Flight Recorder dumps, RAS
+            env.print(Text(f"  {ev}", style="bold"), soft_wrap=True)
         env.print(host_card(root))
         if rc.consequences:
             bits = [consequence_text(h, k, d) for h, k, d in rc.consequences]

@@ -158,7 +158,40 @@ def brief(p: stacks_mod.ProcStack, w: stacks_mod.Wait) -> str:
     return f"{tag}: {w.what}" + (f" ({at})" if at else "")
 
 
-def apply(res: HostResult, rep: stacks_mod.StackReport, cut: str | None = None) -> HostResult:
+_JOB_WAIT = {
+    stacks_mod.COLLECTIVE: "collective",
+    stacks_mod.SLEEP: "sleep",
+    stacks_mod.IO: "io",
+    stacks_mod.DATA_LOADER: "data",
+    stacks_mod.CHECKPOINT: "checkpoint",
+    stacks_mod.COMPILE: "compile",
+}
+
+
+def rank_waits(rep: stacks_mod.StackReport) -> list[dict[str, Any]]:
+    """Per rank of the job (a process with a RANK): where it waits, in the words the job analysis compares
+    across hosts (``collective`` against ``sleep``/``io``/``data``/``running``), with how it was seen and
+    the rank/rendezvous variables of its environment."""
+    util_of = {g.index: g.util for g in rep.gpus if g.util is not None}
+    out: list[dict[str, Any]] = []
+    for p in rep.procs:
+        if p.gone or p.rank is None:
+            continue
+        w = stacks_mod.where_waits(p)
+        util = util_of.get(rep.gpu_of_pid.get(p.pid, -1))
+        wait = _JOB_WAIT.get(w.kind, w.kind)
+        if w.kind == stacks_mod.RUNNING:
+            wait = "collective" if util is not None and util >= stacks_mod.BUSY else "running"
+        env = {
+            k: v for k, v in p.env.items() if k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        }
+        out.append(
+            {"pid": p.pid, "rank": p.rank, "wait": wait, "via": w.via, "what": w.what, "where": w.where, "env": env}
+        )
+    return out[:MAX_PROCS]
+
+
+def apply(res: HostResult, rep: stacks_mod.StackReport, cut: str | None = None, ras: Any = None) -> HostResult:
     """Put one stacks report into a stalled host's record: evidence, facts, and the summary's 'waits'."""
     entries = stacks_mod.evidence(rep)
     res.evidence = list(res.evidence) + entries
@@ -171,7 +204,10 @@ def apply(res: HostResult, rep: stacks_mod.StackReport, cut: str | None = None) 
         "ptrace_scope": rep.ptrace_scope,
         "pids": [p.pid for p in rep.procs],
         "notes": notes,
+        "procs": rank_waits(rep),
     }
+    if ras is not None:
+        res.facts["stacks"]["ras"] = ras.to_json()
     live = [p for p in rep.procs if not p.gone]
     if live:
         waits = [brief(p, stacks_mod.where_waits(p)) for p in live[:SHOWN]]

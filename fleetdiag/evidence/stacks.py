@@ -194,6 +194,7 @@ class ProcStack:
     ppid: int | None = None
     wchan: str | None = None
     gpu_fds: int | None = None
+    syscall: int | None = None  # the main thread's syscall number (/proc/PID/syscall), arch-specific
     env: dict[str, str] = field(default_factory=dict)
     pyspy_status: str | None = None  # ok | denied | failed | timeout | None (not run)
     pyspy_mode: str | None = None  # native | plain | json
@@ -202,6 +203,7 @@ class ProcStack:
     tstates: list[ThreadState] = field(default_factory=list)
     thread_count: int | None = None
     gone: bool = False
+    arch: str | None = None
 
     @property
     def rank(self) -> int | None:
@@ -252,6 +254,7 @@ class StackReport:
     user: str | None = None
     pyspy: str | None = None  # its path, None when absent
     ptrace_scope: str | None = None
+    arch: str | None = None  # uname -m: which syscall table /proc/PID/syscall numbers are in
     found: int | None = None  # processes found when no PIDs were given
     procs: list[ProcStack] = field(default_factory=list)
     gpus: list[GpuUse] = field(default_factory=list)
@@ -404,6 +407,7 @@ def parse_stacks(output: str) -> StackReport:
                 rep.user = kv.get("user") or None
                 rep.pyspy = None if kv.get("pyspy") in (None, "", "absent") else kv["pyspy"]
                 rep.ptrace_scope = kv.get("ptrace_scope")
+                rep.arch = kv.get("arch") or None
             elif tag == "found":
                 rep.found = _int(kv.get("count"))
             elif tag == "proc":
@@ -413,6 +417,7 @@ def parse_stacks(output: str) -> StackReport:
                     ppid=_int(kv.get("ppid")),
                     wchan=None if kv.get("wchan") in (None, "-") else kv["wchan"],
                     gpu_fds=_int(kv.get("gpu_fds")),
+                    syscall=_int(kv.get("syscall")),
                 )
                 rep.procs.append(cur)
             elif tag in ("gpus", "apps"):
@@ -465,7 +470,30 @@ def parse_stacks(output: str) -> StackReport:
                         parts[3] if len(parts) > 3 else "",
                     )
                 )
+    for p in rep.procs:
+        p.arch = rep.arch
     return rep
+
+
+# /proc/PID/syscall numbers of the waits that tell a rank's place apart (the main thread's), per arch
+_SYSCALLS: dict[str, dict[int, str]] = {
+    "x86_64": {202: "futex", 230: "clock_nanosleep", 35: "nanosleep", 0: "read", 17: "pread64", 45: "recvfrom"},
+    "aarch64": {98: "futex", 115: "clock_nanosleep", 101: "nanosleep", 63: "read", 67: "pread64", 207: "recvfrom"},
+}
+# threads a communication library starts in each rank: a process that has them is a rank of a collective job
+COMM_THREAD = _R(r"^(?:gloo_tcp_loop|pt_gloo_runloop|pt_nccl_\w+|ncclProxy\w*)")
+
+
+def syscall_name(p: ProcStack) -> str | None:
+    """The main thread's syscall by name, where the host's arch is known."""
+    if p.syscall is None:
+        return None
+    return _SYSCALLS.get(p.arch or "", {}).get(p.syscall)
+
+
+def comm_threads(p: ProcStack) -> list[str]:
+    """The names of the process's communication-library threads (gloo, NCCL)."""
+    return sorted({s.comm for s in p.tstates if COMM_THREAD.match(s.comm or "")})
 
 
 def _gpu_row(rep: StackReport, mode: str, raw: str) -> None:
@@ -561,6 +589,20 @@ def where_waits(p: ProcStack) -> Wait:
     main = next((s for s in p.tstates if s.tid == p.pid), None)
     kind, at = _from_wchan(main.state if main else p.state, main.wchan if main else p.wchan)
     w = Wait(kind, WHAT[kind], at, None, "wchan")
+    sc = syscall_name(p)
+    comm = comm_threads(p)
+    if sc in ("clock_nanosleep", "nanosleep") and kind in (UNKNOWN, LOCK, SLEEP):
+        return Wait(SLEEP, WHAT[SLEEP] + f" (main thread in {sc})", at or sc, None, "wchan")
+    if sc in ("read", "recvfrom", "pread64") and kind in (UNKNOWN, QUEUE, SOCKET, LOCK):
+        kind = SOCKET if sc == "recvfrom" else QUEUE
+        return Wait(kind, WHAT[kind] + f" (main thread in {sc})", at or sc, None, "wchan")
+    futex = sc == "futex" or (sc is None and "futex" in str(at or ""))
+    if futex and comm and kind in (UNKNOWN, LOCK):
+        # a rank's main thread blocked on a futex while its gloo/NCCL threads run: where a collective waits
+        # (a lock or queue of its own looks the same: /proc cannot tell them apart)
+        return Wait(
+            COLLECTIVE, f"in a collective, by /proc (main thread in futex beside {', '.join(comm)})", at, None, "wchan"
+        )
     if kind == UNKNOWN and (main.wchan if main else p.wchan) == "0":
         w.what = "sleeping (its wait channel is hidden: not permitted to read it)"
     return w

@@ -697,6 +697,10 @@ class FieldParser:
             if n <= 0:
                 raise ValueError("expected a size > 0, e.g. 64M")
             return n
+        if k == "flight_recorder":  # the job's TORCH_FR_DUMP_TEMP_FILE: where its dumps are when it is gone
+            if not isinstance(val, str) or not val.startswith("/") or any(c in val for c in "\0\n*?["):
+                raise ValueError(f"expected an absolute path prefix (TORCH_FR_DUMP_TEMP_FILE), got {_describe(val)}")
+            return val
         if k == "run_start":
             if not isinstance(val, str) or not val.strip():
                 raise ValueError(f"expected a regular expression (POSIX ERE), got {_describe(val)}")

@@ -22,7 +22,7 @@ HOST_KEYS = (
     "identity_file",
     "path_prepend",
 )
-FUNNEL_KEYS = ("tail_lines", "scan_bytes", "run_start", "stall_after", "timeout")
+FUNNEL_KEYS = ("tail_lines", "scan_bytes", "run_start", "stall_after", "timeout", "flight_recorder")
 ALL = "all"
 # A log entry is a path or glob, or one of these streams: ``{journal: UNIT}``, ``{docker: CONTAINER}``,
 # ``{command: "..."}`` (its stdout is the log). ``{file: PATH}`` is the long form of a path.

@@ -120,12 +120,15 @@ fd_stacks_proc() { # fd_stacks_proc PYSPY PID: one process, every view of it
   fd_stacks_rest=${fd_stacks_st##*) }
   # shellcheck disable=SC2086 # the stat fields after "(comm) ": split on purpose
   set -- "$1" $fd_stacks_rest
-  printf '@@fd_stacks_proc pid=%s state=%s ppid=%s wchan=%s gpu_fds=%s\n' "$fd_stacks_p" "${2:-?}" "${3:-?}" \
-    "${fd_stacks_w:--}" "$(fd_stacks_gpu_fds "$fd_stacks_p")"
+  fd_stacks_sc=
+  { read -r fd_stacks_sc _ < "/proc/$fd_stacks_p/syscall"; } 2>/dev/null || :
+  case $fd_stacks_sc in ''|*[!0-9]*) fd_stacks_sc=- ;; esac
+  printf '@@fd_stacks_proc pid=%s state=%s ppid=%s wchan=%s gpu_fds=%s syscall=%s\n' "$fd_stacks_p" "${2:-?}" "${3:-?}" \
+    "${fd_stacks_w:--}" "$(fd_stacks_gpu_fds "$fd_stacks_p")" "$fd_stacks_sc"
   printf '@@fd_stacks_cmdline %s\n' "$({ tr '\000\n' '  ' < "/proc/$fd_stacks_p/cmdline"; } 2>/dev/null | head -c 512)"
   # only the rank/device variables leave the host, never the rest of the environment
   printf '@@fd_stacks_environ %s\n' "$({ tr '\000' '\n' < "/proc/$fd_stacks_p/environ"; } 2>/dev/null |
-    grep -E '^(RANK|LOCAL_RANK|GROUP_RANK|NODE_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|CUDA_VISIBLE_DEVICES|OMPI_COMM_WORLD_RANK|OMPI_COMM_WORLD_LOCAL_RANK|SLURM_PROCID|SLURM_LOCALID|PMI_RANK)=[A-Za-z0-9,._-]*$' |
+    grep -E '^(RANK|LOCAL_RANK|GROUP_RANK|NODE_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|CUDA_VISIBLE_DEVICES|OMPI_COMM_WORLD_RANK|OMPI_COMM_WORLD_LOCAL_RANK|SLURM_PROCID|SLURM_LOCALID|PMI_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID|NCCL_RAS_ENABLE|NCCL_RAS_ADDR)=[A-Za-z0-9,._:-]{0,128}$' |
     tr '\n' ' ' | head -c 512)"
   if [ -n "$1" ]; then
     fd_stacks_pyspy "$1" "$fd_stacks_p"
@@ -152,8 +155,8 @@ fd_stacks_main() { # fd_stacks_main [PID...]
   fd_stacks_py=$(fd_stacks_pyspy_path) || fd_stacks_py=
   fd_stacks_scope=
   { IFS= read -r fd_stacks_scope < /proc/sys/kernel/yama/ptrace_scope; } 2>/dev/null || :
-  printf '@@fd_stacks_start now=%s uid=%s user=%s pyspy=%s ptrace_scope=%s\n' "$(date +%s)" "$(id -u 2>/dev/null)" \
-    "$(id -un 2>/dev/null)" "${fd_stacks_py:-absent}" "${fd_stacks_scope:--}"
+  printf '@@fd_stacks_start now=%s uid=%s user=%s pyspy=%s ptrace_scope=%s arch=%s\n' "$(date +%s)" "$(id -u 2>/dev/null)" \
+    "$(id -un 2>/dev/null)" "${fd_stacks_py:-absent}" "${fd_stacks_scope:--}" "$(uname -m 2>/dev/null)"
   if [ "$#" -eq 0 ]; then
     # shellcheck disable=SC2046 # PIDs are digits only: word splitting is the point
     set -- $(fd_stacks_find)

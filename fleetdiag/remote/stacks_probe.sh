@@ -29,6 +29,46 @@ fd_stacks_job_pids() { # the job's PIDs, each once, in order: the facts' first, 
   printf '%s\n' "$fd_stacks_l"
 }
 
+fd_ras() { # fd_ras PID...: NCCL RAS's STATUS, when a job process has NCCL loaded and RAS is not turned off
+  fd_ras_pid=
+  for fd_ras_p in "$@"; do
+    if grep -q -m 1 'libnccl' "/proc/$fd_ras_p/maps" 2>/dev/null; then fd_ras_pid=$fd_ras_p; break; fi
+  done
+  if [ -z "$fd_ras_pid" ]; then
+    echo '@@fd_ras_start available=no reason=no job process has NCCL loaded'; return 0
+  fi
+  fd_ras_env=$({ tr '\000' '\n' < "/proc/$fd_ras_pid/environ"; } 2>/dev/null | grep -E '^NCCL_RAS_(ENABLE|ADDR)=[A-Za-z0-9.:_-]{0,80}$')
+  case $fd_ras_env in *NCCL_RAS_ENABLE=0*)
+    echo '@@fd_ras_start available=no reason=the job turned RAS off (NCCL_RAS_ENABLE=0)'; return 0 ;;
+  esac
+  fd_ras_addr=$(printf '%s\n' "$fd_ras_env" | sed -n 's/^NCCL_RAS_ADDR=//p')
+  [ -n "$fd_ras_addr" ] || fd_ras_addr=localhost:28028
+  fd_ras_h=${fd_ras_addr%:*}; fd_ras_port=${fd_ras_addr##*:}
+  case $fd_ras_port in ''|*[!0-9]*) fd_ras_port=28028 ;; esac
+  [ -n "$fd_ras_h" ] && [ "$fd_ras_h" != "$fd_ras_addr" ] || fd_ras_h=localhost
+  fd_ras_t=${FD_RAS_TIMEOUT:-8}
+  if command -v ncclras >/dev/null 2>&1; then
+    fd_ras_fmt=text
+    # JSON where the client offers it (NCCL 2.28.7 and later)
+    if fd_stacks_to 3 ncclras --help 2>&1 | grep -q 'json'; then fd_ras_fmt=json; fi
+    echo "@@fd_ras_start available=yes via=ncclras format=$fd_ras_fmt addr=$fd_ras_h:$fd_ras_port"
+    # -f only where the client has it (ncclras 2.28.9 refuses the option: "invalid option -- 'f'")
+    if [ "$fd_ras_fmt" = json ]; then set -- -f json; else set --; fi
+    fd_stacks_to "$fd_ras_t" ncclras -h "$fd_ras_h" -p "$fd_ras_port" -t "$((fd_ras_t - 2))" "$@" 2>&1 |
+      head -c "${FD_RAS_BYTES:-262144}"
+  elif command -v nc >/dev/null 2>&1; then
+    echo "@@fd_ras_start available=yes via=nc format=text addr=$fd_ras_h:$fd_ras_port"
+    printf 'STATUS\n' | fd_stacks_to "$fd_ras_t" nc -w "$fd_ras_t" "$fd_ras_h" "$fd_ras_port" 2>/dev/null |
+      head -c "${FD_RAS_BYTES:-262144}"
+  else
+    echo '@@fd_ras_start available=no reason=neither ncclras nor nc on the host to ask it'; return 0
+  fi
+  echo
+  echo '@@fd_ras_end'
+
+}
+
 # shellcheck disable=SC2046 # PIDs are digits only: word splitting is the point
 set -- $(fd_stacks_job_pids)
 fd_stacks_main "$@"
+fd_ras "$@"

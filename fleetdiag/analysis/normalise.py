@@ -1,0 +1,203 @@
+"""One normalisation step before analysis: logs in unusual order or dress.
+
+Logs reach users through log services and pastes: an export newest-first, a
+service's own timestamp and severity before every line (CloudWatch, Loki,
+GCP, Datadog, ``kubectl logs --timestamps``), CRLF line ends, lines
+re-wrapped by a terminal at its width. Each is detected from the log itself
+(never from a product name) and undone here, so the rest of the analyzer
+sees the program's own lines in the order it wrote them.
+
+``normalise`` returns the lines to analyse and a map from each new line's
+position back to the original line, so the answer still points at the line
+as it is in the file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..records import Line
+
+_TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z| ?[+-]\d\d:?\d\d| UTC)?"
+_SEV = (
+    r"(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|ALERT|EMERGENCY|FATAL"
+    r"|debug|info|notice|warning|warn|error|critical|fatal|[IWEDF])"
+)
+# a service's prefix: [severity] timestamp [severity], in a table cell, quoted (CSV) or tab-separated;
+# or epoch milliseconds
+_PREFIXES = (
+    re.compile(r"^\s*\|?\s*(?P<ts>" + _TS + r")\s*\|\s?"),
+    re.compile(
+        r'^(?:"?' + _SEV + r'"?[\t ,]+)?"?(?P<ts>' + _TS + r')"?(?:[\t ,]+"?\[?' + _SEV + r'\]?"?)?(?:\t|,|\s+)"?'
+    ),
+    re.compile(r"^(?P<epoch>1\d{9}(?:\d{3})?(?:\.\d+)?)[\t ,]+"),
+)
+# after a prefix is removed, what shows the remainder is a log line of its own
+_OWN_HEADER = re.compile(
+    r"^(?:\(\w[^)]*pid=\d+|\[|Traceback|\s+File \"|"
+    + _TS
+    + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"
+)
+_RULE = re.compile(r"^\s*([-=~_*#+])\1{3,}")  # a separator line is a line of its own
+_TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
+_FRAME = re.compile(r'^\s+File "')
+_TIME_KEY = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
+
+SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the service's
+
+
+@dataclass
+class Normalised:
+    """What was undone, for the reason line and tests."""
+
+    lines: list[Line]
+    origin: dict[int, Line] = field(default_factory=dict)  # new pos -> the original line
+    steps: list[str] = field(default_factory=list)  # "prefix", "newest-first", "re-wrapped at 120"
+
+    def original(self, pos: int | None) -> Line | None:
+        return self.origin.get(pos) if pos is not None else None
+
+
+def _prefix(lines: list[Line]) -> re.Pattern[str] | None:
+    """The service prefix most lines carry (a timestamp and severity the service added)."""
+    texts = [ln.text for ln in lines if ln.text.strip()]
+    if len(texts) < 2:
+        return None
+    sample = texts[:200] + texts[-200:] if len(texts) > 400 else texts
+    for n, rx in enumerate(_PREFIXES):
+        if n and len(texts) < 3:  # a bare timestamp on two lines is too little to call it a service's
+            continue
+        if sum(1 for t in sample if rx.match(t)) >= SHARE * len(sample):
+            return rx
+    return None
+
+
+def _unprefixed(text: str, rx: re.Pattern[str]) -> str:
+    """The line without the service's prefix (a CSV export's closing quote too)."""
+    m = rx.match(text)
+    if m is None:
+        return text
+    return text[m.end() :].rstrip('"') if text[m.start() : m.end()].endswith('"') else text[m.end() :]
+
+
+def _time_of(text: str) -> float | None:
+    m = _TIME_KEY.search(text[:80])
+    if m is None:
+        return None
+    y, mo, d, h, mi = (int(x) for x in m.groups()[:5])
+    return ((((y * 12 + mo) * 31 + d) * 24 + h) * 60 + mi) * 60 + float(m.group(6).replace(",", "."))
+
+
+def _newest_first(texts: list[str], stamps: list[float | None]) -> bool:
+    """Times mostly falling, or tracebacks printed upside down (frames before their header)."""
+    seq = [t for t in stamps if t is not None]
+    down = sum(1 for a, b in zip(seq, seq[1:]) if b < a)
+    up = sum(1 for a, b in zip(seq, seq[1:]) if b > a)
+    if down >= 3 and down > 4 * up:
+        return True
+    upright = upside = 0
+    for k, t in enumerate(texts):
+        if "Traceback" not in t or not _TB_START.search(t):
+            continue
+        nxt = next((texts[j] for j in range(k + 1, min(k + 4, len(texts))) if texts[j].strip()), "")
+        prv = next((texts[j] for j in range(k - 1, max(k - 4, -1), -1) if texts[j].strip()), "")
+        if _FRAME.search(nxt):
+            upright += 1
+        elif _FRAME.search(prv):
+            upside += 1
+    return upside > 0 and upright == 0 and up <= down
+
+
+def _cut(text: str) -> bool:
+    """A line that could have been cut mid-text: it does not end in padding or a border."""
+    return bool(text) and not text.endswith("  ") and text[-1] not in "│┃║|\t"
+
+
+def _wrap_width(lines: list[Line]) -> int | None:
+    """The width a terminal or paste cut long lines at: many lines of exactly that length, none longer."""
+    lens = [len(ln.text) if _cut(ln.text) else 0 for ln in lines]
+    if len(lens) < 4:
+        return None
+    width = max(len(ln.text) for ln in lines)
+    n = lens.count(width)
+    if width < 60:
+        return None
+    if n < 2 or n < 0.05 * len(lens):
+        return None
+    if len({ln.text for ln in lines if len(ln.text) == width}) < 2:
+        return None  # one line repeated: a template, not a terminal's cuts
+    # a terminal cuts wherever the width falls, so some cut lands between two printed characters
+    for a, b in zip(lines, lines[1:]):
+        if len(a.text) == width and not a.text[-1].isspace() and b.text[:1] and not b.text[0].isspace():
+            if _continues(a.text, b.text, a.text, width):
+                return width
+    return None
+
+
+def _adjacent(a: Line, b: Line) -> bool:
+    if a.lineno is not None and b.lineno is not None:
+        return b.lineno == a.lineno + 1
+    return a.pos < b.pos <= a.pos + len(a.text.encode("utf-8", "surrogatepass")) + 2
+
+
+def normalise(lines: list[Line]) -> Normalised:
+    """Undo a service prefix, newest-first order and terminal re-wrapping (CR is stripped by the line model)."""
+    out = Normalised(list(lines))
+    if len(lines) < 2:
+        return out
+    # (text, index of the original line, the export's own time) in the order being built
+    work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
+    changed = False
+    rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
+    if rx is not None:
+        new = [(_unprefixed(t, rx), k, st) for t, k, st in work]
+        if any(a[0] != b[0] for a, b in zip(new, work)):
+            work = new
+            out.steps.append("service prefix removed")
+            changed = True
+    width = _wrap_width([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
+    if width is not None:
+        joined = []
+        i = 0
+        while i < len(work):
+            j = i
+            text = work[i][0]
+            while j + 1 < len(work) and _continues(work[j][0], work[j + 1][0], work[i][0], width):
+                if not _adjacent(lines[work[j][1]], lines[work[j + 1][1]]):
+                    break
+                j += 1
+                text += work[j][0]
+            joined.append((text, work[i][1], work[i][2]))
+            i = j + 1
+        if len(joined) < len(work):
+            work = joined
+            out.steps.append(f"lines re-wrapped at {width} columns joined")
+            changed = True
+    if _newest_first([t for t, _, _ in work], [st for _, _, st in work]):
+        work.reverse()
+        out.steps.append("newest-first order reversed")
+        changed = True
+    if not changed:
+        return out
+    # fresh positions and line numbers in the new order, so adjacency holds; origin maps them back
+    fresh: list[Line] = []
+    pos = 0
+    for n, (text, k, _) in enumerate(work, 1):
+        out.origin[pos] = lines[k]
+        fresh.append(Line(pos, text, n))
+        pos += len(text.encode("utf-8", "surrogatepass")) + 1
+    out.lines = fresh
+    return out
+
+
+def _continues(cur: str, nxt: str, first: str, width: int) -> bool:
+    """Is ``nxt`` the rest of ``cur``, cut at the terminal's width?"""
+    return (
+        len(cur) == width
+        and _cut(cur)
+        and bool(nxt.strip())
+        and not _OWN_HEADER.match(nxt)
+        and nxt[:6] != first[:6]  # a new record of the same template
+        and not _RULE.match(nxt)
+    )

@@ -1,0 +1,108 @@
+"""Line roles (DESIGN §14): cause, wrapper, launcher, peer-caused, consequence.
+
+Pure-logic checks of the decision; the same shapes are judged end to end
+through ``fleetdiag probe`` in tests/test_corpus_e2e.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetdiag.analysis import analyze_text, load_rules
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_rules(user_default=False)
+
+
+GLOO_VICTIM = """\
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/w/train.py", line 30, in <module>
+[rank2]:     dist.all_reduce(t)
+[rank2]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:41267
+E1201 10:00:01.000000 4242 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 0 (pid: 4250) of binary: /usr/bin/python
+Traceback (most recent call last):
+  File "/usr/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_10:00:01
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 4250)
+============================================================
+"""
+
+GLOO_TIMEOUT = GLOO_VICTIM.replace(
+    "Connection closed by peer [10.0.0.3]:41267",
+    "Timed out waiting 30000ms for recv operation to complete",
+)
+
+
+@pytest.mark.parametrize("text", [GLOO_VICTIM, GLOO_TIMEOUT], ids=["closed-by-peer", "recv-timeout"])
+def test_peer_transport_error_beats_launcher_summary(text, rules):
+    dec = analyze_text(text, rules=rules).decisive
+    assert dec is not None
+    assert "gloo/transport/tcp/pair.cc:534" in dec.line
+    assert dec.role == "peer-caused"
+    assert "blames another process" in dec.reason
+
+
+def test_local_cause_beats_peer_error(rules):
+    text = (
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/w/train.py", line 12, in <module>\n'
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + GLOO_VICTIM
+    )
+    dec = analyze_text(text, rules=rules).decisive
+    assert "CUDA out of memory" in dec.line and dec.role == "cause"
+
+
+def test_launcher_alone_says_so(rules):
+    text = "\n".join(GLOO_VICTIM.splitlines()[4:]).replace("exitcode: 1)", "exitcode: -9)")
+    text = text.replace("exitcode  : 1 ", "exitcode  : -9 ")
+    dec = analyze_text(text, rules=rules).decisive
+    assert dec.role == "launcher"
+    assert "exitcode: -9" in dec.line
+    assert "local rank 0 died with SIGKILL (-9) and wrote no error: see the kernel log" in dec.reason
+
+
+def test_watchdog_reporting_a_local_cuda_fault_is_a_cause(rules):
+    text = (
+        "[rank0]:[E1120 14:37:16.000000 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 0] Process group watchdog thread "
+        "terminated with exception: CUDA error: an illegal memory access was encountered\n"
+    )
+    dec = analyze_text(text, rules=rules).decisive
+    assert dec.role == "cause" and dec.category == "cuda"
+
+
+def test_chained_exception_wrapper_never_wins(rules):
+    text = """\
+Traceback (most recent call last):
+  File "/w/a.py", line 3, in load
+    open(p)
+FileNotFoundError: [Errno 2] No such file or directory: '/models/x/config.json'
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/w/a.py", line 9, in <module>
+    load()
+RuntimeError: could not load the model
+"""
+    diag = analyze_text(text, rules=rules)
+    assert diag.decisive.line.startswith("FileNotFoundError")
+    assert diag.decisive.role == "cause"
+
+
+def test_rule_can_be_disabled_by_id(rules):
+    assert "signature:gpu-oom" in rules.rule_ids()
+    assert "peer:gloo timeout" in rules.rule_ids()
+    less = load_rules(user_default=False, disable=["peer:gloo timeout", "signature:peer-transport"])
+    assert "peer:gloo timeout" not in less.rule_ids() and "signature:peer-transport" not in less.rule_ids()
+    dec = analyze_text(GLOO_TIMEOUT, rules=less).decisive
+    assert dec.role != "peer-caused"

@@ -1,0 +1,184 @@
+"""Every single-host corpus case end to end: ``fleetdiag probe`` over a real sshd.
+
+One sshd, one inventory with a host entry per case (each host's ``logs:``
+pointing at that case's file), one ``probe all --json`` and one
+``probe all --all-cards`` for the whole set; then, per case, the verdict and
+the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
+tests/corpus_extra, tests/corpus_heldout, and every node of the multinode
+corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
+host: the root node's own error, a victim's own peer-caused line. The kernel
+corpus has its own end-to-end test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fleetdiag.cli import main
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "accuracy.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("fleetdiag_bench_accuracy", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = sys.modules.get(spec.name)
+    if mod is None:
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def _cases():
+    sets = _bench().all_sets()
+    out = []
+    for name in ("tests/corpus", "tests/corpus_extra", "tests/corpus_heldout", "multinode", "tests/corpus_multinode"):
+        out += sets.get(name, [])
+    return out
+
+
+CASES = _cases()
+HOSTS = {c.id: f"c{i:03d}" for i, c in enumerate(CASES)}
+
+
+# held-back cases the analyzer gets wrong: never tuned on (bench/accuracy.py scores them); strict, so a
+# general fix that makes one pass is noticed and the entry goes
+HELDOUT_KNOWN_WRONG = {
+    "llamacpp_6527_argsort_ggml_assert_gdb",
+    "ray_rlfactory_8_raytaskerror_actordied_system_error",
+    "torch_xinference_4421_tcpstore_should_dump_broken_pipe",
+    "vllm_9818_sidecar_prefix_mqllmengine_already_dead",
+    "vllm_dynamo_787_custom_allreduce_failed_as_info_lines",
+    "vllm_omni_2928_hung_engine_behind_status_200s",
+}
+
+
+def _xfail(case) -> list:
+    if case.set == "tests/corpus_heldout" and case.id in HELDOUT_KNOWN_WRONG:
+        return [pytest.mark.xfail(reason="held back, known wrong (not tuned on)", strict=True)]
+    lab = case.log.with_suffix(".json")
+    why = json.loads(lab.read_text()).get("known_wrong") if lab.is_file() else None
+    if isinstance(why, dict):  # per test: only a wrong line or verdict matters here
+        why = why.get("test_decisive_line")
+    return [pytest.mark.xfail(reason=why, strict=True)] if why else []
+
+
+PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}", marks=_xfail(c)) for c in CASES]
+
+
+@pytest.fixture(scope="module")
+def probed(sshd, tmp_path_factory):
+    """(JSON hosts by name, card text by name) for every case, from two probe invocations."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    lines = ["hosts:"]
+    for c in CASES:
+        host = HOSTS[c.id]
+        log = tmp / host / "app.log"
+        log.parent.mkdir()
+        log.write_bytes(c.log.read_bytes())
+        lines += [
+            f"  {host}:",
+            "    address: 127.0.0.1",
+            f"    port: {sshd.port}",
+            f"    user: {sshd.user}",
+            "    logs:",
+            f"      app: {json.dumps(str(log))}",
+        ]
+    inv = tmp / "inventory.yaml"
+    inv.write_text("\n".join(lines) + "\n")
+    common = [
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--identity",
+        str(sshd.client_key),
+        "--ssh-config",
+        str(sshd.ssh_config),
+        "--no-stacks",
+        # a loaded CI machine: generous limits, few handshakes at once (one sshd serves every host)
+        "--fanout",
+        "8",
+        "--connect-timeout",
+        "60s",
+        "--timeout",
+        "120s",
+        "--workers",
+        "1",
+    ]
+    env = {"COLUMNS": "400", "XDG_CONFIG_HOME": str(tmp / "config")}
+    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *common], env=env)
+    assert r.exit_code in (0, 1), r.output[-3000:]
+    doc = json.loads(r.output)
+    hosts = {h["host"]: h for h in doc["hosts"]}
+    t = CliRunner().invoke(main, ["-i", str(inv), "--no-color", "probe", "all", "--all-cards", *common], env=env)
+    assert t.exit_code in (0, 1), t.output[-3000:]
+    return hosts, _cards(t.output)
+
+
+_TITLE = re.compile(r"^╭─+\s+\S+\s+(c\d{3})\s")
+
+
+def _cards(text: str) -> dict[str, str]:
+    """The text of each host's card, by host name (a card starts with its titled top border)."""
+    out: dict[str, str] = {}
+    cur: str | None = None
+    for line in text.splitlines():
+        m = _TITLE.match(line)
+        if m:
+            cur = m.group(1)
+            out[cur] = ""
+        if cur is not None:
+            out[cur] += line + "\n"
+    return out
+
+
+def _squash(s: str) -> str:
+    """Text without whitespace and box drawing: a card wraps long lines wherever it must."""
+    return re.sub(r"[\s│╭╮╰╯─]+", "", s)
+
+
+def test_every_case_has_a_host():
+    assert len(CASES) >= 60 and len(set(HOSTS.values())) == len(CASES)
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_json_verdict_and_decisive_line(case, probed):
+    hosts, _ = probed
+    h = hosts[HOSTS[case.id]]
+    dec = h.get("decisive") or {}
+    verdict = "failed" if h["verdict"] == "failed" else h["verdict"]
+    got = _bench().judge(case, verdict, dec.get("line"), dec.get("role"), dec.get("category"))
+    assert got == "right", (
+        h["verdict"],
+        h.get("error"),
+        dec.get("line"),
+        dec.get("role"),
+        dec.get("category"),
+        case.accepted,
+    )
+    assert "role" in dec or case.verdict != "failed"
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_card_verdict_and_decisive_line(case, probed):
+    hosts, cards = probed
+    host = HOSTS[case.id]
+    card = cards.get(host)
+    assert card is not None, f"no card for {host}"
+    title = card.splitlines()[0]
+    assert case.verdict.upper() in title or (case.verdict == "healthy" and "HEALTHY" in title), title
+    if case.verdict != "failed":
+        return
+    line = hosts[host]["decisive"]["line"]
+    assert _squash(line)[-60:] in _squash(card), card
+    if case.accepted:
+        assert any(_squash(a) in _squash(card) for a in case.accepted), card
+    if case.role is not None:
+        assert case.role in card
