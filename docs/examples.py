@@ -173,6 +173,19 @@ def lemons() -> str:
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
+def kernel_alone() -> str:
+    """``fleetdiag analyze --kernel dmesg.txt``: the real gpu-burn report's dmesg (a fatal AER, then Xid 79)."""
+    from fleetdiag.evidence.host import apply_collection
+    from fleetdiag.evidence.offline import read_kernel_file
+    from fleetdiag.records import HEALTHY, HostResult
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "corpus_kernel" / "gpuburn1-aer-fatal-surprise-down.kern.log"
+    kc = read_kernel_file(path)
+    res = HostResult(host="-", verdict=HEALTHY, summary="no application log given")
+    res = apply_collection(res, FunnelResult(status="ok"), kc, live=False)
+    return _print(render.host_card(res))
+
+
 if __name__ == "__main__":  # a quick look: python docs/examples.py
     print(host_card())
     print(job_view())
@@ -181,3 +194,4 @@ if __name__ == "__main__":  # a quick look: python docs/examples.py
     print(fleet_csv())
     print(incident_md())
     print(lemons())
+    print(kernel_alone())

@@ -271,6 +271,7 @@ def remote_spec(
     part beside it, the remote clock last. The one builder: probe, sweep and the demo send it as it
     is, watch's follower sends it as its snapshot, so a host's first watch verdict is probe's.
     ``command_timeout``: the exec's own limit; a ``command`` source gets half of it to end."""
+    path_prepend = path_prepend or getattr(host, "path_prepend", None)  # --path-prepend, else the host's own
     spec = spec_for(log_path or "", rules, host.funnel)
     if command_timeout:
         spec.command_timeout = max(1, int(command_timeout / 2))

@@ -463,6 +463,8 @@ def _below_the_log(grid: Table, res: HostResult) -> None:
     application error shown under it as the consequence."""
     d = res.decisive
     assert d is not None
+    if res.verdict == DEGRADED:
+        grid.add_row("status", Text(EXPLAIN[DEGRADED], style=STYLE[DEGRADED]))
     grid.add_row("cause", Text(d.message or d.line, style="bold"))
     where = "kernel log" if d.source == "kernel" else "nvidia-smi"
     src = (res.facts or {}).get("kernel_log")

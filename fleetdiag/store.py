@@ -77,6 +77,8 @@ def incident_key(res: HostResult) -> str | None:
     if res.verdict == DEGRADED:  # the same faults on the same GPUs: one incident until they change
         from .analysis.fingerprint import fingerprint
 
+        if d is not None and d.fingerprint:  # a kernel fault that stands alone: its line's fingerprint
+            return f"degraded:{d.fingerprint}"
         faults = sorted(str(e.get("line")) for e in res.evidence if e.get("source") == "gpu")
         return f"degraded:{fingerprint('gpu-health', '; '.join(faults))}" if faults else "degraded"
     kind = res.facts.get("error_kind")

@@ -19,6 +19,7 @@ import pytest
 from fleetdiag.analysis import analyze_text
 from fleetdiag.evidence.correlate import AppError, correlate, decide
 from fleetdiag.evidence.gpu_health import degraded, parse_health
+from fleetdiag.evidence.host import app_time
 from fleetdiag.evidence.kernel import (
     Clock,
     bus_key,
@@ -140,7 +141,9 @@ def _app_error(case: dict) -> AppError | None:
     if not app:
         return None
     d = analyze_text((CORPUS / app).read_text(encoding="utf-8"))
-    return AppError(line=d.decisive.line, process=d.decisive.process) if d.decisive else None
+    if d.decisive is None:
+        return None
+    return AppError(line=d.decisive.line, process=d.decisive.process, time=app_time(d.decisive.time, None))
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
@@ -547,3 +550,18 @@ def test_container_pid_mismatch_links_by_truncated_process_name() -> None:
     )
     got = decide(app, events)
     assert got is not None and "name=VLLM::Worker_TP," in got.line and got.why.endswith("process VLLM::Worker_TP")
+
+
+def test_a_corrected_aer_flood_does_not_push_the_fault_out(tmp_path: Path) -> None:
+    """A GPU off the bus, then 5000 corrected AER lines (a bad riser): the Xid 79 still arrives."""
+    kern = tmp_path / "flood.log"
+    corrected = "pcieport 0000:00:01.1: AER: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Receiver ID)"
+    kern.write_text(
+        "[100.000001] NVRM: Xid (PCI:0000:09:00): 79, pid=0, GPU has fallen off the bus.\n"
+        + "".join(f"[{200 + i}.000001] {corrected}\n" for i in range(5000))
+    )
+    kc = parse_sections(run_script(tmp_path, mode="dmesg", kern=kern, smi=None))
+    assert any("79, pid=0, GPU has fallen off the bus" in ln for ln in kc.lines)
+    assert 20 < sum(corrected in ln for ln in kc.lines) < 150
+    got = decide(None, kc.events())
+    assert got is not None and "fallen off the bus" in got.line

@@ -1,4 +1,5 @@
-"""Kernel and GPU evidence through the product: ``fleetdiag probe`` over a real OpenSSH sshd.
+"""Kernel and GPU evidence through the product: ``fleetdiag probe`` over a real OpenSSH sshd (every corpus case
+end to end: test_kernel_corpus_probe.py).
 
 The node's ``dmesg`` / ``journalctl`` / ``nvidia-smi`` are the recorded-output stand-ins of
 tests/standins_kernel, put first on the node's PATH with ``--path-prepend`` (as the demo does); the
@@ -27,18 +28,12 @@ from fleetdiag.render import fleet_view
 from fleetdiag.store import Store, incident_key
 
 from .test_kernel_evidence import (
-    BY_KIND,
-    CASES,
     CORPUS,
     FIXTURES,
     H200_ROW,
-    OTHER,
     STANDINS,
-    _mode,
     _smi_spec,
 )
-
-APP_CASES = [p for p in CASES if json.loads(p.read_text(encoding="utf-8")).get("has_app_and_kernel")]
 
 
 def _standin_bin(d: Path, *, mode: str, kern: Path | None, smi: Path | None) -> Path:
@@ -103,38 +98,6 @@ def _kernel_time(case: dict, mode: str) -> float:
     t, _ = split_time(line, clock, {})
     assert t is not None, line
     return t
-
-
-@pytest.mark.parametrize("path", APP_CASES, ids=[p.stem for p in APP_CASES])
-def test_probe_names_the_kernel_line_and_action_class(sshd, tmp_path: Path, path: Path) -> None:
-    case = json.loads(path.read_text(encoding="utf-8"))
-    mode = _mode(case)
-    assert mode in ("journal", "dmesg")  # the app cases come from the journal or dmesg
-    kern = CORPUS / case["files"]["kern"]
-    bindir = _standin_bin(tmp_path / "bin", mode=mode, kern=kern, smi=_smi_spec(case, tmp_path))
-    log = tmp_path / "app.log"
-    log.write_bytes((CORPUS / case["files"]["app"]).read_bytes())
-    t = _kernel_time(case, mode) + 30  # the job's log ends when the fault hit
-    os.utime(log, (t, t))
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
-    doc = json.loads(out)
-    (host,) = doc["hosts"]
-    d = host["decisive"]
-    assert d is not None, host
-    assert d["source"] == "kernel", d
-    assert case["decisive_kernel_line"] in d["line"], d
-    for decoy in case["decoys"]:
-        assert decoy not in d["line"]
-    assert d["category"] == (BY_KIND.get(case["kind"]) or OTHER[case["id"]]), d
-    assert d["hint"] and d["fingerprint"]
-    assert host["verdict"] == "failed" and code == Exit.FAILED
-    assert host["facts"]["kernel_log"]["source"] == {"journal": "journalctl", "dmesg": "dmesg"}[mode]
-    assert any(e["source"] == "kernel" and e["line"] == d["line"] for e in host["evidence"])
-    assert all(set(e) == {"source", "time", "line", "pid", "gpu", "kind", "code"} for e in host["evidence"])
-    if d["consequence"]:  # the log named an error: it is the consequence, first in the evidence
-        assert host["evidence"][0]["source"] == "log" and host["evidence"][0]["line"] == d["consequence"]
-    if case.get("xid") and d["exception_type"].startswith("Xid"):
-        assert d["exception_type"] == f"Xid {case['xid']}"
 
 
 def test_probe_card_shows_the_kernel_cause_and_the_consequence(sshd, tmp_path: Path) -> None:

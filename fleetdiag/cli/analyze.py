@@ -9,15 +9,32 @@ import tempfile
 
 import click
 
+from ..evidence.host import apply_collection
 from ..exitcodes import exit_for
 from ..funnel import run_local
 from ..probe import finish, spec_for
+from ..records import HEALTHY, FunnelResult, HostResult
 from ..render import host_card
 from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
 
 
 @main.command()
-@click.argument("path", type=click.Path(allow_dash=True))
+@click.argument("path", type=click.Path(allow_dash=True), required=False)
+@click.option(
+    "--kernel",
+    "kernel_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="The host's kernel log (dmesg, dmesg -T/-H, journalctl -k in any short format, kern.log): "
+    "decided with the log as probe decides it. Without PATH: the kernel log alone.",
+)
+@click.option(
+    "--smi",
+    "smi_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="The host's nvidia-smi output (nvidia-smi -q, --query-gpu CSV, or the table): its GPU health.",
+)
 @click.option(
     "--stall-after",
     type=DURATION,
@@ -28,8 +45,40 @@ from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
 @output_options(jsonl_help="The host record as one JSON line (for a pipe), not indented.")
 @pass_ctx
 @handle_errors
-def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> None:
-    """Analyse a local log file (or - for stdin) exactly as probe does remotely."""
+def analyze(
+    ctx: Context,
+    path: str | None,
+    kernel_file: str | None,
+    smi_file: str | None,
+    fmt: str | None,
+    stall_after: float,
+) -> None:
+    """Analyse a local log file (or - for stdin) exactly as probe does remotely; with --kernel and --smi,
+    a ticket's kernel log and nvidia-smi output too."""
+    if path is None and kernel_file is None and smi_file is None:
+        raise click.UsageError("give a log file (or - for stdin), or --kernel FILE for a kernel log alone")
+    if kernel_file == "-" and path == "-":
+        raise click.UsageError("stdin can be the log or the kernel log (--kernel -), not both")
+    for opt, f in (("--kernel", kernel_file), ("--smi", smi_file)):
+        if f is not None and f != "-" and (not os.path.exists(f) or os.path.isdir(f)):
+            raise click.BadParameter(f"{f}: no such file", param_hint=opt)
+    kc = None
+    if kernel_file is not None or smi_file is not None:
+        from ..evidence.kernel import KernelCollection
+        from ..evidence.offline import add_smi_file, read_kernel_file
+
+        if kernel_file == "-" and getattr(sys.stdin, "buffer", None) is None:
+            raise click.UsageError("'--kernel -' reads the kernel log from stdin, but stdin is closed")
+        kc = (
+            read_kernel_file(sys.stdin if kernel_file == "-" else kernel_file)
+            if kernel_file
+            else KernelCollection(smi_status="not-given")
+        )
+        if smi_file:
+            add_smi_file(kc, smi_file)
+    if path is None:
+        res = _kernel_only(kc)
+        _emit(ctx, res, fmt)
     rules = ctx.rules()
     if ctx.redactor is not None:  # the fleet's names are known: hide them in a local log too
         from ..inventory import InventoryError
@@ -53,11 +102,23 @@ def analyze(ctx: Context, path: str, fmt: str | None, stall_after: float) -> Non
             target = os.path.abspath(path)
         fr = run_local(spec_for(target, rules))
         res = finish("-" if path == "-" else path, fr, rules, stall_after)
+        if kc is not None:
+            res = apply_collection(res, fr, kc, live=False)
         if path == "-":
             res.log = "<stdin>"
     finally:
         if tmp:
             os.unlink(tmp)
+    _emit(ctx, res, fmt)
+
+
+def _kernel_only(kc: object) -> HostResult:
+    """No application log: the host as its kernel log and GPU health alone say (healthy or degraded)."""
+    res = HostResult(host="-", verdict=HEALTHY, summary="no application log given: the kernel log and GPU health alone")
+    return apply_collection(res, FunnelResult(status="ok"), kc, live=False)  # type: ignore[arg-type]
+
+
+def _emit(ctx: Context, res: HostResult, fmt: str | None) -> None:
     if fmt in ("json", "jsonl"):
         ctx.out.json(res.to_json(), indent=2 if fmt == "json" else None)
     else:

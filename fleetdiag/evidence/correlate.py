@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .gpu_health import GpuHealth
-from .kernel import KernelEvent, bus_key
+from .kernel import KernelEvent, aer_fatal, bus_key
 from .xid import XidTable, default_xid_table
 
 BURST_GAP = 120.0  # seconds of silence that separate two bursts of kernel lines
 WINDOW_BEFORE = 900.0  # a kernel event this long before the app error can still be its cause
 WINDOW_AFTER = 120.0  # kernel clocks (dmesg -T) drift: allow the kernel line to look later
+RELOAD_GRACE = 30.0  # a fault this close before a driver load belongs to that load (a probe that failed)
+_ASKED = re.compile(r"recovery action changed from .*? to \S+ \(([^)]+)\)")
 
 HINTS = {
     "host-oom": "host memory ran out and the kernel killed the process: lower host memory use "
@@ -49,6 +51,7 @@ class AppError:
     gpu: int | None = None  # GPU index (the rank's device, after CUDA_VISIBLE_DEVICES)
     bus: str | None = None
     uuid: str | None = None
+    names: frozenset[str] = frozenset()  # program names the log itself names (its binary, its source file)
 
 
 @dataclass
@@ -120,20 +123,27 @@ def _class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
 
 def _bursts(events: list[KernelEvent]) -> list[list[KernelEvent]]:
     """Events in time order (source order for equal or unknown times), cut where the log fell silent."""
+    if all(e.time is not None for e in events):
+        clock = {id(e): e.time for e in events}
+    elif all(e.mono is not None for e in events):  # seconds since boot with no wall clock (a saved dmesg)
+        clock = {id(e): e.mono for e in events}
+    else:
+        clock = {id(e): e.time for e in events}
     evs = (
-        sorted(events, key=lambda e: (e.time if e.time is not None else float("-inf"), e.pos))
-        if all(e.time is not None for e in events)
+        sorted(events, key=lambda e: (clock[id(e)], e.pos))
+        if all(clock[id(e)] is not None for e in events)
         else sorted(events, key=lambda e: e.pos)
     )
     out: list[list[KernelEvent]] = []
     last: float | None = None
     for e in evs:
-        if out and not (e.time is not None and last is not None and e.time - last > BURST_GAP):
+        t = clock[id(e)]
+        if out and not (t is not None and last is not None and t - last > BURST_GAP):
             out[-1].append(e)
         else:
             out.append([e])
-        if e.time is not None:
-            last = e.time
+        if t is not None:
+            last = t
     return out
 
 
@@ -141,9 +151,13 @@ def _oom_episode_line(burst: list[KernelEvent], victim: KernelEvent) -> KernelEv
     """The line that states an OOM kill: 'Out of memory: Kill(ed) process', else 'Killed process',
     else the 'invoked oom-killer' header of the episode the reaper line belongs to."""
     i = burst.index(victim)
-    for k in ("oom-kill", "oom-killed"):
+    for stated in (
+        lambda e: e.kind == "oom-kill" and "Kill" in e.message and "process" in e.message,  # 'Out of memory: Kill…'
+        lambda e: e.kind == "oom-killed",  # 'Killed process N (name)'
+        lambda e: e.kind == "oom-kill",  # the 'oom-kill:constraint=…,task=…,pid=N' summary
+    ):
         for e in burst:
-            if e.kind == k and e.pid == victim.pid:
+            if stated(e) and e.pid == victim.pid:
                 return e
     for e in reversed(burst[:i]):
         if e.kind == "oom-invoke":
@@ -169,7 +183,17 @@ def _linked(ev: KernelEvent, app: AppError | None, app_bus: str | None) -> str |
         return f"process {ev.process}"
     if app_bus and ev.bus == app_bus:
         return f"GPU {ev.bus}"
+    if ev.process and _specific(ev.process) and any(_same_name(n, ev.process) for n in app.names):
+        return f"process {ev.process} (named in the log)"
     return None
+
+
+# comms every GPU host runs many of: a match by one of these says nothing
+_GENERIC = re.compile(r"^(?:python[\d.]*|pt_main_thread|pt_autograd_\d+|bash|sh|java|node|ray::\w*|<unknown>)$", re.I)
+
+
+def _specific(name: str) -> bool:
+    return len(name) >= 6 and not _GENERIC.match(name)
 
 
 def _same_name(a: str, b: str) -> bool:
@@ -204,7 +228,7 @@ def decide(
     if not cands:
         return None
     bursts = _bursts(cands)
-    scored: list[tuple[tuple[int, ...], KernelEvent, str]] = []
+    scored: list[tuple[tuple[int, ...], KernelEvent, str]] = []  # (link, burst, strength, hardware, -order)
     for bi, burst in enumerate(bursts):
         for ei, ev in enumerate(burst):
             cat, strength, _ = _class(ev, table)
@@ -220,19 +244,26 @@ def decide(
             if app is not None and not link and strength in ("weak", "app") and not win:
                 continue  # an unlinked weak or application-level event does not beat the app's own error
             why = link or ("in the failure's time window" if win else "the host's latest kernel fault")
-            rank = (1 if link else 0, bi, 0 if strength == "weak" else 1, -ei)
+            # in a burst: a hardware fault (drain, RMA) before a driver one, then the first line (a later line of
+            # the same GPU is the first one's consequence)
+            hw = 1 if cat == "hardware" and strength == "strong" else 0
+            rank = (1 if link else 0, bi, 0 if strength == "weak" else 1, hw, -ei)
             scored.append((rank, ev, why))
     if not scored:
         return None
-    # the latest burst decides; in it, the first cause-capable line (strong before app-level before weak)
+    # the latest burst decides; in it, strong before weak, a hardware fault before others, then the first line
     scored.sort(key=lambda s: s[0])
     rank, ev, why = scored[-1]
+    return _decision(ev, why, app, table)
+
+
+def _decision(ev: KernelEvent, why: str, app: AppError | None, table: XidTable) -> KernelDecision:
     cat, _, hint = _class(ev, table)
     code = ev.cause_code if ev.kind == "xid" and ev.code == 45 and ev.cause_code else ev.code
     if ev.kind == "xid":
         info = table.get(code)
         why = f"Xid {code} ({info.name}); {why}"
-        asked = re.search(r"recovery action changed from .*? to \S+ \(([^)]+)\)", ev.message)
+        asked = _ASKED.search(ev.message)
         if asked:
             hint = f"the driver asks for: {asked.group(1)}; {hint}"
     return KernelDecision(
@@ -246,6 +277,114 @@ def decide(
         consequence=app.line if app else None,
         event=ev,
     )
+
+
+# ------------------------------------------------------------------ a fault that stands on its own
+
+
+def current(events: list[KernelEvent]) -> list[KernelEvent]:
+    """The events of the running kernel and NVIDIA driver: history ends at the last boot ('Linux version',
+    a journal's '-- Boot --') and at the last driver load, except a fault within RELOAD_GRACE seconds before
+    that load (the load's own probe failing: 'fallen off the bus' then 'loading NVIDIA UNIX … Module')."""
+    evs = sorted(events, key=lambda e: e.pos)
+    boots = [i for i, e in enumerate(evs) if e.marker == "boot"]
+    if boots:
+        evs = evs[boots[-1] + 1 :]
+    loads = [i for i, e in enumerate(evs) if e.marker == "driver-load"]
+    if not loads:
+        return evs
+    load = evs[loads[-1]]
+    keep = []
+    for e in evs[: loads[-1]]:
+        a, b = (e.time, load.time) if e.time is not None and load.time is not None else (e.mono, load.mono)
+        if a is not None and b is not None and 0 <= b - a <= RELOAD_GRACE:
+            keep.append(e)
+    return keep + evs[loads[-1] + 1 :]
+
+
+def _effective_code(ev: KernelEvent) -> int | None:
+    return ev.cause_code if ev.code == 45 and ev.cause_code is not None else ev.code
+
+
+def _on_gpu_path(ev: KernelEvent, window: list[KernelEvent], gpu_buses: set[str]) -> bool:
+    """A PCIe error on a GPU's path: printed by the nvidia driver, on a GPU's bus, or on the port above a GPU
+    that the same burst shows failing (the nvidia driver unable to recover, an Xid, a GPU off the bus)."""
+    if ev.driver == "nvidia" or (ev.bus and ev.bus in gpu_buses):
+        return True
+    for e in window:
+        if e.kind == "pcie-recovery" and (e.driver == "nvidia" or (e.bus and e.bus in gpu_buses)):
+            return True
+        if e.kind in ("xid", "gpu-lost", "gpu-init"):
+            return True
+    return False
+
+
+def unrecovered(ev: KernelEvent, window: list[KernelEvent], gpu_buses: set[str], table: XidTable) -> bool:
+    """Is this event a hardware or driver fault the GPU does not come back from without a reset, a reboot or
+    an RMA? The Xids NVIDIA's catalog sends there (by their action class: hardware, driver), Xid 45 caused by
+    one of them, Xid 154 asking for any recovery, a GPU off the bus or lost, an adapter that failed to
+    initialise or needs a reset, a GSP failure, a fatal AER on a GPU's path, a fatal NVSwitch SXid."""
+    if ev.benign:
+        return False
+    if ev.kind == "xid":
+        code = _effective_code(ev)
+        if code == 45:
+            return False  # cleanup after a killed process
+        if code == 154:
+            asked = _ASKED.search(ev.message)
+            return bool(asked) and asked.group(1).strip().lower() != "none"
+        return table.get(code).action in ("hardware", "driver")
+    if ev.kind in ("gpu-lost", "gpu-init", "gsp"):
+        return True
+    if ev.kind == "pcie-aer":
+        return aer_fatal(ev.severity) and _on_gpu_path(ev, window, gpu_buses)
+    if ev.kind == "sxid":
+        return ev.severity == "fatal"
+    return False
+
+
+def standalone(
+    events: list[KernelEvent], health: list[GpuHealth] | None = None, table: XidTable | None = None
+) -> KernelDecision | None:
+    """The unrecovered GPU fault of the current boot that makes a host ``degraded`` on its own, whatever its
+    log says and whether or not nvidia-smi answers; None when there is none.
+
+    The latest burst that holds one decides. In it, each GPU's first such line is that GPU's fault (later lines
+    on the same GPU are its consequences); of several GPUs' faults a hardware one (drain, RMA) is named before a
+    driver one (a reset), then the earliest. A driver-class Xid that follows an application fault on the same
+    GPU in its burst (Xid 109 after Xid 13) is that fault's consequence, not a fault of its own. Corrected
+    errors, benign lines, OOM kills and segfaults never qualify."""
+    table = table or default_xid_table()
+    evs = current(events)
+    gpu_buses = {e.bus for e in evs if e.bus and e.kind in ("xid", "gpu-lost", "gpu-init", "gsp")}
+    gpu_buses |= {e.bus for e in evs if e.bus and e.uuid}  # 'NVRM: GPU at PCI:…: GPU-uuid'
+    gpu_buses |= {g.bus for g in health or [] if g.bus}
+    cands = [e for e in evs if _class(e, table)[0] is not None]
+    if not cands:
+        return None
+    for burst in reversed(_bursts(cands)):
+        window = _window(evs, burst)
+        app_fault: set[str | None] = set()
+        first: dict[str | None, tuple[int, KernelEvent]] = {}  # bus -> (order in the burst, its first fault)
+        for i, ev in enumerate(burst):
+            if ev.kind == "xid" and table.get(_effective_code(ev)).action == "application":
+                app_fault.add(ev.bus)
+                continue
+            if not unrecovered(ev, window, gpu_buses, table):
+                continue
+            if ev.kind == "xid" and ev.bus in app_fault and table.get(_effective_code(ev)).action == "driver":
+                continue  # the application fault's aftermath on its own GPU
+            first.setdefault(ev.bus, (i, ev))
+        if first:
+            _, ev = min(first.values(), key=lambda f: (_class(f[1], table)[0] != "hardware", f[0]))
+            return _decision(ev, "an unrecovered GPU fault of the current boot", None, table)
+    return None
+
+
+def _window(evs: list[KernelEvent], burst: list[KernelEvent]) -> list[KernelEvent]:
+    """Every event (details too) from the burst's first line to its last, by source order."""
+    lo, hi = min(e.pos for e in burst), max(e.pos for e in burst)
+    return [e for e in evs if lo - 20 <= e.pos <= hi + 20]
 
 
 def evidence(

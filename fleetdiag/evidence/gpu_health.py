@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from .kernel import bus_key
 
@@ -43,6 +44,7 @@ class GpuHealth:
     pcie_width: tuple[int | None, int | None] = (None, None)
     faults: list[str] = field(default_factory=list)
     degrading: list[str] = field(default_factory=list)
+    recovery_action: str | None = None  # nvidia-smi -q's 'GPU Recovery Action' when it asks for one
 
 
 def _val(v: str | None) -> str | None:
@@ -137,6 +139,8 @@ def _judge(g: GpuHealth) -> None:
         g.degrading.append(f"{g.ecc_uncorrected_volatile} uncorrectable ECC errors (volatile)")
     if g.remapped_rows_failure:
         g.degrading.append("row remapping failed")
+    if g.recovery_action:
+        g.degrading.append(f"the driver asks for: {g.recovery_action}")
     cur, mx = g.pcie_width
     if cur is not None and mx is not None and 0 < cur < mx:
         g.degrading.append(f"PCIe link width x{cur} of x{mx}")
@@ -164,3 +168,121 @@ def degraded(gpus: list[GpuHealth]) -> list[str]:
 
 def is_degraded(gpus: list[GpuHealth]) -> bool:
     return bool(degraded(gpus))
+
+
+# ------------------------------------------------------------------ nvidia-smi's other outputs (a ticket's attachments)
+
+_Q_GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
+_Q_KV = re.compile(r"^(?P<indent> *)(?P<key>[^:]+?)\s*:\s*(?P<val>.*?)\s*$")
+_TABLE_ROW = re.compile(
+    r"^\|\s+(?P<index>\d+)\s+\S.*?\|\s+(?P<bus>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+\w+\s+\|"
+    r"\s+(?P<ecc>\d+|N/A)\s+\|"
+)
+_REASONS = {
+    "hw slowdown": "hw_slowdown",
+    "hw thermal slowdown": "hw_thermal_slowdown",
+    "hw power brake slowdown": "hw_power_brake_slowdown",
+    "sw thermal slowdown": "sw_thermal_slowdown",
+}
+
+
+def parse_smi_text(text: str) -> list[GpuHealth]:
+    """GPU health from whatever nvidia-smi output a ticket carries: ``--query-gpu`` CSV (with its header),
+    ``nvidia-smi -q`` text (sections per GPU), the plain table (index, bus id, volatile uncorrectable ECC),
+    and the errors it prints for a GPU it cannot reach. Parts of several may be pasted together."""
+    lines = text.splitlines()
+    if any(re.match(r"\s*(?:index|pci\.bus_id|uuid)\b", ln) for ln in lines):
+        return parse_health(lines)
+    gpus: list[GpuHealth] = []
+    by_bus: dict[str, GpuHealth] = {}
+
+    def gpu_for(bus_id: str) -> GpuHealth:
+        key = bus_key(bus_id) or bus_id
+        if key not in by_bus:
+            g = GpuHealth(bus=bus_key(bus_id), bus_id=bus_id)
+            by_bus[key] = g
+            gpus.append(g)
+        return by_bus[key]
+
+    for ln in lines:
+        m = _TABLE_ROW.match(ln)
+        if m:
+            g = gpu_for(m["bus"])
+            g.index = int(m["index"])
+            if m["ecc"].isdigit():
+                g.ecc_uncorrected_volatile = int(m["ecc"])
+    _parse_q(lines, gpu_for)
+    lost = parse_health([ln for ln in lines if _LOST.search(ln)])
+    for lg in lost:
+        hit = next((g for g in gpus if lg.bus and g.bus == lg.bus), None)
+        if hit is None:
+            gpus.append(lg)
+        else:
+            hit.lost = True
+    for g in gpus:
+        g.faults, g.degrading = [], []
+        _judge(g)
+    return gpus
+
+
+def _parse_q(lines: list[str], gpu_for: Any) -> None:
+    """``nvidia-smi -q``: 'GPU 00000000:55:00.0' opens a GPU; the keys below it nest by four spaces."""
+    g: GpuHealth | None = None
+    path: list[str] = []
+    order = 0
+    vol_ecc: int | None = None
+    for raw in lines:
+        m = _Q_GPU.match(raw)
+        if m:
+            _close_ecc(g, vol_ecc)
+            g, path, vol_ecc = gpu_for(m["bus"]), [], None
+            if g.index is None:
+                g.index = order
+            order += 1
+            continue
+        if g is None or not raw.startswith("    "):
+            continue
+        kv = _Q_KV.match(raw)
+        indent = len(raw) - len(raw.lstrip(" "))
+        path = path[: indent // 4 - 1]
+        if kv is None or not kv["val"]:  # a section heading
+            path.append((kv["key"] if kv else raw).strip())
+            continue
+        key, val = kv["key"].strip(), kv["val"]
+        where = " > ".join([*path, key]).lower()
+        k = key.lower()
+        if k == "gpu uuid":
+            g.uuid = val
+        elif where.startswith("ecc errors > volatile") and (
+            "uncorrectable" in k or (k == "total" and "double bit" in where)
+        ):
+            n = _int(val)
+            if n is not None:
+                vol_ecc = (vol_ecc or 0) + n
+        elif where.startswith("retired pages") and k.startswith("pending"):
+            g.retired_pages_pending = _bool(val)
+        elif where.startswith("remapped rows") and k == "pending":
+            g.remapped_rows_pending = _bool(val)
+        elif where.startswith("remapped rows") and k.startswith("remapping failure"):
+            g.remapped_rows_failure = _bool(val)
+        elif "pcie generation" in where and k in ("max", "current"):
+            cur, mx = g.pcie_gen
+            g.pcie_gen = (_int(val), mx) if k == "current" else (cur, _int(val))
+        elif "link width" in where and k in ("max", "current"):
+            cur, mx = g.pcie_width
+            g.pcie_width = (_int(val), mx) if k == "current" else (cur, _int(val))
+        elif (
+            path
+            and path[0].lower() in ("clocks event reasons", "clocks throttle reasons")
+            and k in _REASONS
+            and _bool(val)
+        ):
+            g.clock_reasons.append(_REASONS[k])
+        elif k == "gpu recovery action" and val.lower() not in ("none", "n/a"):
+            g.recovery_action = val
+    _close_ecc(g, vol_ecc)
+
+
+def _close_ecc(g: GpuHealth | None, vol_ecc: int | None) -> None:
+    if g is not None and vol_ecc is not None:
+        g.ecc_uncorrected_volatile = vol_ecc

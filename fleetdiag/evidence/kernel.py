@@ -14,6 +14,7 @@ import re
 import time as _time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 # ---------------------------------------------------------------- time prefixes
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
@@ -21,10 +22,17 @@ _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _RE_ISO = re.compile(rf"^(?P<t>{_ISO})\s+(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*\d+\.\d+\]\s*)?")
 _RE_ISO_BARE = re.compile(rf"^(?P<t>{_ISO})\s+")  # dmesg --time-format iso
 _RE_TALOS = re.compile(rf"^kern:\s*\w+:\s*\[(?P<t>{_ISO})\]:\s*")
-_RE_SYSLOG = re.compile(
-    r"^(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
+_RE_SYSLOG = re.compile(  # syslog, journalctl -o short and short-precise (fractional seconds)
+    r"^(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?\s+"
     r"(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*(?P<boot>\d+\.\d+)\]\s*)?"
 )
+_RE_FULL = re.compile(  # journalctl -o short-full: 'Tue 2024-08-30 11:43:09 UTC host kernel: '
+    r"^[A-Za-z]{3} (?P<t>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)(?: (?P<zone>[A-Z]{2,5}|[+-]\d{4}))?\s+"
+    r"(?:(?P<host>\S+)\s+)?kernel:\s?"
+)
+_RE_MONO_HOST = re.compile(r"^\S+ kernel:\s?")  # journalctl -o short-monotonic: '[ 5.1] host kernel: '
+_RE_BOOT_MARK = re.compile(r"^Linux version \d|^-- (?:Boot [0-9a-f]+|Reboot) --")
+_RE_DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX")
 _RE_CTIME = re.compile(
     r"^\[(?:[A-Za-z]{3}\s+)?(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
     r"(?P<year>\d{4})\]\s?"
@@ -44,7 +52,9 @@ _RE_PCI = re.compile(r"\b(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F
 _RE_FALLEN = re.compile(r"fallen off the bus")
 _RE_LOST = re.compile(r"NV_ERR_GPU_IS_LOST|GPU is lost")
 _RE_INIT = re.compile(r"RmInitAdapter failed|NV_ERR_RESET_REQUIRED|GPU Reset Required")
-_RE_GSP = re.compile(r"GSP.*(?:[Tt]imeout|timed out|heartbeat|crashed|halt)|[Hh]eartbeat.*GSP")
+_RE_GSP = re.compile(  # the GSP firmware stopped answering: its heartbeat, an RPC, a crash
+    r"GSP.*(?:[Tt]imeout|timed out|heartbeat|crashed|halt)|[Hh]eartbeat.*GSP|_kgspIsHeartbeatTimedOut|_kgspLogRpcTimeout"
+)
 _RE_EDAC_UE = re.compile(r"EDAC .*\b(?:UE|[Uu]ncorrected|[Uu]ncorrectable)\b")
 _RE_GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-fA-F:.]+):\s*(?P<uuid>GPU-[0-9a-fA-F-]+)")
 _RE_OOM_KILL = re.compile(
@@ -58,9 +68,12 @@ _RE_SEGV = re.compile(r"^(?P<name>\S+?)\[(?P<pid>\d+)\]: segfault at")
 _RE_GPF = re.compile(r"^(?:traps: )?(?P<name>\S+?)\[(?P<pid>\d+)\].*general protection")
 _RE_HUNG = re.compile(r"INFO: task (?P<name>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
 _RE_AER = re.compile(
-    r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*PCIe Bus Error: severity=(?P<sev>[^,]+)"
+    r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*PCIe Bus Error: (?:severity=)?(?P<sev>[^,]+)"
 )
-_RE_AER_RECV = re.compile(r"AER: (?:Corrected|Uncorrected|Multiple).*error.*received")
+_RE_AER_RECV = re.compile(r"AER: (?:Correct|Uncorrect|Multiple)\w*.*error.*received")
+# the kernel gave up on a device after an AER: the error is not recovered
+_RE_AER_NORECOVER = re.compile(r"AER: can't recover|AER: device recovery failed|has no AER-aware driver")
+_RE_DEV_PREFIX = re.compile(r"^(?P<drv>[\w-]+) (?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d):")
 _RE_MCE = re.compile(r"mce: \[Hardware Error\]|[Mm]achine [Cc]heck")
 _RE_MCE_FATAL = re.compile(r"[Uu]ncorrected|[Ff]atal|[Pp]anic|Machine Check Exception")
 _RE_WATCHDOG = re.compile(r"RC watchdog: GPU is probably locked")
@@ -96,8 +109,8 @@ BENIGN = re.compile(
 INTEREST_ERE = (
     "NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|"
     "invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|"
-    "PCIe Bus Error|AER:|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|"
-    "NV_ERR_|RmInitAdapter"
+    "PCIe Bus Error|AER|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|"
+    "NV_ERR_|RmInitAdapter|Linux version"
 )
 
 
@@ -118,6 +131,15 @@ class KernelEvent:
     severity: str | None = None  # AER severity, SXid Fatal/Non-fatal
     pos: int = 0  # order in the source
     benign: bool = False
+    driver: str | None = None  # the kernel driver that printed a device line ('nvidia', 'pcieport')
+    mono: float | None = None  # seconds since boot as printed ('[ 123.456]'): order and gaps without a wall clock
+    marker: str | None = None  # 'boot' (a new kernel) or 'driver-load' (the NVIDIA module loaded): history ends
+
+
+def aer_fatal(severity: str | None) -> bool:
+    """An AER severity that the link did not survive: 'Uncorrected (Fatal)', 'Uncorrectable (Fatal)'."""
+    s = (severity or "").lower()
+    return "fatal" in s and "non-fatal" not in s and "nonfatal" not in s
 
 
 def bus_key(bus: str | None) -> str | None:
@@ -165,6 +187,11 @@ def _iso(s: str, tz: int) -> float | None:
     return base.replace(tzinfo=timezone(timedelta(seconds=off))).timestamp() + frac
 
 
+def _zone(z: str) -> int:
+    """'+0200' -> 7200."""
+    return (1 if z[0] == "+" else -1) * (int(z[1:3]) * 3600 + int(z[3:5]) * 60)
+
+
 def _wall(year: int, mon: str, day: str, hms: str, tz: int) -> float | None:
     mo = _MONTHS.get(mon.lower())
     if not mo:
@@ -199,7 +226,13 @@ def split_time(line: str, clock: Clock, state: dict[str, float | None]) -> tuple
         return _iso(m["t"], clock.tz_offset), s[m.end() :]
     m = _RE_SYSLOG.match(s)
     if m:
-        return _wall(_year_for(clock, m["mon"]), m["mon"], m["day"], m["hms"], clock.tz_offset), s[m.end() :]
+        t = _wall(_year_for(clock, m["mon"]), m["mon"], m["day"], m["hms"], clock.tz_offset)
+        return (t + float(m["frac"] or 0) if t is not None else None), s[m.end() :]
+    m = _RE_FULL.match(s)
+    if m:
+        z = m["zone"]
+        tz = 0 if z in ("UTC", "GMT") else (_zone(z) if z and z[0] in "+-" else clock.tz_offset)
+        return _iso(m["t"], tz), s[m.end() :]
     m = _RE_CTIME.match(s)
     if m:
         return _wall(int(m["year"]), m["mon"], m["day"], m["hms"], clock.tz_offset), s[m.end() :]
@@ -218,7 +251,9 @@ def split_time(line: str, clock: Clock, state: dict[str, float | None]) -> tuple
     m = _RE_BOOT.match(s)
     if m:
         boot = clock.boot
-        return (boot + float(m["boot"]) if boot is not None else None), s[m.end() :]
+        rest = s[m.end() :]
+        h = _RE_MONO_HOST.match(rest)
+        return (boot + float(m["boot"]) if boot is not None else None), rest[h.end() :] if h else rest
     m = _RE_ISO_BARE.match(s)
     if m:
         return _iso(m["t"], clock.tz_offset), s[m.end() :]
@@ -232,6 +267,12 @@ def classify(message: str) -> KernelEvent:
     """The event a message states (time and raw line are filled in by the caller)."""
     msg = message.strip()
     ev = KernelEvent(line=message, message=msg, kind="other")
+    if _RE_BOOT_MARK.search(msg):
+        ev.kind, ev.benign, ev.marker = "benign", True, "boot"
+        return ev
+    if _RE_DRIVER_LOAD.search(msg):
+        ev.kind, ev.benign, ev.marker = "benign", True, "driver-load"
+        return ev
     m = _RE_GPU_AT.search(msg)
     if m:
         ev.kind, ev.bus, ev.uuid, ev.benign = "benign", bus_key(m["bus"]), m["uuid"], True
@@ -280,15 +321,28 @@ def classify(message: str) -> KernelEvent:
     if m:
         ev.kind, ev.process = "oom-invoke", m["name"]
         return ev
+    dev = _RE_DEV_PREFIX.match(msg)
     m = _RE_AER.search(msg)
     if m:
         ev.kind, ev.bus, ev.severity = "pcie-aer", bus_key(m["bus"]), m["sev"].strip().lower()
+        ev.driver = dev["drv"] if dev else None
         return ev
     if _RE_AER_RECV.search(msg):
         ev.kind = "pcie-aer-detail"
-        ev.severity = "uncorrected" if re.search(r"Uncorrected|Fatal", msg) else "corrected"
-        p = _RE_PCI.search(msg)
+        ev.severity = (
+            "uncorrected (fatal)"
+            if aer_fatal(msg)
+            else ("uncorrected" if re.search(r"Uncorrect", msg) else "corrected")
+        )
+        src = re.search(r"received(?: from)?:? (?:id=)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)", msg)
+        p = src or _RE_PCI.search(msg)
         ev.bus = bus_key(p["bus"]) if p else None
+        ev.driver = dev["drv"] if dev else None
+        return ev
+    if _RE_AER_NORECOVER.search(msg):
+        ev.kind, ev.severity = "pcie-recovery", "unrecovered"
+        ev.bus = bus_key(dev["bus"]) if dev else None
+        ev.driver = dev["drv"] if dev else None
         return ev
     if _RE_MCE.search(msg):
         ev.kind, ev.severity = "mce", "fatal" if _RE_MCE_FATAL.search(msg) else "corrected"
@@ -315,7 +369,7 @@ def parse_kernel_lines(lines: list[str] | str, clock: Clock | None = None) -> li
         lines = lines.splitlines()
     state: dict[str, float | None] = {}
     out: list[KernelEvent] = []
-    for i, raw in enumerate(lines):
+    for i, raw in enumerate(_joined(lines)):
         if not raw.strip():
             continue
         t, msg = split_time(raw, clock, state)
@@ -323,7 +377,36 @@ def parse_kernel_lines(lines: list[str] | str, clock: Clock | None = None) -> li
         if ev.kind == "other":
             continue
         ev.line, ev.time, ev.pos = raw.rstrip("\n"), t, i
+        mono = _RE_MONO.search(raw)
+        ev.mono = float(mono.group(1)) if mono else None
         out.append(ev)
+    return out
+
+
+_RE_MONO = re.compile(r"^(?:[^\[]{0,80}kernel:\s?)?\[\s*(\d+\.\d+)\]")
+
+
+_RE_CONT = re.compile(r"^\s+NVRM: ")  # dmesg's continuation of a multi-line NVRM message: indented, no stamp
+_RE_OPEN = re.compile(r"NVRM: The NVIDIA GPU \S+$|installed in this system has$|please run$|collect this data before$")
+
+
+def _joined(lines: list[str]) -> list[str]:
+    """Lines with each multi-line NVRM message made one line ('The NVIDIA GPU 0000:b3:00.0 / (PCI ID: …)
+    installed in this system has / fallen off the bus …'), so its bus and its statement stay together.
+    A continuation is indented with no stamp (dmesg), or repeats the opening line's stamp (syslog, journal)."""
+    out: list[str] = []
+    for raw in lines:
+        raw = raw.rstrip("\n")
+        if out and _RE_CONT.match(raw):
+            out[-1] += " " + raw.strip()
+            continue
+        if out and _RE_OPEN.search(out[-1].rstrip()):
+            head, _, _ = out[-1].partition("NVRM:")
+            nvrm = raw.find("NVRM:")
+            if nvrm > 0 and raw[:nvrm].rstrip() == head.rstrip() and head:
+                out[-1] += " " + raw[nvrm:]
+                continue
+        out.append(raw)
     return out
 
 
@@ -339,7 +422,8 @@ class KernelCollection:
     truncated: bool = False
     smi_fields: str | None = None
     smi: list[str] = field(default_factory=list)
-    smi_status: str | None = None  # ok | absent | error
+    smi_status: str | None = None  # ok | absent | error | not-given (offline: no nvidia-smi file)
+    health: list[Any] | None = None  # GpuHealth already parsed (offline files); None: parse ``smi`` as CSV
 
     def events(self) -> list[KernelEvent]:
         return parse_kernel_lines(self.lines, self.clock)

@@ -34,7 +34,7 @@ _ANSIBLE_QUIET = (
     "ansible_ssh_common_args",
     "ansible_ssh_extra_args",
 )
-_ANSIBLE_PLAIN = ("logs", "gpus", "region", "tags", "funnel", "jump")
+_ANSIBLE_PLAIN = ("logs", "gpus", "region", "tags", "funnel", "jump", "path_prepend")
 _ANSIBLE_GROUP_KEYS = ("hosts", "children", "vars")
 _ANSIBLE_RANGE = re.compile(r"\[([^\]:]*):([^\]:]*)(?::([^\]:]*))?\]")
 

@@ -252,6 +252,7 @@ def _make_host(name: str, s: dict[str, Any]) -> Host:
         tags=list(s.get("tags") or []),
         funnel={k: v for k, v in (s.get("funnel") or {}).items() if v is not None},
         identity_file=s.get("identity_file"),
+        path_prepend=s.get("path_prepend"),
     )
 
 
@@ -657,6 +658,12 @@ class FieldParser:
     def v_identity_file(self, v: Any, key: str, line: int) -> Any:
         if not isinstance(v, str) or not v.strip() or "\0" in v:
             self.err(line, key, f"expected the path of a private key file, got {_describe(v)}")
+            return _BAD
+        return v
+
+    def v_path_prepend(self, v: Any, key: str, line: int) -> Any:
+        if not isinstance(v, str) or not v.strip() or any(c in v for c in "\0\n\r"):
+            self.err(line, key, f"expected remote directories (DIR or DIR:DIR), got {_describe(v)}")
             return _BAD
         return v
 

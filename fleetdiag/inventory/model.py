@@ -9,7 +9,19 @@ from pathlib import Path
 from typing import Any
 
 TOP_KEYS = ("defaults", "hosts", "groups")
-HOST_KEYS = ("address", "port", "user", "jump", "logs", "gpus", "region", "tags", "funnel", "identity_file")
+HOST_KEYS = (
+    "address",
+    "port",
+    "user",
+    "jump",
+    "logs",
+    "gpus",
+    "region",
+    "tags",
+    "funnel",
+    "identity_file",
+    "path_prepend",
+)
 FUNNEL_KEYS = ("tail_lines", "scan_bytes", "run_start", "stall_after", "timeout")
 ALL = "all"
 # A log entry is a path or glob, or one of these streams: ``{journal: UNIT}``, ``{docker: CONTAINER}``,
@@ -107,6 +119,7 @@ class Host:
     funnel: dict[str, Any] = field(default_factory=dict)
     groups: list[str] = field(default_factory=list)
     identity_file: str | None = None  # a client key for this host only (ansible_ssh_private_key_file)
+    path_prepend: str | None = None  # remote dirs searched first for host tools (nvidia-smi, dmesg in odd places)
 
     @property
     def target(self) -> str:

@@ -1,15 +1,24 @@
 # fleetdiag kernel evidence (POSIX sh, read-only): kernel lines of interest and GPU health, in marked sections.
 # Self-contained: functions prefixed fd_kernel_, no global options set. Bounds: FD_KERNEL_LINES, FD_KERNEL_BYTES.
 
-fd_kernel_ere='NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|PCIe Bus Error|AER:|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|NV_ERR_|RmInitAdapter'
+fd_kernel_ere='NVRM|Xid|SXid|NVLink|nvlink|ECC|EDAC|GSP|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|invoked oom-killer|segfault at|general protection|hung_task|blocked for more than|PCIe Bus Error|AER|[Mm]achine [Cc]heck|mce:|Hardware Error|fallen off the bus|GPU is lost|NV_ERR_|RmInitAdapter|Linux version'
 
 fd_kernel_to() { # fd_kernel_to SECONDS CMD...: run under timeout -k where timeout exists
   fd_kernel_s=$1; shift
   if command -v timeout >/dev/null 2>&1; then timeout -k 2 "$fd_kernel_s" "$@"; else "$@"; fi
 }
 
+fd_kernel_thin() { # a flood of corrected PCIe errors (thousands a minute on a bad riser) must not push the
+  # fault it precedes out of the newest lines: the first 20 are kept, then one in 50 (all, without awk)
+  if command -v awk >/dev/null 2>&1; then
+    awk '/[Cc]orrect(ed|able)/ && !/[Uu]ncorrect/ { n++; if (n > 20 && n % 50 != 0) next } { print }'
+  else
+    cat
+  fi
+}
+
 fd_kernel_filter() { # keep lines of interest, the newest ones, bounded in lines and bytes
-  grep -E "$fd_kernel_ere" | tail -n "${FD_KERNEL_LINES:-400}" | head -c "${FD_KERNEL_BYTES:-65536}"
+  grep -E "$fd_kernel_ere" | fd_kernel_thin | tail -n "${FD_KERNEL_LINES:-400}" | head -c "${FD_KERNEL_BYTES:-65536}"
   echo
 }
 

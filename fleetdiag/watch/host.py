@@ -475,7 +475,7 @@ class HostWatcher:
         self._kernel_task = asyncio.ensure_future(self._read_kernel(self._conn))
 
     async def _read_kernel(self, conn: Any) -> None:
-        command, mark = kernel_command(self.settings.path_prepend)
+        command, mark = kernel_command(self.settings.path_prepend or getattr(self.host, "path_prepend", None))
         try:
             out = (await conn.run(command, self.settings.transport.command_timeout))[0]
         except PartialOutput as exc:
