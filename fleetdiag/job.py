@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from .jobrules import JobRules, default_job_rules
+from .units import signal_name
 
 WINDOW_S = 120.0  # failures of one job fall within this many seconds (after clock correction)
 LOOPBACK = re.compile(r"^(?:localhost|127\.\d+\.\d+\.\d+|::1|0\.0\.0\.0)$")
@@ -302,8 +303,6 @@ def classify(ev: HostEvidence, rules: JobRules) -> str:
     return ""
 
 
-SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV"}
-SIGNALS.update({13: "SIGPIPE", 15: "SIGTERM"})
 _STOPPED_BY_AGENT = {1, 2, 15}
 _ABORT = re.compile(
     r"Fatal Python error: Aborted|terminate called (?:after|without)|Aborted \(core dumped\)|SIGABRT"
@@ -337,7 +336,7 @@ class LauncherReport:
         """The signal the rank died by (exit code -N), unless it is the agent's own teardown signal."""
         if self.code is None or self.code >= 0 or -self.code in _STOPPED_BY_AGENT:
             return None
-        return SIGNALS.get(-self.code, f"signal {-self.code}")
+        return signal_name(-self.code)
 
 
 def launcher_report(lines: Sequence[str]) -> LauncherReport:
@@ -401,7 +400,7 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
         ev.line = ev.message = line
         ev.traceback, ev.lineno, ev.time = [], None, _stamp(line)
         ev.kind, ev.pid = "", pid
-        ev.signal = SIGNALS.get(-code, f"signal {-code}")
+        ev.signal = signal_name(-code)
         ev.chosen = f"its rank died by {ev.signal} (exit code {code}) before the error the log ends with (a restart's)"
         return
     if not ev.kind and _ABORT.search(ev.line):
@@ -437,7 +436,7 @@ def own_line(ev: HostEvidence, rules: JobRules) -> None:
         # the launcher's line itself reports a signal death: a killed rank writes no error file (one on the node
         # is a restart's)
         code = int(m["code"])
-        ev.signal, ev.kind, ev.pid = SIGNALS.get(-code, f"signal {-code}"), "", int(m["pid"])
+        ev.signal, ev.kind, ev.pid = signal_name(-code), "", int(m["pid"])
         ev.chosen = f"its rank died by {ev.signal} (exit code {code}) with no error of its own"
         return
     if err is not None and err.get("message"):  # the rank's own error, as its @record wrote it
@@ -1253,7 +1252,7 @@ def summary_line(rc: RootCause, width: int = 80) -> str:
         msg = msg[len(prefix) :]
     m = _LAUNCHER.search(msg)
     if m and int(m["code"]) < 0:  # a signal death: the signal, not the launcher's words
-        sig = SIGNALS.get(-int(m["code"]), f"signal {-int(m['code'])}")
+        sig = signal_name(-int(m["code"]))
         msg = f"died by {sig} (exitcode {m['code']}, pid {m['pid']})"
     msg = _GLOG_HEAD.sub("", msg)
     if len(msg) > width:

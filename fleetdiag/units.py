@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal as _signal
 import time
 from typing import Any
 
@@ -170,3 +171,11 @@ def log_time_iso(raw: str | None, mtime: float | None = None, tz_offset: int | N
         h, rem = divmod(abs(int(tz_offset)), 3600)
         text += f"{sign}{h:02d}:{rem // 60:02d}"
     return text
+
+
+def signal_name(sig: int) -> str:
+    """A signal's name as launchers and shells report it (9 -> ``SIGKILL``); ``signal N`` when unknown."""
+    try:
+        return _signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

@@ -165,7 +165,7 @@ def test_small_words(sshd, tmp_path):
 
 
 def test_readme_counts_the_demo_nodes():
-    words = {5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+    words = {5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
     readme = (ROOT / "README.md").read_text()
     n = len(default_nodes())
     assert f"playing {words[n]} simulated GPU nodes" in readme, n

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..records import FAILED, HEALTHY, STARTING, Decisive, Diagnosis, Line
+from ..units import signal_name
 from . import hints
 from .fingerprint import fingerprint
 from .lines import SEVERITY, LogLine, clean, parse_all, time_key
@@ -496,16 +497,11 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
 
 def _launcher_says(best: Judged, rank: int | None) -> str:
     """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
-    import signal as _signal
-
     local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg)
     who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
     code, sig = exit_of(best.ev.line.msg)
     if sig is not None:
-        try:
-            name = _signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
+        name = signal_name(sig)
         where = {
             9: "the kernel log (the OOM killer) and host memory",
             7: "its stderr and /dev/shm size",

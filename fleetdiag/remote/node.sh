@@ -98,8 +98,11 @@ fd_node_main() {
   fi
   # torchelastic error files: the latest run's error_file: lines, and the job's TORCHELASTIC_ERROR_FILE
   fd_node_errs=
-  if [ -n "${f:-}" ] && [ -r "$f" ]; then
-    fd_node_errs=$(tail -c "+$(( ${rp:-0} + 1 ))" "$f" 2>/dev/null | tail -c 4194304 | tr -d '\000\r' |
+  if [ -n "${f:-}" ] && [ -f "$f" ] && [ -r "$f" ]; then  # a regular file only: a FIFO would block
+    # the latest run's part, its last 4 MiB at most: a seek, not a second pass over a large log
+    fd_node_at=$(( ${size:-0} - 4194304 ))
+    [ "$fd_node_at" -gt "${rp:-0}" ] || fd_node_at=${rp:-0}
+    fd_node_errs=$(tail -c "+$(( fd_node_at + 1 ))" "$f" 2>/dev/null | tail -c 4194304 | tr -d '\000\r' |
       grep -a -o -E 'error_file: */[A-Za-z0-9._/-]+\.json' | sed 's/^error_file: *//' | sort -u | head -n "${FD_NODE_FILES:-8}")
   fi
   fd_node_ev=$(printf '%s\n' "${fd_node_envs:-}" | tr ',' '\n' | sed -n 's/^TORCHELASTIC_ERROR_FILE=//p' | grep -E '\.json$')
