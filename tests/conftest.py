@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 # Commands the tests run keep no connections unless a test asks (--persist): no keeper outlives the suite.
 os.environ.setdefault("FLEETDIAG_PERSIST", "0")
 
+from .procs import pids_with
 from .sshd import Sshd, start_sshd
 
 # Hermetic. The tests' sshd is this machine: discovery (a host with no log, or a configured log that is
@@ -73,3 +75,15 @@ def write_inventory(tmp_path: Path, sshd: Sshd) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def rt(tmp_path):
+    """A private runtime dir for this test's keeper; whatever keeper serves it is killed at the end."""
+    d = tmp_path / "rt"
+    yield d
+    for pid in pids_with("fleetdiag.keeper", str(d)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from fleetdiag import child
 
@@ -46,17 +43,6 @@ def run_cli(cwd: Path, rt: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-I", "-c", boot, *args], cwd=cwd, capture_output=True, text=True, timeout=150, env=env
     )
-
-
-@pytest.fixture
-def rt(tmp_path):
-    d = tmp_path / "rt"
-    yield d
-    for pid in pids_with("fleetdiag.keeper", str(d)):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def test_planted_modules_in_the_cwd_never_run_in_the_keeper_or_the_workers(sshd, tmp_path, rt):

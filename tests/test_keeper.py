@@ -89,18 +89,6 @@ def wait_gone(directory: Path, timeout: float = 5.0) -> bool:
     return False
 
 
-@pytest.fixture
-def rt(tmp_path):
-    """A private runtime dir for this test's keeper; whatever keeper serves it is killed at the end."""
-    d = tmp_path / "rt"
-    yield d
-    for pid in keeper_pids(d):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
 def write_inv(
     tmp_path: Path,
     server,

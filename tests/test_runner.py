@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from fleetdiag import keeper as keeper_mod
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, probe_host
@@ -25,17 +23,6 @@ REPO = Path(__file__).resolve().parent.parent
 SEED = (REPO / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text()
 DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 SECRET = "hunter2-correct-horse"
-
-
-@pytest.fixture
-def rt(tmp_path):
-    d = tmp_path / "rt"
-    yield d
-    for pid in pids_with("fleetdiag.keeper", str(d)):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def env_for(rt: Path, **extra: str) -> dict[str, str]:

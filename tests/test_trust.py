@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,18 +19,6 @@ from .procs import pids_with
 REPO = Path(__file__).resolve().parent.parent
 SEED = (REPO / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text()
 DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
-
-
-@pytest.fixture
-def rt(tmp_path):
-    """This test's keeper directory; any keeper serving it is killed at the end."""
-    d = tmp_path / "rt"
-    yield d
-    for pid in pids_with("fleetdiag.keeper", str(d)):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def inventory(tmp_path: Path, sshd, names: tuple[str, ...] = ("n0",)) -> Path:
