@@ -269,7 +269,13 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             seen[j.fp] = j
         out.append(j)
     _chained_wrappers(out)
-    known = " \n ".join(_norm(j.ev.text + " " + " ".join(j.ev.detail)) for j in out if j.role == "primary")
+    # what the log states on its own lines: a wrapper that quotes one of them is not the only line naming
+    # the cause (RayTaskError(ActorDiedError) over the ActorDiedError Ray printed with the actor's death)
+    known = " \n ".join(
+        _norm(j.ev.text + " " + " ".join(j.ev.detail))
+        for j in out
+        if j.role == "primary" or (j.role == "secondary" and j.cause is None and j.kind != OTHER_RANKS)
+    )
     quoting: dict[str, Judged] = {}
     for j in out:
         if j.role == "secondary" and j.cause and _norm(j.cause) not in known:
