@@ -576,7 +576,8 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
 
     signature: the decisive line's rule. secondary: it gave a role to the decisive line or to a line the
     decision demoted (its kind names the decisive line or a counted cascade entry; a rule shadowed on the
-    same line by the one that gave the role counts too). peer: it made an error line peer-caused.
+    same line by the one that gave the role counts too). peer: it made an error line peer-caused, or it
+    is the kind the job analysis (fleetdiag.job.classify, the same data/peer.yaml) gives the decisive line.
     benign, serving: it matched an error line (benign) or a request after an error (serving): both decide
     what survives. ready, waiting: it matched a line of a case whose verdict comes from them (healthy,
     starting) or whose errors were survived. run_start: it matched a banner after the log's first line
@@ -584,7 +585,9 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
     """
     from fleetdiag.analysis import analyze_text
     from fleetdiag.analysis.decide import SURVIVED
+    from fleetdiag.jobrules import load_job_rules
 
+    job_rules = load_job_rules(user_default=False)
     out: dict[str, set[str]] = defaultdict(set)
     for c in cases:
         if base.get(c.id) != RIGHT:
@@ -612,6 +615,11 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
             elif sec == "run_start":
                 if any(h.strip() and h.strip() not in first_line for h in hit):
                     out[rid].add(c.id)
+        if d.decisive is not None:  # the job analysis's kind for this host's line (fleetdiag.job.classify)
+            said = [d.decisive.line, d.decisive.message, *d.decisive.traceback[-12:]]
+            kind = next((r.key for r in job_rules.peer_caused if any(t and r.regex.search(t) for t in said)), None)
+            if kind is not None:
+                out[f"peer:{kind}"].add(c.id)
         for rid in _code_fired(texts[c.id], d, rules):
             out[rid].add(c.id)
     out.pop("signature:None", None)
