@@ -79,10 +79,12 @@ class Events:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
+            seen = time.time()
             try:
                 doc = json.loads(raw)
             except ValueError:
                 continue
+            doc["_seen"] = seen  # when the line reached its reader: what an operator sees
             with self.cond:
                 self.lines.append(doc)
                 self.cond.notify_all()
@@ -138,7 +140,14 @@ class TailFloor:
 
 
 def run(
-    n: int, rounds: int, rtt: float, workdir: Path, server, floor: bool = False, profile: str | None = None
+    n: int,
+    rounds: int,
+    rtt: float,
+    workdir: Path,
+    server,
+    floor: bool = False,
+    profile: str | None = None,
+    settle: float = 25.0,
 ) -> dict:
     logs = [workdir / f"n{n}-h{i:02d}.log" for i in range(n)]
     for p in logs:
@@ -189,6 +198,7 @@ def run(
     grower = threading.Thread(target=grow, daemon=True)
     grower.start()
     latencies: list[float] = []
+    seen_ms: list[float] = []
     wrong: list[str] = []
     misses = 0
     t_up = time.monotonic()
@@ -215,13 +225,14 @@ def run(
                     continue
                 d = failed()
                 latencies.append((d["time"] - t0) * 1000)
+                seen_ms.append((d["_seen"] - t0) * 1000)
                 if DECISIVE not in (d.get("decisive") or {}).get("line", ""):
                     wrong.append((d.get("decisive") or {}).get("line", ""))
             for name, p in zip(names, logs):  # back to a healthy run: each host recovers
                 p.write_text(HEAD)
                 failing.discard(name)
             ev.wait(lambda: all(ev.state().get(h) in ("healthy", "recovered") for h in names), 60)
-        time.sleep(25 if n <= 3 else 5)  # a follower that ends by design would show up here as unreachable
+        time.sleep(settle if n <= 3 else 5)  # a follower that ends by design would show up here as unreachable
     finally:
         stop.set()
         watch.terminate()
@@ -242,6 +253,8 @@ def run(
         "p50_ms": round(pct(latencies, 0.5), 1),
         "p90_ms": round(pct(latencies, 0.9), 1),
         "max_ms": round(max(latencies), 1) if latencies else None,
+        "seen_p50_ms": round(pct(seen_ms, 0.5), 1),
+        "seen_p90_ms": round(pct(seen_ms, 0.9), 1),
         "target_ms": rtt / 2 + 50,
         "wrong_decisive": len(wrong),
         "unreachable_events": unreachable,
@@ -320,13 +333,14 @@ def main() -> None:
     ap.add_argument("--rtt", type=float, default=240.0)
     ap.add_argument("--floor", action="store_true", help="bare ssh tail -F over the same proxies (no fleetdiag)")
     ap.add_argument("--profile", metavar="FILE", help="run the watch under cProfile, stats to FILE.<hosts>")
+    ap.add_argument("--settle", type=float, default=25.0, help="seconds watched after the last round (1-3 hosts)")
     args = ap.parse_args()
     os.environ.setdefault("FLEETDIAG_PERSIST", "0")
     with tempfile.TemporaryDirectory(prefix="fleetdiag-watch-cli-") as tmp:
         server = start_sshd(Path(tmp) / "sshd")
         try:
             for n in (int(x) for x in args.hosts.split(",")):
-                res = run(n, args.rounds, args.rtt, Path(tmp), server, args.floor, args.profile)
+                res = run(n, args.rounds, args.rtt, Path(tmp), server, args.floor, args.profile, args.settle)
                 print(json.dumps(res), flush=True)
         finally:
             server.stop()
