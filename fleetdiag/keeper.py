@@ -729,7 +729,11 @@ class KeptConnection:
             return self._keep(res)
         out: list[bytes] = []
         err: list[bytes] = []
-        limit = None if timeout is None else timeout * 2 + float(self.params.get("connect_timeout") or 10) * 2 + 5
+        limit = (
+            None
+            if timeout is None
+            else timeout * 2 + float(self.params.get("connect_timeout") or CONNECT_TIMEOUT) * 2 + 5
+        )
         try:
             while True:
                 frame = await asyncio.wait_for(_recv(reader), limit)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from . import facts as facts_mod
 from . import funnel as funnel_mod
 from . import job as job_mod
-from . import remote
+from . import remote, timestamps
 from .analysis import Rules, analyze, load_rules
 from .evidence import hang as hang_mod
 from .evidence import host as evidence_mod
@@ -48,7 +48,6 @@ from .records import (
     HostResult,
     Timing,
 )
-from .units import log_time_iso
 
 DEFAULT_STALL_AFTER = 600.0
 
@@ -160,7 +159,7 @@ def _finish_log(
     diag = analyze(lines, rules=rules, facts=res.facts)
     res.decisive = diag.decisive
     if diag.decisive is not None:  # put the host's numbers into the hint
-        diag.decisive.time_iso = log_time_iso(diag.decisive.time, fr.mtime, res.facts.get("tz_offset"))
+        diag.decisive.time_iso = timestamps.iso(diag.decisive.time, fr.mtime, res.facts.get("tz_offset"))
         diag.decisive.hint = facts_mod.refine_hint(diag.decisive, res.facts) or diag.decisive.hint
     res.secondary = diag.secondary
     res.summary = diag.summary

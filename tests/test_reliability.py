@@ -224,7 +224,7 @@ def test_connection_dropped_before_any_output(tmp_path):
     log = write_log(tmp_path / "vllm.log", SEED)
     res, _ = probe_via_fault(tmp_path, log, Behaviour(drop_after=0))
     assert res.verdict == UNREACHABLE
-    assert "lost after 0 bytes of output" in res.error
+    assert "lost after 0 B of output" in res.error
 
 
 def test_slow_output_within_the_timeout_is_complete(tmp_path):
