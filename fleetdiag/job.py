@@ -22,6 +22,7 @@ from typing import Any
 
 from . import timestamps
 from .jobrules import JobRules, default_job_rules
+from .records import JobRole
 from .units import signal_name
 
 WINDOW_S = 120.0  # failures of one job fall within this many seconds (after clock correction)
@@ -1366,33 +1367,30 @@ def job_facts(result: Any, lines: Sequence[str], rules: JobRules | None = None) 
     return out
 
 
-def annotate(results: Sequence[Any], rcs: Sequence[RootCause]) -> None:
-    """Mark each host of a job in its ``facts["job"]``: the root (``role: root``, ``rank``,
-    ``affected``, ``why``) or a consequence (``role: consequence``, ``root``): what the
-    history keeps as the job's one incident and its affected hosts."""
+def mark(results: Sequence[Any], rcs: Sequence[RootCause]) -> None:
+    """Record each host's part in a job (``HostResult.job_role``): the root (``rank``, ``affected``,
+    ``why``, ``time``) or a consequence (``root``): what the history keeps as the job's one incident
+    and its affected hosts. Any earlier marks go first (watch re-analyses the same records)."""
     by_host = {getattr(r, "host", None): r for r in results}
-    for r in results:  # a previous analysis's marks (watch re-analyses the same records)
-        j = (getattr(r, "facts", None) or {}).get("job")
-        if isinstance(j, dict):
-            for k in _ROLE_KEYS:
-                j.pop(k, None)
+    for r in results:
+        r.job_role = None
     for rc in rcs:
         root = by_host.get(rc.host)
         if root is not None:
-            root.facts.setdefault("job", {}).update(
-                role="root", rank=rc.rank, affected=list(rc.affected), why=rc.why, time=rc.time
-            )
+            root.job_role = JobRole("root", rank=rc.rank, affected=list(rc.affected), why=rc.why, time=rc.time)
         for h in rc.affected:
             v = by_host.get(h)
             if v is not None:
-                v.facts.setdefault("job", {}).update(role="consequence", root=rc.host)
+                v.job_role = JobRole("consequence", root=rc.host)
 
 
-_ROLE_KEYS = ("role", "root", "rank", "affected", "why", "time")
+def assign_roles(results: Sequence[Any]) -> list[RootCause]:
+    """The job analysis as one explicit step before any output: the root causes, each host marked (``mark``)."""
+    rcs = root_causes(results)
+    mark(results, rcs)
+    return rcs
 
 
 def report(results: Sequence[Any]) -> list[dict[str, Any]]:
-    """``root_causes`` for a JSON report; marks the hosts (``annotate``) on the way."""
-    rcs = root_causes(results)
-    annotate(results, rcs)
-    return [rc.to_json() for rc in rcs]
+    """``root_causes`` for a JSON report, as JSON, the hosts marked on the way (``assign_roles``)."""
+    return [rc.to_json() for rc in assign_roles(results)]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .job import mark
 from .records import DEGRADED, FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
 
 SCHEMA_VERSION = 1
@@ -157,8 +158,7 @@ def action_class(res: HostResult) -> str:
         return "hardware"
     if res.verdict in (UNREACHABLE, NO_LOG):
         return "access"
-    job = (res.facts or {}).get("job")
-    if isinstance(job, dict) and job.get("role") == "consequence":  # a job's victim: act on its root's host
+    if res.job_role is not None and res.job_role.role == "consequence":  # a job's victim: act on its root's host
         return "consequence"
     d = res.decisive
     if d is not None and d.rule == "gpu-hardware":
@@ -672,6 +672,7 @@ class Store:
         unknown: Iterable[str] = (),
         costs: dict[str, tuple[float | None, float | None]] | None = None,
         keep_days: float | None = DEFAULT_KEEP_DAYS,
+        root_causes: Sequence[Any] | None = None,
     ) -> Changes:
         """Record one sweep's results and return what changed, in one transaction.
 
@@ -679,8 +680,12 @@ class Store:
         user interrupted them): their result is kept, their incidents are not
         touched. ``costs`` (the scheduler's memory) replaces the stored costs
         of the hosts it names. Rows older than ``keep_days`` are pruned
-        (incidents are kept: they are small and they are the history).
+        (incidents are kept: they are small and they are the history). ``root_causes``
+        (fleetdiag.job's, for these results) mark each job's hosts before they are kept: a job is
+        one incident, its root host's.
         """
+        if root_causes is not None:
+            mark(results, root_causes)
         now = started
         unknown = set(unknown)
         changes = Changes()

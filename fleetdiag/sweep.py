@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import job as job_mod
 from . import units
 from .exitcodes import Exit, exit_for
 from .probe import ProbeSettings
@@ -116,7 +117,8 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
             started = time.time()
             results, interrupted = await _probe(job, progress, memory)
             out = SweepOutcome(results, started, time.time(), interrupted, store_error=store_error)
-            doc = report_json(results, sweep=out.meta(job))  # marks each job's hosts for the history too
+            rcs = job_mod.assign_roles(results)  # the job analysis, once: the report's and the history's
+            doc = report_json(results, [rc.to_json() for rc in rcs], sweep=out.meta(job))
             if job.redactor is not None:
                 doc = job.redactor.obj(doc)
             try:
@@ -135,6 +137,7 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
                         unknown=[r.host for r in results if r.facts.get("error_kind") == INTERRUPTED],
                         costs=memory.pairs(),
                         keep_days=job.keep_days,
+                        root_causes=rcs,
                     )
                 except StoreError as exc:
                     out.store_error = exc

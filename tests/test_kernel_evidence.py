@@ -19,7 +19,6 @@ import pytest
 from fleetdiag.analysis import analyze_text
 from fleetdiag.evidence.correlate import AppError, correlate, decide
 from fleetdiag.evidence.gpu_health import degraded, parse_health
-from fleetdiag.timestamps import epoch
 from fleetdiag.evidence.kernel import (
     Clock,
     bus_key,
@@ -28,6 +27,7 @@ from fleetdiag.evidence.kernel import (
     split_time,
 )
 from fleetdiag.evidence.xid import XidTableError, default_xid_table, load_xid_table
+from fleetdiag.timestamps import epoch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "fleetdiag" / "remote" / "kernel.sh"

@@ -19,13 +19,13 @@ from click.testing import CliRunner
 
 from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
-from fleetdiag.timestamps import epoch
 from fleetdiag.evidence.kernel import Clock, split_time
 from fleetdiag.exitcodes import Exit, exit_for
 from fleetdiag.probe import finish
 from fleetdiag.records import FunnelResult, Line
 from fleetdiag.render import fleet_view
 from fleetdiag.store import Store, incident_key
+from fleetdiag.timestamps import epoch
 
 from .test_kernel_evidence import (
     CORPUS,

@@ -95,7 +95,9 @@ def emit(
     rcs = [rc for rc in all_rcs if rc.host in kept]
     note = view.note(total, len(results))
     if fmt == "json":
-        env.json(report_json(results))
+        from ..job import report
+
+        env.json(report_json(results, report(results)))
     elif fmt == "jsonl":  # the host lines streamed as they came; the job-level answer needs them all
         from ..job import report
 
