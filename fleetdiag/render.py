@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from rich.cells import cell_len
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.markup import escape as rich_escape
 from rich.measure import Measurement
 from rich.panel import Panel
@@ -1168,12 +1168,60 @@ def host_section(res: HostResult, others: list[str], traceback_lines: int = 40) 
     return sec
 
 
+def troubles(results: list[HostResult], rcs: list[Any]) -> tuple[list[tuple[Any, HostResult]], list[Any]]:
+    """What a multi-host answer shows, in order: each job's root cause with its root host's result,
+    then the groups (``store.CauseGroup``) of the other hosts in trouble, one per root cause."""
+    from .store import group_by_cause, incident_key
+
+    by_host = {r.host: r for r in results}
+    roots: list[tuple[Any, HostResult]] = []
+    done: set[str] = set()
+    for rc in rcs:
+        root = by_host.get(rc.host)
+        if root is None:
+            continue
+        roots.append((rc, root))
+        done.add(rc.host)
+        done.update(rc.affected)
+    groups = [
+        g for g in group_by_cause(r for r in results if r.host not in done) if incident_key(g.example) is not None
+    ]
+    return roots, groups
+
+
+def job_cards(results: list[HostResult], rcs: list[Any]) -> list[RenderableType]:
+    """One card per root cause: each job's root first (its line, its card, its consequences
+    folded under it), then one card per group of the other hosts in trouble."""
+    from .inventory import fold
+    from .job import consequence_text, summary_line
+
+    out: list[RenderableType] = []
+    roots, groups = troubles(results, rcs)
+    for rc, root in roots:
+        out.append(Text(summary_line(rc), style="bold red"))
+        for ev in rc.evidence:  # what the nodes recorded: the root's error file, the Flight Recorder dumps, RAS
+            out.append(Text(f"  {ev}", style="bold"))
+        out.append(host_card(root))
+        if rc.consequences:
+            bits = [consequence_text(h, k, d) for h, k, d in rc.consequences]
+            out.append(
+                Text(
+                    f"  failed as a consequence of {rc.host}: " + ", ".join(bits) + " (their cards: --all-cards)",
+                    style="bold",
+                )
+            )
+    for g in groups:
+        out.append(host_card(g.example))
+        if len(g.results) > 1:
+            out.append(Text(f"  same root cause on {len(g.results) - 1} more: {fold(g.hosts[1:])}", style="bold"))
+    return out
+
+
 def incident_report(
     results: list[HostResult], root_causes: list[Any] | None = None, title: str = "fleetdiag incident report"
 ) -> Report:
     """The report of one probe or sweep, from results as they may be shown (already redacted)."""
     from .job import consequence_text, summary_line
-    from .store import group_by_cause, incident_key
 
     rcs = list(root_causes or [])
     counts = Counter(r.verdict for r in results)
@@ -1181,23 +1229,15 @@ def incident_report(
         title=title,
         summary=f"{plural(len(results), 'host')}: " + " · ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]),
     )
-    by_host = {r.host: r for r in results}
-    done: set[str] = set()
-    for rc in rcs:
-        root = by_host.get(rc.host)
-        if root is None:
-            continue
+    roots, groups = troubles(results, rcs)
+    for rc, root in roots:
         rep.roots.append(summary_line(rc, width=200))
         sec = host_section(root, [])
         sec.title = f"job root cause: {sec.title}"
         if rc.consequences:
             sec.rows.append(("consequences", ", ".join(consequence_text(h, k, dl) for h, k, dl in rc.consequences)))
         rep.sections.append(sec)
-        done.add(rc.host)
-        done.update(rc.affected)
-    for g in group_by_cause(r for r in results if r.host not in done):
-        if incident_key(g.example) is None:
-            continue
+    for g in groups:
         rep.sections.append(host_section(g.example, g.hosts[1:]))
     rep.table = fleet_rows(results, rcs)
     return rep

@@ -578,18 +578,13 @@ class Store:
         if until is not None:
             where.append("first_seen <= ?")
             args.append(until)
-        if verdicts is not None:
-            vs = list(dict.fromkeys(verdicts))
-            if not vs:
-                return []
-            where.append(f"verdict IN ({','.join('?' * len(vs))})")
-            args += vs
-        if hosts is not None:
-            names = list(dict.fromkeys(hosts))
-            if not names:
-                return []
-            where.append(f"host IN ({','.join('?' * len(names))})")
-            args += names
+        for column, values in (("verdict", verdicts), ("host", hosts)):
+            if values is not None:  # an empty list selects nothing
+                vs = list(dict.fromkeys(values))
+                if not vs:
+                    return []
+                where.append(f"{column} IN ({','.join('?' * len(vs))})")
+                args += vs
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY resolved_at IS NOT NULL, last_seen DESC, host"
