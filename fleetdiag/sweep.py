@@ -27,14 +27,8 @@ from . import units
 from .exitcodes import Exit, exit_for
 from .probe import ProbeSettings
 from .records import SCHEMA_VERSION, HostResult, report_json
-from .scheduler import (
-    DEFAULT_FANOUT,
-    DEFAULT_PER_ADDRESS,
-    INTERRUPTED,
-    CostMemory,
-    placeholder,
-)
-from .spread import probe_fleet
+from .ssh.scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS, INTERRUPTED, CostMemory, placeholder
+from .ssh.spread import probe_fleet
 from .store import (
     DEFAULT_KEEP_DAYS,
     Changes,
@@ -59,7 +53,7 @@ class SweepJob:
     deadline: float | None
     fanout: int = DEFAULT_FANOUT
     per_address: int | None = DEFAULT_PER_ADDRESS
-    workers: int | None = None  # processes that probe the hosts (None: fleetdiag.spread decides)
+    workers: int | None = None  # processes that probe the hosts (None: fleetdiag.ssh.spread decides)
     keep_days: float = DEFAULT_KEEP_DAYS
     notify: str | None = None
     progress: bool = False

@@ -186,7 +186,7 @@ def test_stacks_without_a_log_holder_list_only_job_processes(tmp_path):
     sleep = "import time; time.sleep(60)"
     spawn = {
         "job": [sys.executable, "-c", sleep, "train.py", "--nproc"],
-        "keeper": [sys.executable, "-c", sleep + "  # from fleetdiag.keeper import _detach_main"],
+        "keeper": [sys.executable, "-c", sleep + "  # from fleetdiag.ssh.keeper import _detach_main"],
         "pytest": [sys.executable, "-c", sleep, "-m", "pytest", "tests/"],
     }
     procs = {k: subprocess.Popen(v) for k, v in spawn.items()}

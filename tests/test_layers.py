@@ -15,14 +15,17 @@ PKG = Path(__file__).resolve().parent.parent / "fleetdiag"
 # prefix decides (``ssh.reach`` sits low, ``ssh.scheduler`` above the probe)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("records and formats", ("records", "units", "timestamps", "exitcodes", "redact", "child", "remote", "delayproxy")),
-    ("parsing and options", ("facts", "inventory", "reach", "funnel", "follow", "sshfast")),
+    (
+        "parsing and options",
+        ("facts", "inventory", "ssh", "ssh.reach", "ssh.sshfast", "remote.funnel", "remote.follow"),
+    ),
     ("one log", ("analysis",)),
-    ("below the log", ("evidence", "jobrules")),
+    ("below the log", ("evidence", "job.rules")),
     ("across hosts", ("job",)),
-    ("connections", ("transport", "keeper")),
+    ("connections", ("ssh.transport", "ssh.keeper")),
     ("history", ("store", "prometheus")),
     ("one host", ("probe",)),
-    ("a fleet", ("scheduler", "spread", "plan", "watch", "preflight", "demo")),
+    ("a fleet", ("ssh.scheduler", "ssh.spread", "plan", "watch", "preflight", "demo")),
     ("sweep", ("sweep",)),
     ("output", ("render",)),
     ("commands", ("cli",)),

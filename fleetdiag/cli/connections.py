@@ -36,7 +36,7 @@ def persist_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 def persist_from(kw: dict[str, Any], inv: Any = None, default: float | None = None) -> float:
     """Seconds to keep connections: --persist, else $FLEETDIAG_PERSIST, else the inventory's defaults.persist,
     else ``default`` (10 minutes when not given; ``sweep`` passes 0: a cron job leaves nothing running)."""
-    from ..keeper import DEFAULT_PERSIST
+    from ..ssh.keeper import DEFAULT_PERSIST
 
     value = kw.pop("persist", None)
     if value is None:
@@ -53,7 +53,7 @@ def persist_from(kw: dict[str, Any], inv: Any = None, default: float | None = No
 @handle_errors
 def connections(ctx: Context, close: bool, as_json: bool) -> None:
     """List the SSH connections kept open for the next command (host, age, idle, RTT)."""
-    from ..keeper import close_kept, list_kept
+    from ..ssh.keeper import close_kept, list_kept
     from ..units import ago, ms
 
     env = ctx.out

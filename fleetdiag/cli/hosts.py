@@ -45,7 +45,7 @@ def hosts(
     chosen = select_hosts(inv, selectors or ("all",))
     out = ctx.out
     if ssh_view:
-        from ..reach import TransportOptions
+        from ..ssh.reach import TransportOptions
 
         opts = TransportOptions(
             known_hosts=known_hosts, ssh_config=[ssh_config] if ssh_config else None, client_keys=list(identity) or None
@@ -144,8 +144,8 @@ def ssh_resolution(inv, host, opts) -> dict:
     """One host as the connection will dial it: the inventory's values, then its ssh config."""
     from ..plan import jump_resolver
     from ..probe import host_transport
-    from ..reach import parse_jump_chain
-    from ..transport import resolve
+    from ..ssh.reach import parse_jump_chain
+    from ..ssh.transport import resolve
 
     r = resolve(host.target, host.port, host.user, host_transport(host, opts))  # its own key first, as probe
     doc = {"host": host.name, **r.to_json(), "where": r.where, "jump_from": "ssh config" if r.jump else None}

@@ -26,8 +26,8 @@ from ..render import (
     job_cards,
     report_text,
 )
-from ..scheduler import CostMemory, default_deadline
-from ..spread import probe_fleet
+from ..ssh.scheduler import CostMemory, default_deadline
+from ..ssh.spread import probe_fleet
 from . import (
     Context,
     View,
@@ -263,7 +263,7 @@ def probe(
 
 def interrupted_results(hosts: list, results: list[HostResult], settings: ProbeSettings) -> list[HostResult]:
     """An ``interrupted`` placeholder for every host that had not answered when Ctrl-C came."""
-    from ..scheduler import INTERRUPTED, placeholder
+    from ..ssh.scheduler import INTERRUPTED, placeholder
     from ..sweep import _log_of
 
     seen = {r.host for r in results}

@@ -30,7 +30,7 @@ from .. import units
 from ..exitcodes import Exit
 from ..records import SCHEMA_VERSION, VERDICTS, HostResult
 from ..render import ICON, STYLE, FleetProgress, Output, plural
-from ..scheduler import INTERNAL, INTERRUPTED, default_deadline
+from ..ssh.scheduler import INTERNAL, INTERRUPTED, default_deadline
 from ..store import (
     DEFAULT_KEEP_DAYS,
     Change,

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from .records import ErrorKind
-from .units import size
+from ..records import ErrorKind
+from ..units import size
 
 # Status kinds: the one list is records.ErrorKind (stable strings in JSON); the short names here are its members.
 REFUSED = ErrorKind.REFUSED

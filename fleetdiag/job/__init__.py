@@ -4,7 +4,7 @@ A multi-node job fails on every node at once and most nodes only show a
 consequence (a peer's NCCL error, a watchdog timeout, the agent's SIGTERM).
 This module takes one ``HostEvidence`` per failed host and names, per job,
 the host and rank whose own failure started it. Pure: no I/O; the rules come
-from fleetdiag.jobrules (data/peer.yaml).
+from fleetdiag.job.rules (data/peer.yaml).
 
 Order of evidence: a local-origin failure beats a peer-caused one even when
 the peer-caused one is stamped earlier; among local-origin failures the
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from . import timestamps
-from .jobrules import JobRules, default_job_rules
-from .records import JobRole
-from .units import signal_name
+from .. import timestamps
+from ..records import JobRole
+from ..units import signal_name
+from .rules import JobRules, default_job_rules
 
 WINDOW_S = 120.0  # failures of one job fall within this many seconds (after clock correction)
 LOOPBACK = re.compile(r"^(?:localhost|127\.\d+\.\d+\.\d+|::1|0\.0\.0\.0)$")

@@ -36,9 +36,9 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from . import units
-from .facts import summary_lines
-from .records import (
+from .. import units
+from ..facts import summary_lines
+from ..records import (
     DEGRADED,
     FAILED,
     HEALTHY,
@@ -52,7 +52,7 @@ from .records import (
     HostResult,
     WatchState,
 )
-from .units import ago
+from ..units import ago
 
 STYLE = {
     FAILED: "bold red",
@@ -461,7 +461,7 @@ def _stack_rows(grid: Table, res: HostResult) -> None:
 
 def _node_rows(grid: Table, res: HostResult) -> None:
     """What the node recorded about the job (fleetdiag.facts.node): its error file, Flight Recorder dumps, ranks."""
-    from .facts.node import rows
+    from ..facts.node import rows
 
     for label, text in rows((res.facts or {}).get("node")):
         grid.add_row(label, PathSafe(text))
@@ -529,7 +529,7 @@ def short_fold(names: list[str], width: int = 24) -> str:
     """A fold at most ``width`` cells wide when it can be: each range block cut to its first and last
     number and the count added (``node[03,06,09,11-48]`` → ``node[03-48] (31 hosts)``); still too wide,
     the first and last name (``gpu01…uk-node9 (31 hosts)``). The full list stays in ``--json``/csv."""
-    from .inventory import fold
+    from ..inventory import fold
 
     full = fold(names)
     if cell_len(full) <= width or len(names) < 2:
@@ -552,7 +552,7 @@ class HostsCell:
     when the table would otherwise squeeze the error column. A host name is never cut."""
 
     def __init__(self, names: list[str], prefix: str = "", style: str = "") -> None:
-        from .inventory import fold
+        from ..inventory import fold
 
         self.names = list(names)
         self.prefix = prefix
@@ -677,8 +677,8 @@ def fleet_view(results: list[HostResult], title: str | None = None, root_causes:
     each job's line, and the hosts that failed as its consequence fold into
     one row under the root's, not rows of their own.
     """
-    from .job import summary_line
-    from .store import group_by_cause
+    from ..job import summary_line
+    from ..store import group_by_cause
 
     rcs = list(root_causes or [])
     victims = {h for rc in rcs for h in rc.affected}
@@ -972,7 +972,7 @@ FORMATS = ("text", "json", "jsonl", "csv", "md", "html")
 def parse_verdicts(values: Iterable[str], option: str = "--only", choices: Iterable[str] = VERDICTS) -> set[str]:
     """``failed,stalled`` (repeatable, comma-separated) as a set of verdicts (``choices``: watch's
     states); a typo is a ValueError that suggests the verdict meant."""
-    from .inventory.model import did_you_mean
+    from ..inventory.model import did_you_mean
 
     names = [str(c) for c in choices]
     chosen: set[str] = set()
@@ -1020,8 +1020,8 @@ def filter_note(total: int, shown: int, only: set[str] | None, hide: set[str] | 
 
 def fleet_rows(results: list[HostResult], root_causes: list[Any] | None = None) -> list[dict[str, Any]]:
     """The fleet table as records: one per row, its hosts in full (the csv export, the reports)."""
-    from .inventory import fold
-    from .store import action_class, category_of, group_by_cause
+    from ..inventory import fold
+    from ..store import action_class, category_of, group_by_cause
 
     rcs = list(root_causes or [])
     victims = {h for rc in rcs for h in rc.affected}
@@ -1107,8 +1107,8 @@ class Report:
 
 
 def host_section(res: HostResult, others: list[str], traceback_lines: int = 40) -> ReportSection:
-    from .inventory import fold
-    from .store import action_class, category_of
+    from ..inventory import fold
+    from ..store import action_class, category_of
 
     d = res.decisive
     title = f"{res.host} — {res.verdict}"
@@ -1171,7 +1171,7 @@ def host_section(res: HostResult, others: list[str], traceback_lines: int = 40) 
 def troubles(results: list[HostResult], rcs: list[Any]) -> tuple[list[tuple[Any, HostResult]], list[Any]]:
     """What a multi-host answer shows, in order: each job's root cause with its root host's result,
     then the groups (``store.CauseGroup``) of the other hosts in trouble, one per root cause."""
-    from .store import group_by_cause, incident_key
+    from ..store import group_by_cause, incident_key
 
     by_host = {r.host: r for r in results}
     roots: list[tuple[Any, HostResult]] = []
@@ -1192,8 +1192,8 @@ def troubles(results: list[HostResult], rcs: list[Any]) -> tuple[list[tuple[Any,
 def job_cards(results: list[HostResult], rcs: list[Any]) -> list[RenderableType]:
     """One card per root cause: each job's root first (its line, its card, its consequences
     folded under it), then one card per group of the other hosts in trouble."""
-    from .inventory import fold
-    from .job import consequence_text, summary_line
+    from ..inventory import fold
+    from ..job import consequence_text, summary_line
 
     out: list[RenderableType] = []
     roots, groups = troubles(results, rcs)
@@ -1221,7 +1221,7 @@ def incident_report(
     results: list[HostResult], root_causes: list[Any] | None = None, title: str = "fleetdiag incident report"
 ) -> Report:
     """The report of one probe or sweep, from results as they may be shown (already redacted)."""
-    from .job import consequence_text, summary_line
+    from ..job import consequence_text, summary_line
 
     rcs = list(root_causes or [])
     counts = Counter(r.verdict for r in results)
@@ -1246,7 +1246,7 @@ def incident_report(
 def history_report(incidents: list[Any], path: str) -> Report:
     """``history --format md|html`` from incidents as they may be shown: each open one's latest record
     (its decisive line, traceback, evidence, hint) as a section, then every incident in a table."""
-    from .records import host_result_from_json
+    from ..records import host_result_from_json
 
     n_open = sum(1 for i in incidents if i.open)
     rep = Report(title="fleetdiag history", summary=f"{plural(len(incidents), 'incident')} ({n_open} open) from {path}")

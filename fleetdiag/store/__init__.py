@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .job import mark
-from .records import DEGRADED, FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
+from ..job import mark
+from ..records import DEGRADED, FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
 
 SCHEMA_VERSION = 1
 DB_NAME = "history.sqlite3"
@@ -76,7 +76,7 @@ def incident_key(res: HostResult) -> str | None:
     if res.verdict == STALLED:
         return f"stalled:{d.fingerprint}" if d is not None and d.fingerprint else "stalled"
     if res.verdict == DEGRADED:  # the same faults on the same GPUs: one incident until they change
-        from .analysis.fingerprint import fingerprint
+        from ..analysis.fingerprint import fingerprint
 
         if d is not None and d.fingerprint:  # a kernel fault that stands alone: its line's fingerprint
             return f"degraded:{d.fingerprint}"
@@ -182,7 +182,7 @@ class CauseGroup:
 
     @property
     def folded(self) -> str:
-        from .inventory import fold
+        from ..inventory import fold
 
         return fold(self.hosts)
 
