@@ -54,7 +54,6 @@ def persist_from(kw: dict[str, Any], inv: Any = None, default: float | None = No
 def connections(ctx: Context, close: bool, as_json: bool) -> None:
     """List the SSH connections kept open for the next command (host, age, idle, RTT)."""
     from ..ssh.keeper import close_kept, list_kept
-    from ..units import ago, ms
 
     env = ctx.out
     if close:
@@ -73,21 +72,9 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
     if not kept:
         env.print("no kept connections" if kept is not None else "no keeper running: no kept connections")
         return
-    from rich.table import Table
+    from ..render.listing import connections_table
 
-    table = Table(title=f"{len(kept)} kept connection{'s' if len(kept) != 1 else ''}", title_justify="left")
-    for col in ("host", "address", "age", "idle", "RTT", "uses"):
-        table.add_column(col)
-    for c in kept:
-        table.add_row(
-            env.shown(c["host"]),
-            env.shown(c["where"]),
-            ago(c["age_s"]),
-            ago(c["idle_s"]),
-            ms(c["rtt_ms"]),
-            str(c["uses"]),
-        )
-    env.print(table)
+    env.print(connections_table(kept, env.shown))
 
 
 def _where_names(where: str) -> list[str]:
