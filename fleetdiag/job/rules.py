@@ -21,6 +21,9 @@ from ..analysis.rules import RulesError
 SECTIONS = {"peer_caused": "kind", "collective": "name", "killed": "name", "endpoints": "name"}
 
 
+PEER_MEMO = 50_000  # line texts whose any_peer_caused answer is kept
+
+
 @dataclass
 class JobRule:
     key: str  # kind (peer_caused) or name
@@ -37,10 +40,21 @@ class JobRules:
     _peer_any: Any = field(default=None, init=False, repr=False, compare=False)
     _gates: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _ere: str | None = field(default=None, init=False, repr=False, compare=False)
+    # answers by line text: the job analysis asks of each line several times, and a watch asks again of a
+    # host's whole buffer on every failure; bounded (emptied at PEER_MEMO texts)
+    _peer_memo: dict[str, bool] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def any_peer_caused(self, line: str) -> bool:
         """Whether any peer_caused rule matches: one alternation, one pass over the line (the job
         analysis asks this of every kept line of every host)."""
+        hit = self._peer_memo.get(line)
+        if hit is None:
+            if len(self._peer_memo) >= PEER_MEMO:
+                self._peer_memo.clear()
+            hit = self._peer_memo[line] = self._any_peer_caused(line)
+        return hit
+
+    def _any_peer_caused(self, line: str) -> bool:
         if self._peer_any is None:
             try:
                 self._peer_any = re.compile("|".join(f"(?:{r.regex.pattern})" for r in self.peer_caused) or "(?!)")
