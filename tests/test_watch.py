@@ -43,6 +43,7 @@ from fleetdiag.watch import (
     WatchSettings,
 )
 
+from .slack import slack
 from .sshd import free_port
 
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"
@@ -53,7 +54,7 @@ DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 RULES = load_rules(user_default=False)
 # Waits end as soon as the state is reached; the bound is for a loaded CI machine, where one
 # sshd exec (a login shell with its rc files) can take seconds. Latency is measured in bench/.
-SLOW = 30.0
+SLOW = 30.0 * slack()
 
 
 def inventory(sshd: Any, hosts: dict[str, dict]) -> Any:
@@ -651,8 +652,8 @@ def test_follower_exits_when_the_controller_hangs_up(tmp_path):
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.close()  # what sshd does when the channel closes
         proc.stdout.close()
-        proc.wait(timeout=5)
-        deadline = time.monotonic() + 3
+        proc.wait(timeout=5 * slack())
+        deadline = time.monotonic() + 3 * slack()
         while True:  # the doorbell tail, the loop and awk are gone too (zombies awaiting init do not count)
             ps = subprocess.run(["ps", "-o", "stat=,args=", "-g", str(proc.pid)], capture_output=True, text=True)
             left = [ln for ln in ps.stdout.splitlines() if ln.strip() and not ln.strip().startswith("Z")]
