@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fleetdiag.analysis import analyze, load_rules
 from fleetdiag.analysis.lines import ParseCache, parse_all, split_text
-from fleetdiag.jobrules import PEER_MEMO, default_job_rules
+from fleetdiag.jobrules import PEER_MEMO, PEER_MEMO_CHARS, default_job_rules
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
@@ -42,8 +42,16 @@ def test_the_cache_is_used_only_inside_its_block_and_stays_bounded() -> None:
         for k in range(0, 400, 40):
             parse_all(lines[k : k + 40])
             assert cache.size <= 50 + 40  # emptied once it holds `limit` texts, before the next call fills it
-    with cache.active():
-        assert [ln.msg for ln in parse_all(lines[:3])] == ["INFO step 0", "INFO step 1", "INFO step 2"] or True
+    with cache.active():  # cached texts at new indexes: the index, offset and line number are the caller's
+        parse_all(lines[5:8])
+        got = parse_all(lines[4:8])
+    assert got == parse_all(lines[4:8]) and [ln.index for ln in got] == [0, 1, 2, 3]
+    assert [(ln.pos, ln.lineno) for ln in got] == [(ln.pos, ln.lineno) for ln in lines[4:8]]
+    wide = ParseCache(chars=10_000)
+    with wide.active():
+        for k in range(20):
+            parse_all(split_text("".join(f"INFO {k} {'x' * 1000} {i}\n" for i in range(5))))
+            assert wide.chars <= 10_000 + 5 * 2 * 1020  # emptied once its texts reach `chars` characters
 
 
 def test_analysis_with_the_cache_decides_the_same() -> None:
@@ -73,3 +81,6 @@ def test_the_peer_caused_memo_answers_as_the_rules_do() -> None:
     assert [rules.any_peer_caused(t) for t in texts] == want
     assert [rules.any_peer_caused(t) for t in texts] == want  # from the memo
     assert len(rules._peer_memo) <= PEER_MEMO
+    for k in range(3000):  # long lines: the memo is bounded by characters too
+        rules.any_peer_caused(f"INFO {k} " + "y" * 4000)
+    assert rules._peer_memo_chars <= PEER_MEMO_CHARS + 4100
