@@ -84,3 +84,24 @@ def test_the_peer_caused_memo_answers_as_the_rules_do() -> None:
     for k in range(3000):  # long lines: the memo is bounded by characters too
         rules.any_peer_caused(f"INFO {k} " + "y" * 4000)
     assert rules._peer_memo_chars <= PEER_MEMO_CHARS + 4100
+
+
+def test_the_rules_memo_answers_as_the_patterns_do() -> None:
+    from fleetdiag.analysis import rules as rules_mod
+
+    rules = load_rules()
+    texts = [ln.text for t in _logs() for ln in split_text(t)]
+    tests = [
+        ("keywords", rules.is_keyword, rules.keyword_pats),
+        ("run_start", rules.is_run_start, rules.run_start_pats),
+        ("benign", rules.is_benign, rules.benign_pats),
+        ("serving", rules.is_serving, rules.serving_pats),
+    ]
+    for name, ask, pats in tests:
+        want = [rules_mod._any(pats, rules._gates[name], t) for t in texts]
+        assert any(want) or name in ("benign", "serving")  # these dozen logs are all failures
+        assert [ask(t) for t in texts] == want == [ask(t) for t in texts], name  # asked, then from the memo
+    assert len(rules._memo) <= rules_mod.MEMO
+    for k in range(3000):
+        rules.is_keyword(f"INFO {k} " + "z" * 4000)
+    assert rules._memo_chars <= rules_mod.MEMO_CHARS + 4100
