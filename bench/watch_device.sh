@@ -20,8 +20,8 @@ bench() { # one watch_cli.py run; its lines go to stdout and the results file
     PYTHONUNBUFFERED=1 nice -n 0 "$VENV/bin/python" "$@" 2>&1 | tee -a "$res"
 }
 bench bench/watch_cli.py --hosts "${HOSTS_AFTER:-1,3,50}" --rounds "${ROUNDS:-3}" --settle 10
-bench bench/watch_cli.py --floor --hosts "${HOSTS_FLOOR:-1,50}" --rounds 2
+bench bench/watch_cli.py --floor --hosts "${HOSTS_FLOOR:-1,50}" --rounds "${ROUNDS_FLOOR:-2}"
 if [ -n "${BEFORE:-}" ] && [ -d "$BEFORE" ]; then # the older tree, run from its own directory
     echo "== before: $BEFORE"
-    (cd "$BEFORE" && PYTHONPATH=$PWD bench "$OLDPWD/bench/watch_cli.py" --hosts "${HOSTS_BEFORE:-3,50}" --rounds 2 --settle 5)
+    (cd "$BEFORE" && PYTHONPATH=$PWD bench "$OLDPWD/bench/watch_cli.py" --hosts "${HOSTS_BEFORE:-3,50}" --rounds "${ROUNDS_BEFORE:-2}" --settle 5)
 fi
