@@ -178,8 +178,13 @@ def test_log_that_stops_growing_is_stalled_then_recovers(sshd, tmp_path):
 
     async def go() -> Run:
         async with Run(Watch(list(inv.hosts.values()), settings(sshd, stall_after=1.5))) as run:
-            await grow(log, 5, tag="rank0")
-            await run.state("trainer", HEALTHY)
+            # the log grows until the watch has seen it healthy (a loaded machine's first snapshot can take
+            # longer than the stall limit), then goes quiet
+            writer = asyncio.ensure_future(grow(log, 100_000, tag="rank0"))
+            try:
+                await run.state("trainer", HEALTHY)
+            finally:
+                writer.cancel()
             t0 = time.monotonic()
             await run.state("trainer", STALLED)
             assert time.monotonic() - t0 >= 1.0  # not before the log has been quiet that long
@@ -370,6 +375,7 @@ def test_host_that_stays_down_is_unreachable_others_go_on_and_it_recovers(sshd, 
         )
         async with Run(Watch(list(inv.hosts.values()), settings(sshd, grace=1.0))) as run:
             await run.state("flaky", HEALTHY)
+            await run.state("good", HEALTHY)  # up too before flaky goes (a loaded machine's logins take seconds)
             await run.state("dead", UNREACHABLE)
             assert "refused" in run.watch.views["dead"].reason
             await proxy.stop()  # flaky goes away and stays away
