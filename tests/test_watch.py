@@ -224,7 +224,7 @@ def test_waiting_loop_longer_than_limit_is_stalled(sshd, tmp_path):
     run = asyncio.run(go())
     v = run.watch.views["de-node"]
     assert "still not ready" in v.reason and "Waiting for vLLM server" in v.reason
-    assert v.idle() < 1.0  # stalled although the log is growing
+    assert v.idle() < 1.0 * slack()  # stalled although the log is growing (read late on a loaded machine)
 
 
 def test_serving_process_gone_with_a_quiet_log_is_stalled(sshd, tmp_path):
