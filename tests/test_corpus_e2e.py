@@ -140,8 +140,9 @@ def _cards(text: str) -> dict[str, str]:
 
 
 def _squash(s: str) -> str:
-    """Text without whitespace and box drawing: a card wraps long lines wherever it must."""
-    return re.sub(r"[\s│╭╮╰╯─]+", "", s)
+    """Text without whitespace and box drawing: a card wraps long lines wherever it must (and shows
+    a tab from the host as the two characters ``\\t``)."""
+    return re.sub(r"(?:[\s│╭╮╰╯─]|\\t)+", "", s)
 
 
 def test_every_case_has_a_host():
