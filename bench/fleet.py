@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--no-warm", action="store_true", help="skip the warm sweep (kept connections, after a dialling sweep)"
     )
+    ap.add_argument(
+        "--once", action="store_true", help="one fleetdiag sweep per size (no 2nd run): for the largest sizes"
+    )
     ap.add_argument("--seq-sample", type=int, default=3, help="hosts per RTT for the extrapolated ssh loop")
     ap.add_argument("--full-sequential", action="store_true", help="run the ssh loop over every host")
     ap.add_argument(
@@ -227,7 +230,7 @@ def run(lab: Lab, sizes: list[int], args) -> dict:
         if "fleetdiag" in wanted:
             m, ok = run_fleetdiag(fd, fl, args.fanout, sweep_ok)
             record(f"{fd_label} (fanout {args.fanout})", m, ok)
-            if sweep_ok:  # cron's steady state: the history orders the slowest hosts first
+            if sweep_ok and not args.once:  # cron's steady state: the history orders the slowest hosts first
                 m, ok = run_fleetdiag(fd, fl, args.fanout, sweep_ok, run_fleetdiag.last_tmp)  # type: ignore[attr-defined]
                 record(f"{fd_label}, 2nd run (fanout {args.fanout})", m, ok, "history: slowest first")
             if args.fanout_all and n > args.fanout:

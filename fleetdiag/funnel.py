@@ -24,6 +24,7 @@ caps are in bytes and leave a marker line, and over-long lines keep both ends.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -89,6 +90,7 @@ class FunnelSpec:
     # Discovery considers only the descendants of this pid on the host ("": every process). From
     # $FLEETDIAG_DISCOVER_UNDER: the tests' sshd is this machine, whose other processes are not theirs.
     discover_under: str = field(default_factory=lambda: os.environ.get(DISCOVER_UNDER_ENV, "").strip())
+    nice: bool = True  # lowest CPU and I/O priority (a host's own work comes first); off for a local analyze
 
 
 # The script body (remote/funnel.sh). Values arrive as shell variables set above it;
@@ -111,6 +113,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
     """The complete script: quoted assignments, then the fixed body."""
     env = {
         "FD_MARK": mark,
+        "FD_NICE": "1" if spec.nice else "",
         "FD_VERSION": VERSION,
         "FD_LOG": spec.log,
         "FD_KW": spec.keywords,
@@ -296,7 +299,7 @@ def _first_words(out: str) -> str:
 def run_local(spec: FunnelSpec, timeout: float | None = None) -> FunnelResult:
     """Run the same script through the local ``sh``: ``fleetdiag analyze`` uses grep speed too."""
     mark = new_mark()
-    script = build_script(spec, mark)
+    script = build_script(dataclasses.replace(spec, nice=False), mark)  # the user waits: no lowered priority
     proc = subprocess.run(
         ["sh", "-c", script],
         stdin=subprocess.DEVNULL,

@@ -594,6 +594,9 @@ def facts_ranks(facts: dict[str, Any]) -> tuple[set[int], int | None]:
     return ranks, world
 
 
+_ENDPOINT_WORDS = re.compile("addr|endpoint|address|MASTER")  # the log lines ``endpoints`` reads
+
+
 def endpoints(ev: HostEvidence, rules: JobRules) -> set[str]:
     """The rendezvous endpoints this host names (command line, environment, log); loopback ones do not count."""
     texts: list[str] = []
@@ -642,7 +645,9 @@ def endpoint_ere(rules: JobRules | None = None) -> str:
     narrower); ``\\s``/``\\d``/``\\w`` become POSIX classes. "" when there are no rules.
     """
     rules = rules or default_job_rules()
-    return "|".join(f"({_to_ere(r.regex.pattern)})" for r in rules.endpoints)
+    if rules._ere is None:  # built once per rule set: every host's funnel carries it
+        rules._ere = "|".join(f"({_to_ere(r.regex.pattern)})" for r in rules.endpoints)
+    return rules._ere
 
 
 def _to_ere(pat: str) -> str:
@@ -1327,6 +1332,9 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
     """
     rules = rules or default_job_rules()
     lines = ev.lines
+    # each line's two answers, asked once: the passes below ask them of the same lines again
+    peer = [rules.any_peer_caused(ln) for ln in lines]
+    launcher = [is_launcher_line(ln) for ln in lines]
     must: set[int] = set()
     extra: list[int] = []
     idx = _find(ev)
@@ -1351,7 +1359,7 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
         ):
             must.add(i)  # the launcher's report: the rank, its exit code or signal, its host, its error file
             continue
-        if not peer_own and not is_launcher_line(ln) and rules.any_peer_caused(ln):
+        if not peer_own and not launcher[i] and peer[i]:
             peer_own = True  # the rank's own transport error, above its launcher's report
             must.add(i)
             nxt = next((j for j in range(i + 1, len(lines)) if _stamp(lines[j])), None)
@@ -1359,12 +1367,12 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
                 must.add(nxt)
             continue
         one = HostEvidence(host=ev.host, line="", lines=[ln])
-        coll = [c for c in _collective(one, rules) if c not in seen_coll]
+        coll = [c for c in _collective(one, rules) if c not in seen_coll] if rules.may_match("collective", ln) else []
         if coll:
             seen_coll.update(coll)
             must.add(i)
             continue
-        if not killed and _killed(one, rules) is not None:
+        if not killed and rules.may_match("killed", ln) and _killed(one, rules) is not None:
             killed = True
             must.add(i)
             continue
@@ -1374,25 +1382,20 @@ def keep_lines(ev: HostEvidence, rules: JobRules | None = None, cap: int = KEEP_
             world = world or w is not None
             must.add(i)
             continue
-        e = endpoints(one, rules) - eps
+        e = endpoints(one, rules) - eps if _ENDPOINT_WORDS.search(ln) else set()
         if e:
             eps |= e
             must.add(i)
             continue
-        if rules.any_peer_caused(ln) or _PEERISH.search(ln):
+        if peer[i] or _PEERISH.search(ln):
             extra.append(i)
     # the rank's last own line before its first consequence or launcher line (a straggler's: the step it is
     # stuck in), and its last own line overall
-    first = next((i for i, ln in enumerate(lines) if is_launcher_line(ln) or rules.any_peer_caused(ln)), len(lines))
+    first = next((i for i in range(len(lines)) if launcher[i] or peer[i]), len(lines))
     for end in (first, len(lines)):
         for i in range(end - 1, -1, -1):
             ln = lines[i]
-            if (
-                _OWN_RANK.search(ln)
-                and not is_launcher_line(ln)
-                and not rules.any_peer_caused(ln)
-                and "File " not in ln
-            ):
+            if _OWN_RANK.search(ln) and not launcher[i] and not peer[i] and "File " not in ln:
                 must.add(i)
                 break
     chosen = sorted(must)[:cap]

@@ -21,6 +21,9 @@ from .analysis.rules import RulesError
 SECTIONS = {"peer_caused": "kind", "collective": "name", "killed": "name", "endpoints": "name"}
 
 
+PEER_MEMO = 50_000  # line texts whose any_peer_caused answer is kept
+
+
 @dataclass
 class JobRule:
     key: str  # kind (peer_caused) or name
@@ -35,10 +38,23 @@ class JobRules:
     endpoints: list[JobRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     _peer_any: Any = field(default=None, init=False, repr=False, compare=False)
+    _gates: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _ere: str | None = field(default=None, init=False, repr=False, compare=False)
+    # answers by line text: the job analysis asks of each line several times, and a watch asks again of a
+    # host's whole buffer on every failure; bounded (emptied at PEER_MEMO texts)
+    _peer_memo: dict[str, bool] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def any_peer_caused(self, line: str) -> bool:
         """Whether any peer_caused rule matches: one alternation, one pass over the line (the job
         analysis asks this of every kept line of every host)."""
+        hit = self._peer_memo.get(line)
+        if hit is None:
+            if len(self._peer_memo) >= PEER_MEMO:
+                self._peer_memo.clear()
+            hit = self._peer_memo[line] = self._any_peer_caused(line)
+        return hit
+
+    def _any_peer_caused(self, line: str) -> bool:
         if self._peer_any is None:
             try:
                 self._peer_any = re.compile("|".join(f"(?:{r.regex.pattern})" for r in self.peer_caused) or "(?!)")
@@ -49,6 +65,26 @@ class JobRules:
         if self._peer_any is False:
             return any(r.regex.search(line) for r in self.peer_caused)
         return self._peer_any.search(line) is not None
+
+    def may_match(self, section: str, line: str) -> bool:
+        """False only when no rule of ``section`` can match ``line``: one alternation of the section's
+        patterns (named groups made plain) as a gate before the rules' own searches; True when the
+        patterns do not combine (back-references, global flags)."""
+        gate = self._gates.get(section)
+        if gate is None:
+            rules: list[JobRule] = getattr(self, section)
+            try:
+                pats = [_PLAIN_GROUP.sub("(?:", r.regex.pattern) for r in rules]
+                gate = re.compile("|".join(f"(?:{p})" for p in pats) or "(?!)")
+                if any(r.regex.flags != rules[0].regex.flags for r in rules) or any("(?P=" in p for p in pats):
+                    raise re.error("not combinable")
+            except re.error:
+                gate = False
+            self._gates[section] = gate
+        return gate is False or gate.search(line) is not None
+
+
+_PLAIN_GROUP = re.compile(r"(?<!\\)\(\?P<[A-Za-z_][A-Za-z0-9_]*>")  # a named group, not an escaped paren
 
 
 def _merge(merged: dict[str, list[dict[str, Any]]], data: Any, src: str) -> None:

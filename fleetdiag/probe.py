@@ -165,9 +165,9 @@ def _finish_log(
     res.secondary = diag.secondary
     res.summary = diag.summary
     res.verdict = diag.verdict
-    if res.verdict not in (FAILED, STARTING, HEALTHY):
+    if res.verdict not in (FAILED, STARTING, HEALTHY, STALLED):
         res.verdict = HEALTHY
-    if res.verdict != FAILED and fr.mtime is not None and fr.now is not None:
+    if res.verdict not in (FAILED, STALLED) and fr.mtime is not None and fr.now is not None:
         # silence against the log's own rhythm: a stall only while starting or training, never an idle server
         sil = hang_mod.judge_silence(
             hang_mod.run_lines(lines, fr.run_start),

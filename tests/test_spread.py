@@ -17,7 +17,7 @@ from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings
 from fleetdiag.records import FAILED, HEALTHY, NO_LOG
 from fleetdiag.scheduler import INTERNAL, CostMemory, HandshakeGate
-from fleetdiag.spread import HOSTS_PER_WORKER, deal, probe_fleet, worker_count
+from fleetdiag.spread import HOSTS_PER_WORKER, MAX_WORKERS, deal, probe_fleet, worker_count
 
 from .procs import pids_with
 from .sshd import start_sshd
@@ -41,7 +41,8 @@ def test_worker_count_grows_with_hosts_up_to_half_the_cpus():
     assert worker_count(10, cpus=32) == 1
     assert worker_count(2 * HOSTS_PER_WORKER, cpus=32) == 2
     assert worker_count(600, cpus=32) == 600 // HOSTS_PER_WORKER
-    assert worker_count(5000, cpus=32) == 16
+    assert worker_count(5000, cpus=32) == MAX_WORKERS  # memory: each worker is an interpreter
+    assert worker_count(5000, cpus=4) == 2
     assert worker_count(5, requested=3) == 3  # asked for: as asked, never more than hosts
     assert worker_count(2, requested=8) == 2
 
