@@ -585,7 +585,7 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
     """
     from fleetdiag.analysis import analyze_text
     from fleetdiag.analysis.decide import SURVIVED
-    from fleetdiag.jobrules import load_job_rules
+    from fleetdiag.job.rules import load_job_rules
 
     job_rules = load_job_rules(user_default=False)
     out: dict[str, set[str]] = defaultdict(set)

@@ -163,8 +163,8 @@ needs_sh = pytest.mark.skipif(
 
 
 def _through_funnel(path: Path, rules, tail_lines: int | None = None):
-    from fleetdiag.funnel import run_local
     from fleetdiag.probe import finish, spec_for
+    from fleetdiag.remote.funnel import run_local
 
     spec = spec_for(str(path.with_suffix(".log")), rules)
     if tail_lines is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fleetdiag.analysis import analyze, load_rules
 from fleetdiag.analysis.lines import ParseCache, parse_all, split_text
-from fleetdiag.jobrules import PEER_MEMO, default_job_rules
+from fleetdiag.job.rules import PEER_MEMO, default_job_rules
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .. import follow as follow_mod
-from .. import funnel as funnel_mod
 from ..analysis.lines import ParseCache
 from ..analysis.tracebacks import CARET, CODE, FRAME, TB_START
 from ..inventory.model import LogSource
@@ -37,19 +35,11 @@ from ..probe import (
     source_name,
     source_of,
 )
-from ..reach import (
-    AUTH,
-    CLOSED,
-    HOSTKEY_CHANGED,
-    HOSTKEY_UNKNOWN,
-    KEY,
-    OVERSIZE,
-    TIMEOUT,
-    HostError,
-    PartialOutput,
-)
 from ..records import FunnelResult, HostResult, Line, Timing, Verdict
-from ..transport import explain
+from ..remote import follow as follow_mod
+from ..remote import funnel as funnel_mod
+from ..ssh.reach import AUTH, CLOSED, HOSTKEY_CHANGED, HOSTKEY_UNKNOWN, KEY, OVERSIZE, TIMEOUT, HostError, PartialOutput
+from ..ssh.transport import explain
 from .buffer import LineBuffer
 from .settings import WatchSettings
 from .state import HostState, HostView

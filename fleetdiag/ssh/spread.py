@@ -4,7 +4,7 @@ One Python process spends ~20 ms of CPU per host (the key exchange, asyncssh's
 per-packet work, the analysis): past a few hundred hosts one core is the limit,
 and a wider fanout only queues more work on it. Beyond ``HOSTS_PER_WORKER``
 hosts per worker, on a machine with cores to spare, the hosts are dealt to
-worker processes (``python -m fleetdiag.spread``), each with its own event
+worker processes (``python -m fleetdiag.ssh.spread``), each with its own event
 loop, its share of the fanout and of the handshake bound, and all of
 ``probe_many``'s rules (deadlines, per-address gates, slowest first). Results
 stream back as they come, so progress, ``--jsonl`` and the history see one
@@ -34,9 +34,9 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from . import child
-from .probe import HostLike, ProbeSettings, _hop_text, parse_jump, probe_host
-from .records import HostResult
+from .. import child
+from ..probe import HostLike, ProbeSettings, _hop_text, parse_jump, probe_host
+from ..records import HostResult
 from .scheduler import (
     DEFAULT_FANOUT,
     DEFAULT_PER_ADDRESS,
@@ -49,7 +49,7 @@ from .scheduler import (
     probe_many,
 )
 
-_BOOT = "from fleetdiag.spread import main; sys.exit(main())"  # run by child.python_argv
+_BOOT = "from fleetdiag.ssh.spread import main; sys.exit(main())"  # run by child.python_argv
 # One process analyses ~60 hosts a second (~15 ms of CPU each), more than a fanout of 256 at 240 ms
 # brings back; a worker costs ~0.3 s of start-up and ~60 MB. At 600 hosts on 32 cores, one per 64
 # hosts (9) gave the same wall time as one process, 10 ms more CPU per host and 4x the memory.
@@ -142,7 +142,7 @@ async def probe_fleet(
             "known": {h.name: known[h.name] for h in share if h.name in known},
         }
         proc = await asyncio.create_subprocess_exec(  # isolated: nothing from the working directory runs
-            *child.python_argv(_BOOT, "fleetdiag.spread"),
+            *child.python_argv(_BOOT, "fleetdiag.ssh.spread"),
             cwd=child.CHILD_CWD,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

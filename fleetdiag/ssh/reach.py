@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from .records import ErrorKind
+from ..records import ErrorKind
+from ..units import size
 
 # Status kinds: the one list is records.ErrorKind (stable strings in JSON); the short names here are its members.
 REFUSED = ErrorKind.REFUSED
@@ -173,10 +174,6 @@ def scrub_bytes(data: bytes) -> bytes:
     return data.replace(secret.encode(), b"***") if secret and data else data
 
 
-def size_text(n: int) -> str:
-    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB"
-
-
 def too_much(cap: int, where: str) -> str:
     """The status of a host that sent more than ``cap`` bytes."""
     return (
@@ -200,19 +197,19 @@ def outcome(
         res.error = HostError(OVERSIZE, too_much(cap, where))
     elif end.ended == CUT_TIMEOUT:
         why = (
-            f"command timed out after {t}; output stopped after {size_text(len(stdout))}"
+            f"command timed out after {t}; output stopped after {size(len(stdout))}"
             if stdout
             else f"no output within {t}: the command started, then the host went silent"
         )
         res.error = PartialOutput(stdout, why)
     elif end.ended == CUT_LOST:
         res.error = PartialOutput(
-            stdout, f"connection to {where} lost after {size_text(len(stdout))} of output ({scrub(end.reason)})"
+            stdout, f"connection to {where} lost after {size(len(stdout))} of output ({scrub(end.reason)})"
         )
     elif end.ended == KEEPER_LOST:
         res.error = PartialOutput(
             stdout,
-            f"connection keeper for {where} stopped answering after {size_text(len(stdout))} of output "
+            f"connection keeper for {where} stopped answering after {size(len(stdout))} of output "
             f"({scrub(end.reason)}): the command's output is incomplete",
             ErrorKind.INTERNAL,
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .analysis.rules import RulesError
+from ..analysis.rules import RulesError
 
 SECTIONS = {"peer_caused": "kind", "collective": "name", "killed": "name", "endpoints": "name"}
 

@@ -34,8 +34,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .probe import HostLike, ProbeSettings, parse_jump, probe_host
-from .records import NO_LOG, UNREACHABLE, HostResult
+from ..probe import HostLike, ProbeSettings, parse_jump, probe_host
+from ..records import NO_LOG, UNREACHABLE, HostResult
 
 DEFAULT_FANOUT = 64
 DEFAULT_PER_ADDRESS = 8  # concurrent handshakes per address:port, under sshd's MaxStartups=10

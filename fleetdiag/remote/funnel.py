@@ -31,8 +31,8 @@ import secrets
 import subprocess
 from dataclasses import dataclass, field
 
-from . import remote
-from .records import FunnelResult, Line
+from .. import remote
+from ..records import FunnelResult, Line
 
 VERSION = 1
 DISCOVER_UNDER_ENV = "FLEETDIAG_DISCOVER_UNDER"

@@ -43,9 +43,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import remote
+from ..records import Line
 from . import funnel as funnel_mod
-from . import remote
-from .records import Line
 
 # The follower's fixed texts (remote/): functions both shells share (the main
 # sh's pre-stat and the follow loop's shell, handed over as FW_FUNCS and eval'd),

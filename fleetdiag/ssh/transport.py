@@ -587,7 +587,6 @@ def _hop_where(hop: JumpHop, opts: TransportOptions) -> str:
 
 # --------------------------------------------------------------------------- what decided trust
 
-DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk")
 _INCLUDE_DEPTH = 16
 
 
@@ -666,7 +665,7 @@ def trust_of(target: str, port: int | None, user: str | None, opts: TransportOpt
         if opts.client_keys is not None:
             keys += list(opts.client_keys)
         else:
-            keys += [str(Path.home() / ".ssh" / n) for n in DEFAULT_KEYS]
+            keys += [str(Path.home() / ".ssh" / n) for n in DEFAULT_KEY_FILES]
             for option in ("IdentityFile", "CertificateFile"):
                 value = cfg.get(option) if cfg is not None else None
                 keys += [value] if isinstance(value, str) else list(value or [])

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import child
+from .. import child
 from .reach import (
     CLOSED,
     CONNECT_TIMEOUT,
@@ -563,7 +563,7 @@ def _raise_fd_limit() -> None:
 
 # The keeper runs this fleetdiag (an editable checkout too), whatever PYTHONPATH the command had, and
 # nothing from the command's working directory (child.py: isolated mode, fixed cwd, explicit sys.path).
-_BOOT = "from fleetdiag.keeper import _detach_main; sys.exit(_detach_main(sys.argv[2:]))"
+_BOOT = "from fleetdiag.ssh.keeper import _detach_main; sys.exit(_detach_main(sys.argv[2:]))"
 
 
 def spawn(directory: Path, persist: float) -> bytes:
@@ -573,8 +573,8 @@ def spawn(directory: Path, persist: float) -> bytes:
     has bound its socket (or failed), so no command polls for it.
     """
     try:
-        proc = subprocess.run(  # `fleetdiag.keeper` in its argv: ps shows what it is
-            child.python_argv(_BOOT, "fleetdiag.keeper", str(directory), repr(float(persist))),
+        proc = subprocess.run(  # `fleetdiag.ssh.keeper` in its argv: ps shows what it is
+            child.python_argv(_BOOT, "fleetdiag.ssh.keeper", str(directory), repr(float(persist))),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -729,7 +729,11 @@ class KeptConnection:
             return self._keep(res)
         out: list[bytes] = []
         err: list[bytes] = []
-        limit = None if timeout is None else timeout * 2 + float(self.params.get("connect_timeout") or 10) * 2 + 5
+        limit = (
+            None
+            if timeout is None
+            else timeout * 2 + float(self.params.get("connect_timeout") or CONNECT_TIMEOUT) * 2 + 5
+        )
         try:
             while True:
                 frame = await asyncio.wait_for(_recv(reader), limit)
@@ -844,5 +848,5 @@ def close_kept(directory: Path | None = None, wait: float = 5.0) -> int | None:
     return int(answer.get("closed") or 0)
 
 
-if __name__ == "__main__":  # python -m fleetdiag.keeper DIR PERSIST: a keeper started by hand
+if __name__ == "__main__":  # python -m fleetdiag.ssh.keeper DIR PERSIST: a keeper started by hand
     sys.exit(_detach_main(sys.argv[1:]))

@@ -4,7 +4,7 @@ A multi-node job fails on every node at once and most nodes only show a
 consequence (a peer's NCCL error, a watchdog timeout, the agent's SIGTERM).
 This module takes one ``HostEvidence`` per failed host and names, per job,
 the host and rank whose own failure started it. Pure: no I/O; the rules come
-from fleetdiag.jobrules (data/peer.yaml).
+from fleetdiag.job.rules (data/peer.yaml).
 
 Order of evidence: a local-origin failure beats a peer-caused one even when
 the peer-caused one is stamped earlier; among local-origin failures the
@@ -17,11 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import datetime, timezone
 from typing import Any
 
-from .jobrules import JobRules, default_job_rules
-from .units import signal_name
+from .. import timestamps
+from ..records import JobRole
+from ..units import signal_name
+from .rules import JobRules, default_job_rules
 
 WINDOW_S = 120.0  # failures of one job fall within this many seconds (after clock correction)
 LOOPBACK = re.compile(r"^(?:localhost|127\.\d+\.\d+\.\d+|::1|0\.0\.0\.0)$")
@@ -39,86 +41,15 @@ def clock_offset(local_receive: float, rtt: float, remote_now: float) -> float:
     return local_receive - rtt / 2.0 - remote_now
 
 
-_T_ISO = re.compile(
-    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:[.,]\d+)?)"
-    r"(?P<z>Z|[+-]\d\d:?\d\d)?"
-)
-_T_GLOG = re.compile(r"(?<![\d-])(?P<mo>\d{1,2}?)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:\.\d+)?)")
-_T_MD = re.compile(r"(?<![\d-])(?P<mo>\d\d)-(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:[.,]\d+)?)")
-_T_GLOG_LINE = re.compile(r"(?:^|[\[\]:\s])[IWEF](?P<t>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)")
-
-
-def _zone(host_zone: Any) -> tzinfo:
-    if isinstance(host_zone, tzinfo):
-        return host_zone
-    if isinstance(host_zone, (int, float)):
-        return timezone(timedelta(seconds=float(host_zone)))
-    if isinstance(host_zone, str) and host_zone:
-        m = re.fullmatch(r"([+-])(\d\d):?(\d\d)", host_zone)
-        if m:
-            sec = (int(m.group(2)) * 3600 + int(m.group(3)) * 60) * (1 if m.group(1) == "+" else -1)
-            return timezone(timedelta(seconds=sec))
-        try:
-            from zoneinfo import ZoneInfo
-
-            return ZoneInfo(host_zone)
-        except (KeyError, ValueError, OSError):  # unknown zone name: UTC, as when no zone is known
-            return timezone.utc
-    return timezone.utc
-
-
-def _frac(s: str) -> tuple[int, float]:
-    v = float(s.replace(",", "."))
-    return int(v), v - int(v)
-
-
 def normalise(
     raw_time: str | None, host_zone: Any = None, mtime: float | None = None, offset: float = 0.0
 ) -> float | None:
     """A framework timestamp as seconds since the epoch on the local clock, or None.
 
-    Accepts ISO (``2024-11-20 14:37:16[.f][Z|±hh:mm]``, torchrun's
-    ``2024-11-20_14:37:16``), glog ``1120 14:37:16.123`` (also inside
-    ``I1120 …``/``[rank0]:[W1120 …]``, and ``626 06:24:44.9`` for June 26),
-    and vLLM/Ray ``11-20 14:37:16``. A time without zone is read in
-    ``host_zone`` (IANA name, ``+hh:mm``, seconds east of UTC or a tzinfo;
-    UTC when unknown); one without year takes the year that puts it nearest
-    the log's ``mtime``. ``offset`` is the host's ``clock_offset``.
+    Read by ``timestamps.epoch`` (its year rule against the log's ``mtime``, its zone rule with
+    ``host_zone``); ``offset`` is the host's ``clock_offset``.
     """
-    if not raw_time or not isinstance(raw_time, str):
-        return None
-    tz = _zone(host_zone)
-    m = _T_ISO.search(raw_time)
-    year: int | None = None
-    if m:
-        year = int(m.group("y"))
-        z = m.group("z")
-        if z:
-            tz = timezone.utc if z == "Z" else _zone(z)
-    else:
-        g = _T_GLOG_LINE.search(raw_time)
-        m = _T_MD.search(raw_time) or (_T_GLOG.search(g.group("t")) if g else None) or _T_GLOG.search(raw_time)
-    if not m:
-        return None
-    try:
-        mo, d, h, mi = (int(m.group(k)) for k in ("mo", "d", "h", "mi"))
-        sec, frac = _frac(m.group("s"))
-    except (ValueError, TypeError):
-        return None
-
-    def at(y: int) -> float | None:
-        try:
-            return datetime(y, mo, d, h, mi, min(sec, 59), tzinfo=tz).timestamp() + frac
-        except ValueError:
-            return None
-
-    if year is not None:
-        t = at(year)
-    else:
-        ref = mtime if mtime is not None else datetime.now(timezone.utc).timestamp()
-        y0 = datetime.fromtimestamp(ref, tz).year
-        cands = [c for c in (at(y) for y in (y0 - 1, y0, y0 + 1)) if c is not None]
-        t = min(cands, key=lambda c: abs(c - ref)) if cands else None
+    t = timestamps.epoch(raw_time, host_zone, mtime)
     return None if t is None else t + (offset or 0.0)
 
 
@@ -492,10 +423,7 @@ def oom_line(ev: HostEvidence) -> str | None:
 
 
 def _stamp(text: str) -> str | None:
-    m = _T_ISO.search(text) or _T_MD.search(text) or _T_GLOG_LINE.search(text)
-    if m is None:
-        return None
-    return m.group("t") if "t" in m.re.groupindex else m.group(0)
+    return timestamps.find(text)
 
 
 def event_time(ev: HostEvidence) -> tuple[float | None, str]:
@@ -1442,33 +1370,30 @@ def job_facts(result: Any, lines: Sequence[str], rules: JobRules | None = None) 
     return out
 
 
-def annotate(results: Sequence[Any], rcs: Sequence[RootCause]) -> None:
-    """Mark each host of a job in its ``facts["job"]``: the root (``role: root``, ``rank``,
-    ``affected``, ``why``) or a consequence (``role: consequence``, ``root``): what the
-    history keeps as the job's one incident and its affected hosts."""
+def mark(results: Sequence[Any], rcs: Sequence[RootCause]) -> None:
+    """Record each host's part in a job (``HostResult.job_role``): the root (``rank``, ``affected``,
+    ``why``, ``time``) or a consequence (``root``): what the history keeps as the job's one incident
+    and its affected hosts. Any earlier marks go first (watch re-analyses the same records)."""
     by_host = {getattr(r, "host", None): r for r in results}
-    for r in results:  # a previous analysis's marks (watch re-analyses the same records)
-        j = (getattr(r, "facts", None) or {}).get("job")
-        if isinstance(j, dict):
-            for k in _ROLE_KEYS:
-                j.pop(k, None)
+    for r in results:
+        r.job_role = None
     for rc in rcs:
         root = by_host.get(rc.host)
         if root is not None:
-            root.facts.setdefault("job", {}).update(
-                role="root", rank=rc.rank, affected=list(rc.affected), why=rc.why, time=rc.time
-            )
+            root.job_role = JobRole("root", rank=rc.rank, affected=list(rc.affected), why=rc.why, time=rc.time)
         for h in rc.affected:
             v = by_host.get(h)
             if v is not None:
-                v.facts.setdefault("job", {}).update(role="consequence", root=rc.host)
+                v.job_role = JobRole("consequence", root=rc.host)
 
 
-_ROLE_KEYS = ("role", "root", "rank", "affected", "why", "time")
+def assign_roles(results: Sequence[Any]) -> list[RootCause]:
+    """The job analysis as one explicit step before any output: the root causes, each host marked (``mark``)."""
+    rcs = root_causes(results)
+    mark(results, rcs)
+    return rcs
 
 
 def report(results: Sequence[Any]) -> list[dict[str, Any]]:
-    """``root_causes`` for a JSON report; marks the hosts (``annotate``) on the way."""
-    rcs = root_causes(results)
-    annotate(results, rcs)
-    return [rc.to_json() for rc in rcs]
+    """``root_causes`` for a JSON report, as JSON, the hosts marked on the way (``assign_roles``)."""
+    return [rc.to_json() for rc in assign_roles(results)]

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .records import DEGRADED, FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
+from ..job import mark
+from ..records import DEGRADED, FAILED, HEALTHY, NO_LOG, STALLED, STARTING, UNREACHABLE, VERDICTS, HostResult
 
 SCHEMA_VERSION = 1
 DB_NAME = "history.sqlite3"
@@ -75,7 +76,7 @@ def incident_key(res: HostResult) -> str | None:
     if res.verdict == STALLED:
         return f"stalled:{d.fingerprint}" if d is not None and d.fingerprint else "stalled"
     if res.verdict == DEGRADED:  # the same faults on the same GPUs: one incident until they change
-        from .analysis.fingerprint import fingerprint
+        from ..analysis.fingerprint import fingerprint
 
         if d is not None and d.fingerprint:  # a kernel fault that stands alone: its line's fingerprint
             return f"degraded:{d.fingerprint}"
@@ -157,8 +158,7 @@ def action_class(res: HostResult) -> str:
         return "hardware"
     if res.verdict in (UNREACHABLE, NO_LOG):
         return "access"
-    job = (res.facts or {}).get("job")
-    if isinstance(job, dict) and job.get("role") == "consequence":  # a job's victim: act on its root's host
+    if res.job_role is not None and res.job_role.role == "consequence":  # a job's victim: act on its root's host
         return "consequence"
     d = res.decisive
     if d is not None and d.rule == "gpu-hardware":
@@ -182,7 +182,7 @@ class CauseGroup:
 
     @property
     def folded(self) -> str:
-        from .inventory import fold
+        from ..inventory import fold
 
         return fold(self.hosts)
 
@@ -578,18 +578,13 @@ class Store:
         if until is not None:
             where.append("first_seen <= ?")
             args.append(until)
-        if verdicts is not None:
-            vs = list(dict.fromkeys(verdicts))
-            if not vs:
-                return []
-            where.append(f"verdict IN ({','.join('?' * len(vs))})")
-            args += vs
-        if hosts is not None:
-            names = list(dict.fromkeys(hosts))
-            if not names:
-                return []
-            where.append(f"host IN ({','.join('?' * len(names))})")
-            args += names
+        for column, values in (("verdict", verdicts), ("host", hosts)):
+            if values is not None:  # an empty list selects nothing
+                vs = list(dict.fromkeys(values))
+                if not vs:
+                    return []
+                where.append(f"{column} IN ({','.join('?' * len(vs))})")
+                args += vs
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY resolved_at IS NOT NULL, last_seen DESC, host"
@@ -672,6 +667,7 @@ class Store:
         unknown: Iterable[str] = (),
         costs: dict[str, tuple[float | None, float | None]] | None = None,
         keep_days: float | None = DEFAULT_KEEP_DAYS,
+        root_causes: Sequence[Any] | None = None,
     ) -> Changes:
         """Record one sweep's results and return what changed, in one transaction.
 
@@ -679,8 +675,12 @@ class Store:
         user interrupted them): their result is kept, their incidents are not
         touched. ``costs`` (the scheduler's memory) replaces the stored costs
         of the hosts it names. Rows older than ``keep_days`` are pruned
-        (incidents are kept: they are small and they are the history).
+        (incidents are kept: they are small and they are the history). ``root_causes``
+        (fleetdiag.job's, for these results) mark each job's hosts before they are kept: a job is
+        one incident, its root host's.
         """
+        if root_causes is not None:
+            mark(results, root_causes)
         now = started
         unknown = set(unknown)
         changes = Changes()
