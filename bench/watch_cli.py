@@ -62,6 +62,13 @@ def healthy_line(i: int) -> str:
     return f"(APIServer pid=6412) INFO 05-09 15:14:{i % 60:02d} [loggers.py:123] Engine 000: step {i}\n"
 
 
+def tree() -> str:
+    """Where the watched CLI's fleetdiag comes from (a before/after run on one machine names both)."""
+    code = "import fleetdiag, os; print(os.path.dirname(os.path.dirname(fleetdiag.__file__)))"
+    exe = Path(sys.executable).parent / "python"
+    return subprocess.run([str(exe), "-c", code], capture_output=True, text=True, cwd="/").stdout.strip()
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
@@ -245,6 +252,7 @@ def run(
     return {
         "hosts": n,
         "what": "fleetdiag watch --jsonl",
+        "tree": tree(),
         "cores": os.cpu_count(),
         "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
         "up_s": round(up_s, 1),

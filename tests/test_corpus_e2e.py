@@ -138,8 +138,8 @@ def _cards(text: str) -> dict[str, str]:
 
 
 def _squash(s: str) -> str:
-    """Text without whitespace and box drawing: a card wraps long lines wherever it must (and shows
-    a tab from the host as the two characters ``\\t``)."""
+    """Text without whitespace and box drawing: a card wraps long lines wherever it must (and shows a
+    host's tab as the visible ``\\t``, so both forms count as whitespace here)."""
     return re.sub(r"(?:[\s│╭╮╰╯─]|\\t)+", "", s)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fleetdiag.analysis import analyze, load_rules
 from fleetdiag.analysis.lines import ParseCache, parse_all, split_text
-from fleetdiag.job.rules import PEER_MEMO, default_job_rules
+from fleetdiag.job.rules import PEER_MEMO, PEER_MEMO_CHARS, default_job_rules
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
@@ -42,8 +42,16 @@ def test_the_cache_is_used_only_inside_its_block_and_stays_bounded() -> None:
         for k in range(0, 400, 40):
             parse_all(lines[k : k + 40])
             assert cache.size <= 50 + 40  # emptied once it holds `limit` texts, before the next call fills it
-    with cache.active():
-        assert [ln.msg for ln in parse_all(lines[:3])] == ["INFO step 0", "INFO step 1", "INFO step 2"] or True
+    with cache.active():  # cached texts at new indexes: the index, offset and line number are the caller's
+        parse_all(lines[5:8])
+        got = parse_all(lines[4:8])
+    assert got == parse_all(lines[4:8]) and [ln.index for ln in got] == [0, 1, 2, 3]
+    assert [(ln.pos, ln.lineno) for ln in got] == [(ln.pos, ln.lineno) for ln in lines[4:8]]
+    wide = ParseCache(chars=10_000)
+    with wide.active():
+        for k in range(20):
+            parse_all(split_text("".join(f"INFO {k} {'x' * 1000} {i}\n" for i in range(5))))
+            assert wide.chars <= 10_000 + 5 * 2 * 1020  # emptied once its texts reach `chars` characters
 
 
 def test_analysis_with_the_cache_decides_the_same() -> None:
@@ -73,3 +81,27 @@ def test_the_peer_caused_memo_answers_as_the_rules_do() -> None:
     assert [rules.any_peer_caused(t) for t in texts] == want
     assert [rules.any_peer_caused(t) for t in texts] == want  # from the memo
     assert len(rules._peer_memo) <= PEER_MEMO
+    for k in range(3000):  # long lines: the memo is bounded by characters too
+        rules.any_peer_caused(f"INFO {k} " + "y" * 4000)
+    assert rules._peer_memo_chars <= PEER_MEMO_CHARS + 4100
+
+
+def test_the_rules_memo_answers_as_the_patterns_do() -> None:
+    from fleetdiag.analysis import rules as rules_mod
+
+    rules = load_rules()
+    texts = [ln.text for t in _logs() for ln in split_text(t)]
+    tests = [
+        ("keywords", rules.is_keyword, rules.keyword_pats),
+        ("run_start", rules.is_run_start, rules.run_start_pats),
+        ("benign", rules.is_benign, rules.benign_pats),
+        ("serving", rules.is_serving, rules.serving_pats),
+    ]
+    for name, ask, pats in tests:
+        want = [rules_mod._any(pats, rules._gates[name], t) for t in texts]
+        assert any(want) or name in ("benign", "serving")  # these dozen logs are all failures
+        assert [ask(t) for t in texts] == want == [ask(t) for t in texts], name  # asked, then from the memo
+    assert len(rules._memo) <= rules_mod.MEMO
+    for k in range(3000):
+        rules.is_keyword(f"INFO {k} " + "z" * 4000)
+    assert rules._memo_chars <= rules_mod.MEMO_CHARS + 4100

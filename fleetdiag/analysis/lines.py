@@ -365,17 +365,20 @@ class ParseCache:
     """What ``parse_line`` peeled off each line text, for a caller that analyses the same lines again and
     again: a watch re-analyses a host's whole buffer on every burst, and peeling prefixes was most of
     that work. A line's parse depends on its text (and the rules' tag peelers) alone; its index, offset
-    and line number are the caller's. Bounded: emptied when it holds ``limit`` texts."""
+    and line number are the caller's. Bounded: emptied when it holds ``limit`` texts or ``chars``
+    characters of them."""
 
-    def __init__(self, limit: int = 20_000):
+    def __init__(self, limit: int = 20_000, chars: int = 4_000_000):
         self.limit = limit
+        self.max_chars = chars
         self._tables: dict[tuple[tuple[re.Pattern[str], bool], ...], dict[str, tuple]] = {}
         self.size = 0
+        self.chars = 0
 
     def table(self, extra_tags: Sequence[tuple[re.Pattern[str], bool]]) -> dict[str, tuple]:
-        if self.size >= self.limit:
+        if self.size >= self.limit or self.chars >= self.max_chars:
             self._tables.clear()
-            self.size = 0
+            self.size = self.chars = 0
         return self._tables.setdefault(tuple(extra_tags), {})
 
     @contextmanager
@@ -404,6 +407,7 @@ def parse_all(lines: Sequence[Line], extra_tags: Sequence[tuple[re.Pattern[str],
             if isinstance(ln.text, str):
                 memo[ln.text] = (p.raw, p.msg, p.tags, p.level, p.time, p.source)
                 cache.size += 1
+                cache.chars += len(ln.text) + len(p.msg)
             out.append(p)
         else:
             out.append(LogLine(i, ln.pos, ln.lineno, *fields))

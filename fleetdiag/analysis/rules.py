@@ -140,6 +140,10 @@ def gate(pats: Sequence[Pat]) -> re.Pattern[str] | None:
     return re.compile("|".join(re.escape(n) for n in sorted(lits, key=len, reverse=True)))
 
 
+MEMO = 100_000  # (test, line text) answers a Rules object keeps ...
+MEMO_CHARS = 8_000_000  # ... and the characters of those texts at most
+
+
 def _any(pats: Sequence[Pat], g: re.Pattern[str] | None, text: str) -> bool:
     if g is not None and g.search(text) is None:
         return False
@@ -251,10 +255,31 @@ class Rules:
                 ("standalone", [x.pat for x in self._standalone]),
             )
         }
+        self._memo: dict[tuple[str, str], bool] = {}  # (test, line text) -> answer; see _remember
+        self._memo_chars = 0
 
     def _open(self, name: str, text: str) -> bool:
-        g = self._gates.get(name)
-        return g is None or g.search(text) is not None
+        hit = self._memo.get((name, text))
+        if hit is None:
+            g = self._gates.get(name)
+            hit = self._remember(name, text, g is None or g.search(text) is not None)
+        return hit
+
+    def _is(self, name: str, pats: Sequence[Pat], text: str) -> bool:
+        hit = self._memo.get(("is " + name, text))
+        if hit is None:
+            hit = self._remember("is " + name, text, _any(pats, self._gates[name], text))
+        return hit
+
+    def _remember(self, name: str, text: str, answer: bool) -> bool:
+        """Answers by line text: an analysis asks them of every line, and a watch re-analyses a host's
+        buffer on every burst. Bounded: emptied at MEMO texts or MEMO_CHARS characters of them."""
+        if len(self._memo) >= MEMO or self._memo_chars >= MEMO_CHARS:
+            self._memo.clear()
+            self._memo_chars = 0
+        self._memo[(name, text)] = answer
+        self._memo_chars += len(text)
+        return answer
 
     # -- what the funnel asks for: one ERE per list --
     def keyword_ere(self) -> str:
@@ -364,22 +389,22 @@ class Rules:
         return Rules(**kw)
 
     def is_benign(self, text: str) -> bool:
-        return _any(self.benign_pats, self._gates["benign"], text)
+        return self._is("benign", self.benign_pats, text)
 
     def is_run_start(self, text: str) -> bool:
-        return _any(self.run_start_pats, self._gates["run_start"], text)
+        return self._is("run_start", self.run_start_pats, text)
 
     def is_waiting(self, text: str) -> bool:
-        return _any(self.waiting_pats, self._gates["waiting"], text)
+        return self._is("waiting", self.waiting_pats, text)
 
     def is_ready(self, text: str) -> bool:
-        return _any(self.ready_pats, self._gates["ready"], text)
+        return self._is("ready", self.ready_pats, text)
 
     def is_serving(self, text: str) -> bool:
-        return _any(self.serving_pats, self._gates["serving"], text)
+        return self._is("serving", self.serving_pats, text)
 
     def is_keyword(self, text: str) -> bool:
-        return _any(self.keyword_pats, self._gates["keywords"], text)
+        return self._is("keywords", self.keyword_pats, text)
 
     def depth_of(self, process: str | None) -> int:
         """Worker 3 > engine core 2 > API server 1; untagged lines count as 1."""

@@ -21,7 +21,8 @@ from ..analysis.rules import RulesError
 SECTIONS = {"peer_caused": "kind", "collective": "name", "killed": "name", "endpoints": "name"}
 
 
-PEER_MEMO = 50_000  # line texts whose any_peer_caused answer is kept
+PEER_MEMO = 50_000  # line texts whose any_peer_caused answer is kept ...
+PEER_MEMO_CHARS = 4_000_000  # ... and their characters at most
 
 
 @dataclass
@@ -43,15 +44,18 @@ class JobRules:
     # answers by line text: the job analysis asks of each line several times, and a watch asks again of a
     # host's whole buffer on every failure; bounded (emptied at PEER_MEMO texts)
     _peer_memo: dict[str, bool] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _peer_memo_chars: int = field(default=0, init=False, repr=False, compare=False)
 
     def any_peer_caused(self, line: str) -> bool:
         """Whether any peer_caused rule matches: one alternation, one pass over the line (the job
         analysis asks this of every kept line of every host)."""
         hit = self._peer_memo.get(line)
         if hit is None:
-            if len(self._peer_memo) >= PEER_MEMO:
+            if len(self._peer_memo) >= PEER_MEMO or self._peer_memo_chars >= PEER_MEMO_CHARS:
                 self._peer_memo.clear()
+                self._peer_memo_chars = 0
             hit = self._peer_memo[line] = self._any_peer_caused(line)
+            self._peer_memo_chars += len(line)
         return hit
 
     def _any_peer_caused(self, line: str) -> bool:

@@ -77,7 +77,7 @@ fw_step() {
         fi
         [ "$d" -gt "$FW_CHUNK" ] && d=$FW_CHUNK
         tail -c "+$((off + 1))" "$f" 2>/dev/null | head -c "$d" | tr '\000' ' '
-        off=$((off + d))
+        off=$((off + d)); got=1
         echo "$FW_MARK s"
         [ "$off" -lt "$fw_size" ] && more=1
       fi
@@ -118,12 +118,15 @@ fw_read() {
   echo "$FW_MARK a $off $ln"
   [ -n "$f" ] || { echo "$FW_MARK g missing"; gone=1; }
   if [ "$1" = wake ]; then
+    # The nap after a read is the minimum gap between reads of a busy log; a wake that read nothing (the
+    # heartbeat's tick) takes no nap, so a failure written just after a heartbeat is read at once.
     while w=$(dd bs=65536 count=1 2>/dev/null; echo .); [ "$w" != . ]; do
       case $w in *"$FW_MARK w"*) sw=1 ;; esac
+      got=
       fw_step
       while [ -n "$more" ]; do fw_step; done
       case $w in *"$FW_MARK h"*) fw_beat ;; esac
-      fw_nap "$sl" || exit 0
+      if [ -n "$got" ]; then fw_nap "$sl" || exit 0; fi
     done
   else
     n=$FW_HBN
