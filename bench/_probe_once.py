@@ -10,7 +10,7 @@ them), import_ms, and the result's verdict, decisive line and timing.
 
 ``--standard-login`` sets FLEETDIAG_SSH_LOGIN=standard: asyncssh's own login
 (auth ``none`` first, the public-key query before signing, auth after the
-service accept), to show what fleetdiag.sshfast saves.
+service accept), to show what fleetdiag.ssh.sshfast saves.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys  # noqa: E402
 
 from fleetdiag.inventory import load_inventory  # noqa: E402
 from fleetdiag.probe import ProbeSettings, probe_host  # noqa: E402
-from fleetdiag.transport import TransportOptions  # noqa: E402
+from fleetdiag.ssh.transport import TransportOptions  # noqa: E402
 
 
 def main() -> None:

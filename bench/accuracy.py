@@ -19,12 +19,33 @@ must be marked ``peer-caused``), tests/corpus, tests/corpus_extra,
 tests/corpus_heldout.
 
 Part 2, **rule support**, in-process (``analyze_text`` on the whole log, no
-funnel, for speed): for each rule id (``Rules.rule_ids``: signatures,
-secondary rules, data/peer.yaml's peer_caused kinds, benign/serving/ready/
-waiting/run_start entries, and data/xid.yaml codes on the kernel set) the cases
-whose judgement flips from right to wrong when that one rule is disabled.
-A rule no case needs is listed as 0; a rule only one case (one source) needs
-is flagged.
+funnel, for speed; the kernel sets through ``analyze --kernel``). Every rule:
+``Rules.rule_ids`` (signatures, secondary rules, data/peer.yaml's peer_caused
+kinds, benign/serving/ready/waiting/run_start entries), the rules written in
+code (``CODE_RULES``: the decisive event's form in analysis/tracebacks.py, the
+demotions and promotions of analysis/decide.py, the steps of
+analysis/normalise.py) and the kernel evidence classes of
+evidence/correlate.py (``KERNEL_RULES``). For each, three numbers:
+
+- *fires*: the right cases where the rule matched a line the decision used
+  (``fires_on`` says what that is per section: for a signature, the decisive
+  line's rule; for a secondary or peer rule, a role it gave to the decisive line
+  or to a line the decision demoted; for benign, serving, ready, waiting and
+  run_start, a line of a case whose verdict that section decides). The list
+  sections are observed through a subclass of ``Rules`` that notes every
+  pattern matching a line, shadowed ones too; production code is not patched.
+- *src*: the distinct sources of those cases (``source_key``: a GitHub issue,
+  pull request or discussion with all its comments is one source, a file on
+  GitHub its repository and path, a recording one source per recorded
+  program). **A rule is supported when it fires on cases from >= 2 sources.**
+- *needed*: the cases that turn wrong when that one rule is disabled
+  (``Rules.without``); "-" for rules in code, which cannot be disabled.
+
+Xid codes: the *rule* is the class ("an Xid whose catalog class is hardware or
+driver stands alone", "an application or informational Xid never does", "an
+Xid with a pid or name correlates to the process"), counted with the kernel
+classes; the codes are data from NVIDIA's Xid catalog (data/xid.yaml, a
+documented source), listed per code as ``xid:N`` and totalled apart.
 """
 
 from __future__ import annotations
@@ -64,6 +85,8 @@ class Case:
     kernel: Path | None = None
     smi: Path | None = None
     category: str | None = None  # the labelled category, when the label has one
+    app: Path | None = None  # a kernel case's own app log (the correlation of the two)
+    kernel_line: str | None = None  # a kernel case's labelled decisive kernel line
 
 
 def _label(p: Path) -> dict[str, Any]:
@@ -156,6 +179,8 @@ def kernel_set(name: str, folder: Path) -> list[Case]:
                 lab.get("source", ""),
                 kernel=p.parent / files["kern"],
                 smi=p.parent / files["smi"] if files.get("smi") else None,
+                app=p.parent / files["app"] if files.get("app") and (p.parent / files["app"]).is_file() else None,
+                kernel_line=lab.get("decisive_kernel_line"),
             )
         )
     return out
@@ -233,8 +258,13 @@ def _argv(case: Case, kernel_ok: bool) -> list[str] | None:
     return argv
 
 
-def run_cli(cases: list[Case], subprocess_mode: bool = False) -> dict[str, Answer]:
-    """Each case through ``fleetdiag analyze --json``: {id: (verdict, decisive line, role)}."""
+def run_cli(
+    cases: list[Case], subprocess_mode: bool = False, raw: dict[str, dict[str, Any]] | None = None, app: bool = False
+) -> dict[str, Answer]:
+    """Each case through ``fleetdiag analyze --json``: {id: (verdict, decisive line, role, category)}.
+
+    ``raw`` receives each case's whole host record; ``app`` runs a kernel case with its own app log.
+    """
     from click.testing import CliRunner
 
     from fleetdiag.cli import main
@@ -247,6 +277,8 @@ def run_cli(cases: list[Case], subprocess_mode: bool = False) -> dict[str, Answe
         argv = _argv(c, kernel_ok)
         if argv is None:
             continue
+        if app and c.app is not None:
+            argv.insert(2, str(c.app))
         if subprocess_mode:
             exe = Path(sys.executable).with_name("fleetdiag")
             proc = subprocess.run([str(exe), *argv], capture_output=True, text=True, env=env, timeout=120)
@@ -260,12 +292,186 @@ def run_cli(cases: list[Case], subprocess_mode: bool = False) -> dict[str, Answe
             continue
         if isinstance(data, dict) and "hosts" in data:
             data = data["hosts"][0]
+        if raw is not None:
+            raw[c.id] = data
         dec = data.get("decisive") or {}
         out[c.id] = (data.get("verdict"), dec.get("line"), dec.get("role"), dec.get("category"))
     return out
 
 
 # ------------------------------------------------------------------ part 2: rule support
+
+# A GitHub issue, pull request or discussion and its own comments are one source; a file on GitHub is
+# its repository and path; a recording is its recording script or program.
+_GH = re.compile(r"https?://github\.com/([^/\s]+/[^/\s#?]+)/(?:issues|pull|discussions)/(\d+)")
+_GH_FILE = re.compile(r"https?://github\.com/([^/\s]+/[^/\s#?]+)/blob/[^/\s]+/([^\s#?]+)")
+_URL = re.compile(r"https?://[^\s#?)]+")
+_PROGRAM = re.compile(r"[\w./-]+\.(?:cu|cpp|c|py)\b")  # the recorded program's source file
+
+
+def source_key(source: str) -> str:
+    """The one source a label's ``source`` names (see the module docstring)."""
+    s = source.strip()
+    m = _GH.search(s)
+    if m:
+        return f"github:{m.group(1).lower()}#{m.group(2)}"
+    m = _GH_FILE.search(s)
+    if m:
+        return f"github:{m.group(1).lower()}:{m.group(2)}"
+    if s.startswith("recorded"):
+        if (
+            "torchrun agents as separate nodes" in s or "-node gloo torchrun job" in s
+        ):  # tests/corpus_multinode: one trainer, train_gloo.py
+            return "recording:train_gloo.py"
+        m = _PROGRAM.search(s)
+        if m:  # tests/fixtures/device/scripts/rec_1gpu/…: one source per program, however it was run
+            return "recording:" + m.group(0).rsplit("/", 1)[-1]
+        # the program is named by the words after the host description: "…, 2026-12-01): a C++ program …"
+        what = s.split("): ", 1)[-1] if "): " in s else s
+        return "recording:" + re.split(r"[,(;]", what, maxsplit=1)[0].strip().lower()
+    m = _URL.search(s)
+    return m.group(0).rstrip("/.").lower() if m else s.lower()
+
+
+class _Recording:
+    """Mixin over ``Rules``: notes every rule of the list sections and data/peer.yaml that matches a line.
+
+    Only the lookups are wrapped, in a subclass the bench builds: the production
+    matchers run unchanged, and a rule shadowed by an earlier one is still noted.
+    """
+
+    hits: dict[str, set[str]]  # rule id -> the matched texts
+
+    def _note(self, rid: str, text: str) -> None:
+        self.hits.setdefault(rid, set()).add(text)
+
+    def _list(self, sec: str, text: str) -> None:
+        for k, p in enumerate(getattr(self, f"{sec}_pats")):
+            if p.search(text) is not None:
+                self._note(f"{sec}:{k}", text)
+
+    def is_benign(self, text: str) -> bool:
+        got = super().is_benign(text)  # type: ignore[misc]
+        if got:
+            self._list("benign", text)
+        return got
+
+    def is_serving(self, text: str) -> bool:
+        got = super().is_serving(text)  # type: ignore[misc]
+        if got:
+            self._list("serving", text)
+        return got
+
+    def is_ready(self, text: str) -> bool:
+        got = super().is_ready(text)  # type: ignore[misc]
+        if got:
+            self._list("ready", text)
+        return got
+
+    def is_waiting(self, text: str) -> bool:
+        got = super().is_waiting(text)  # type: ignore[misc]
+        if got:
+            self._list("waiting", text)
+        return got
+
+    def is_run_start(self, text: str) -> bool:
+        got = super().is_run_start(text)  # type: ignore[misc]
+        if got:
+            self._list("run_start", text)
+        return got
+
+    def peer_for(self, *texts: str) -> Any:
+        got = super().peer_for(*texts)  # type: ignore[misc]
+        if got is not None:
+            for r in self.peer:  # type: ignore[attr-defined]
+                if any(t and r.pat.search(t) is not None for t in texts):
+                    self._note(f"peer:{r.kind}", " ".join(texts))
+        return got
+
+    def secondary_for(self, text: str, header: str | None = None) -> Any:
+        got = super().secondary_for(text, header)  # type: ignore[misc]
+        if got is not None:
+            for r in self.secondary:  # type: ignore[attr-defined]
+                probe = header if r.header else text
+                if probe and r.pat.search(probe) is not None:
+                    self._note(f"secondary:{r.kind}", f"{got[0].kind}\0{text}")
+        return got
+
+
+_RULE_FIELDS = (
+    "keywords",
+    "run_start",
+    "tags",
+    "waiting",
+    "ready",
+    "benign",
+    "serving",
+    "processes",
+    "secondary",
+    "signatures",
+    "peer",
+    "sources",
+    "extra_tags",
+)
+
+
+def _recording_rules(rules: Any) -> Any:
+    cls = type("RecordingRules", (_Recording, type(rules)), {})
+    rec = cls(**{f: list(getattr(rules, f)) for f in _RULE_FIELDS})
+    rec.hits = {}
+    return rec
+
+
+# Rules written in code (fleetdiag/analysis), by what shows that they decided a case: the kind of the
+# decisive event (tracebacks.py), the cascade's named kinds and the reason's words (decide.py), and
+# the normalisation steps (normalise.py). They cannot be disabled from outside, so "needed by" is n/a.
+CODE_RULES = {
+    "code:python traceback (Traceback … Type: message)": "the decisive line ends a Python traceback",
+    "code:exception line without a traceback": "a `Type: message` line standing alone",
+    "code:C++ terminate / what()": "`terminate called after throwing an instance of 'X'` with its what()",
+    "code:error-level line": "an ERROR/FATAL line of no known shape (a weak cause)",
+    "code:traceback without its final line": "a traceback cut before its exception line",
+    "code:chained exception is a wrapper": "a later exception of a chain that began with a cause",
+    "code:bare exception restated by its chain": "a message-less exception re-raised with words",
+    "code:wrapper quoting a missing cause": "only a wrapper quotes the error (promoted)",
+    "code:launcher summary's other ranks": "torchelastic's Failures: entries before the Root Cause",
+    "code:failures after a launcher restart": "the errors of workers restarted after the first failure",
+    "code:survived error (the process went on)": "an error followed by normal work or served requests",
+    "code:deepest process at one moment": "a worker's error over its engine core's at the same moment",
+    "code:launcher-only answer": "a launcher's report when the log holds nothing it wraps",
+    "code:health probes are not progress": "`GET /health 200` after an error does not make it survived",
+    "code:normalise: service prefix removed": "a log service's timestamp and severity on every line",
+    "code:normalise: newest-first order reversed": "an export printed newest first",
+    "code:normalise: re-wrapped lines joined": "lines a terminal or a paste cut at its width",
+}
+
+# Kernel evidence (evidence/correlate.py) by class; the Xid codes are the classes' data (data/xid.yaml,
+# from NVIDIA's Xid catalog). A class fires on a kernel case whose verdict it decided: the decisive
+# kernel line of a degraded host, or (for the classes that never stand alone) a line of that class in
+# the kernel log of a host rightly left healthy.
+KERNEL_RULES = {
+    "kernel:Xid of class hardware stands alone": "",
+    "kernel:Xid of class driver stands alone": "",
+    "kernel:Xid 154 asking for a recovery stands alone": "",
+    "kernel:Xid of class application never stands alone": "",
+    "kernel:Xid of class informational never stands alone": "",
+    "kernel:GPU off the bus / lost stands alone": "",
+    "kernel:adapter failed to initialise stands alone": "",
+    "kernel:GSP timeout or error stands alone": "",
+    "kernel:fatal AER on a GPU's path stands alone": "",
+    "kernel:fatal NVSwitch SXid stands alone": "",
+    "kernel:OOM kill, segfault, hung task, corrected errors never stand alone": "",
+    "kernel:an Xid with a pid or name correlates to the process": "",
+}
+_KERNEL_KIND = {
+    "gpu-lost": "kernel:GPU off the bus / lost stands alone",
+    "gpu-init": "kernel:adapter failed to initialise stands alone",
+    "gsp": "kernel:GSP timeout or error stands alone",
+    "pcie-aer": "kernel:fatal AER on a GPU's path stands alone",
+    "pcie-aer-detail": "kernel:fatal AER on a GPU's path stands alone",
+    "sxid": "kernel:fatal NVSwitch SXid stands alone",
+}
+_NOT_ALONE = ("oom-kill", "oom-killed", "oom-reaped", "oom-invoke", "segfault", "gpf", "hung-task", "pcie-aer", "ecc")
 
 
 def _in_process(rules: Any) -> Callable[[Case, str], Answer]:
@@ -297,28 +503,225 @@ def _texts_of(rule_id: str, rules: Any) -> Iterable[str] | None:
     return nd
 
 
-def rule_support(cases: list[Case]) -> dict[str, list[str]]:
-    """{rule id: ids of the cases that turn wrong without it}, in-process analysis of whole logs."""
+def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
+    """The code rules that decided this diagnosis (see CODE_RULES)."""
+    from fleetdiag.analysis import decide
+    from fleetdiag.analysis.lines import parse_all, split_text
+    from fleetdiag.analysis.normalise import normalise
+    from fleetdiag.analysis.tracebacks import build_events
+
+    out: set[str] = set()
+    norm = normalise(split_text(text))
+    for step in norm.steps:
+        out.add("code:normalise: re-wrapped lines joined" if "re-wrapped" in step else f"code:normalise: {step}")
+    sec = d.secondary or {}
+    if decide.OTHER_RANKS in sec:
+        out.add("code:launcher summary's other ranks")
+    if decide.RESTATED in sec:
+        out.add("code:bare exception restated by its chain")
+    if decide.RESTARTED in sec:
+        out.add("code:failures after a launcher restart")
+    if decide.SURVIVED in sec or "handled errors" in d.summary or "request errors" in d.summary:
+        out.add("code:survived error (the process went on)")
+    dec = d.decisive
+    if dec is None:
+        return out
+    reason = dec.reason or ""
+    if "only line quoting its error" in reason:
+        out.add("code:wrapper quoting a missing cause")
+    if "primary error of the deepest process" in reason:
+        out.add("code:deepest process at one moment")
+    if dec.role == "launcher" and "wrote no error" in reason:
+        out.add("code:launcher-only answer")
+    run = decide.current_lines(parse_all(norm.lines, rules.tag_peelers), rules)
+    events = build_events(run, rules)
+    judged = decide.classify(events, rules, decide.summary_other_failures(run))
+    mine = [j for j in judged if j.ev.line.msg.strip() == dec.message]
+    if mine:
+        ev = mine[0].ev
+        if ev.kind == "exception":
+            tb = any(_opens_traceback(ln.msg) for ln in ev.block)
+            out.add(
+                "code:python traceback (Traceback … Type: message)" if tb else "code:exception line without a traceback"
+            )
+        elif ev.kind == "native":
+            out.add("code:C++ terminate / what()")
+        elif ev.kind == "error":
+            out.add("code:error-level line")
+        elif ev.kind == "incomplete":
+            out.add("code:traceback without its final line")
+        after = False
+        for ln in run:
+            if ln.index == ev.line.index:
+                after = True
+            elif after and '" ' in ln.msg and decide._PROBE.search(ln.msg):
+                out.add("code:health probes are not progress")
+                break
+    if any(
+        j.ev.kind == "exception" and j.ev.chain > 0 and j.line_role == "wrapper" and j.rule is None and j.cause is None
+        for j in judged
+    ):
+        out.add("code:chained exception is a wrapper")
+    return out
+
+
+def _opens_traceback(msg: str) -> bool:
+    from fleetdiag.analysis.tracebacks import TB_START
+
+    return "Traceback" in msg and TB_START.search(msg) is not None
+
+
+def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[str, str]) -> dict[str, set[str]]:
+    """{rule id: ids of the right cases where the rule matched a line the decision used}.
+
+    signature: the decisive line's rule. secondary: it gave a role to the decisive line or to a line the
+    decision demoted (its kind names the decisive line or a counted cascade entry; a rule shadowed on the
+    same line by the one that gave the role counts too). peer: it made an error line peer-caused, or it
+    is the kind the job analysis (fleetdiag.job.classify, the same data/peer.yaml) gives the decisive line.
+    benign, serving: it matched an error line (benign) or a request after an error (serving): both decide
+    what survives. ready, waiting: it matched a line of a case whose verdict comes from them (healthy,
+    starting) or whose errors were survived. run_start: it matched a banner after the log's first line
+    (it scoped the analysis to the latest run). code: see CODE_RULES.
+    """
+    from fleetdiag.analysis import analyze_text
+    from fleetdiag.analysis.decide import SURVIVED
+    from fleetdiag.job.rules import load_job_rules
+
+    job_rules = load_job_rules(user_default=False)
+    out: dict[str, set[str]] = defaultdict(set)
+    for c in cases:
+        if base.get(c.id) != RIGHT:
+            continue
+        rec = _recording_rules(rules)
+        d = analyze_text(texts[c.id], rules=rec)
+        used = set(d.secondary or {})
+        if d.decisive is not None and d.decisive.rule:
+            out[f"signature:{d.decisive.rule}"].add(c.id)
+            used.add(d.decisive.rule)
+        survived = SURVIVED in (d.secondary or {}) or any(
+            k in (d.summary or "") for k in ("handled errors", "request errors")
+        )
+        first_line = texts[c.id].split("\n", 1)[0]
+        for rid, hit in rec.hits.items():
+            sec = rid.split(":", 1)[0]
+            if sec == "secondary":
+                if any(h.split("\0", 1)[0] in used for h in hit):
+                    out[rid].add(c.id)
+            elif sec in ("peer", "benign", "serving"):
+                out[rid].add(c.id)
+            elif sec in ("ready", "waiting"):
+                if str(d.verdict) != "failed" or survived:
+                    out[rid].add(c.id)
+            elif sec == "run_start":
+                if any(h.strip() and h.strip() not in first_line for h in hit):
+                    out[rid].add(c.id)
+        if d.decisive is not None:  # the job analysis's kind for this host's line (fleetdiag.job.classify)
+            said = [d.decisive.line, d.decisive.message, *d.decisive.traceback[-12:]]
+            kind = next((r.key for r in job_rules.peer_caused if any(t and r.regex.search(t) for t in said)), None)
+            if kind is not None:
+                out[f"peer:{kind}"].add(c.id)
+        for rid in _code_fired(texts[c.id], d, rules):
+            out[rid].add(c.id)
+    out.pop("signature:None", None)
+    return out
+
+
+def _kernel_fired(cases: list[Case]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Kernel classes and Xid codes that decided the kernel cases (through ``analyze --kernel``)."""
+    classes: dict[str, set[str]] = defaultdict(set)
+    codes: dict[str, set[str]] = defaultdict(set)
+    if not cases or not _kernel_supported():
+        return classes, codes
+    from fleetdiag.evidence import xid as xid_mod
+
+    table = xid_mod.default_xid_table()
+    raw: dict[str, dict[str, Any]] = {}
+    got = run_cli(cases, raw=raw)
+    for c in cases:
+        if c.id not in got or judge(c, *got[c.id]) != RIGHT:
+            continue
+        data = raw[c.id]
+        evs = [e for e in data.get("evidence") or [] if e.get("source") == "kernel"]
+        dec = data.get("decisive") or {}
+        if data.get("verdict") == "degraded" and dec.get("source") == "kernel":
+            hit = next((e for e in evs if e.get("line") == dec.get("line")), None)
+            if hit is None:
+                continue
+            if hit.get("kind") == "xid":
+                code = hit.get("code")
+                codes[f"xid:{code}"].add(c.id)
+                action = table.get(code).action
+                cls = (
+                    "kernel:Xid 154 asking for a recovery stands alone"
+                    if code == 154
+                    else f"kernel:Xid of class {action} stands alone"
+                )
+                classes[cls].add(c.id)
+            elif hit.get("kind") in _KERNEL_KIND:
+                classes[_KERNEL_KIND[hit["kind"]]].add(c.id)
+        elif data.get("verdict") == "healthy":
+            for e in evs:
+                if e.get("kind") == "xid":
+                    action = table.get(e.get("code")).action
+                    if action in ("application", "informational"):
+                        classes[f"kernel:Xid of class {action} never stands alone"].add(c.id)
+                        codes[f"xid:{e.get('code')}"].add(c.id)
+                elif e.get("kind") in _NOT_ALONE:
+                    classes["kernel:OOM kill, segfault, hung task, corrected errors never stand alone"].add(c.id)
+    paired = [c for c in cases if c.app is not None and c.kernel_line]
+    raw = {}
+    run_cli(paired, raw=raw, app=True)
+    for c in paired:
+        dec = (raw.get(c.id) or {}).get("decisive") or {}
+        if dec.get("source") == "kernel" and dec.get("consequence") and c.kernel_line in (dec.get("line") or ""):
+            classes["kernel:an Xid with a pid or name correlates to the process"].add(c.id)
+            m = re.search(r"Xid \([^)]*\): (\d+)", dec.get("line") or "")
+            if m:
+                codes[f"xid:{m.group(1)}"].add(c.id)
+    return classes, codes
+
+
+def rule_support(cases: list[Case]) -> dict[str, dict[str, list[str]]]:
+    """{rule id: {"fires": case ids, "needed": case ids or None}} for every rule, code and kernel class,
+    and every Xid code (``xid:N``, the kernel classes' data); in-process analysis of whole logs."""
     from fleetdiag.analysis import load_rules
+    from fleetdiag.evidence import xid as xid_mod
 
     rules = load_rules(user_default=False)
     texts = {c.id: c.log.read_text(encoding="utf-8", errors="replace") for c in cases if c.kernel is None}
     live = [c for c in cases if c.kernel is None]
     base_run = _in_process(rules)
     base = {c.id: judge(c, *base_run(c, texts[c.id])) for c in live}
-    support: dict[str, list[str]] = {}
+    fired = fires_on(live, rules, base, texts)
+    kcases = [c for c in cases if c.kernel is not None]
+    kclasses, kcodes = _kernel_fired(kcases)
+    out: dict[str, dict[str, Any]] = {}
     for rid in rules.rule_ids():
         needles = _texts_of(rid, rules)
         cand = [c for c in live if base[c.id] == RIGHT]
         if needles is not None:
             cand = [c for c in cand if any(n in texts[c.id] for n in needles)]
-        if not cand:
-            support[rid] = []
-            continue
-        run = _in_process(rules.without(rid))
-        support[rid] = [c.id for c in cand if judge(c, *run(c, texts[c.id])) != RIGHT]
-    support.update(_xid_support([c for c in cases if c.kernel is not None]))
-    return support
+        needed: list[str] = []
+        if cand:
+            run = _in_process(rules.without(rid))
+            needed = [c.id for c in cand if judge(c, *run(c, texts[c.id])) != RIGHT]
+        out[rid] = {"fires": sorted(fired.get(rid, ())), "needed": needed}
+    for rid in CODE_RULES:
+        out[rid] = {"fires": sorted(fired.get(rid, ())), "needed": None}
+    xneeded = _xid_support(kcases)
+    table = xid_mod.default_xid_table()
+    for rid in KERNEL_RULES:
+        need: set[str] = set()
+        for code, ids in xneeded.items():
+            action = table.get(int(code.split(":")[1])).action
+            if rid.startswith(f"kernel:Xid of class {action} ") or (code == "xid:154" and "154" in rid):
+                need.update(ids)
+        is_xid_class = rid.startswith("kernel:Xid")
+        out[rid] = {"fires": sorted(kclasses.get(rid, ())), "needed": sorted(need) if is_xid_class else None}
+    for code in sorted(table.codes):
+        rid = f"xid:{code}"
+        out[rid] = {"fires": sorted(kcodes.get(rid, ())), "needed": xneeded.get(rid, [])}
+    return out
 
 
 def _xid_support(cases: list[Case]) -> dict[str, list[str]]:
@@ -361,6 +764,11 @@ def _xid_support(cases: list[Case]) -> dict[str, list[str]]:
 # ------------------------------------------------------------------ report
 
 
+def bucket(n_sources: int) -> str:
+    """A rule's support class by the sources of the cases it fires on: "0", "1" or ">=2"."""
+    return "0" if n_sources == 0 else ("1" if n_sources == 1 else ">=2")
+
+
 def report(subprocess_mode: bool = False, sweep: bool = True) -> dict[str, Any]:
     """The whole measurement as data (the test asserts on it; main prints it)."""
     sets = all_sets()
@@ -386,9 +794,35 @@ def report(subprocess_mode: bool = False, sweep: bool = True) -> dict[str, Any]:
     if sweep:
         t1 = time.monotonic()
         sup = rule_support(every)
-        src = {c.id: c.source for c in every}
-        out["support"] = {rid: {"cases": ids, "sources": len({src[i] for i in ids})} for rid, ids in sup.items()}
+        src = {c.id: source_key(c.source) for c in every}
+        rows = {}
+        for rid, s in sup.items():
+            fs = sorted({src[i] for i in s["fires"]})
+            rows[rid] = {
+                "fires": s["fires"],
+                "needed": s["needed"],
+                "sources": len(fs),
+                "source_keys": fs,
+                "needed_sources": None if s["needed"] is None else len({src[i] for i in s["needed"]}),
+            }
+        out["support"] = rows
+        out["totals"] = totals(rows)
         out["sweep_seconds"] = round(time.monotonic() - t1, 1)
+    return out
+
+
+def totals(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Rules (every id but the Xid codes) and Xid codes, by fires-on sources: 0, 1, >=2."""
+    out: dict[str, dict[str, int]] = {}
+    for part, ids in (
+        ("rules", [r for r in rows if not r.startswith("xid:")]),
+        ("xid codes", [r for r in rows if r.startswith("xid:")]),
+    ):
+        t = {"total": len(ids), "0": 0, "1": 0, ">=2": 0}
+        for r in ids:
+            t[bucket(rows[r]["sources"])] += 1
+        t["needed by >=2 sources"] = sum(1 for r in ids if (rows[r]["needed_sources"] or 0) >= 2)
+        out[part] = t
     return out
 
 
@@ -404,17 +838,20 @@ def _print(res: dict[str, Any]) -> None:
     if sup is None:
         return
     print()
-    print("rule support: cases that turn wrong when the rule is disabled (in-process analysis of whole logs)")
-    buckets: dict[str, list[str]] = defaultdict(list)
-    for rid, s in sorted(sup.items()):
-        n = len(s["cases"])
-        b = "0" if n == 0 else ("1" if n == 1 or s["sources"] < 2 else ">=2")
-        buckets[b].append(rid)
-        print(f"  {n:>3}  {rid:<60} {', '.join(s['cases'][:4])}{' …' if n > 4 else ''}")
+    print("rule support: fires = right cases where the rule matched a line the decision used (src = their sources);")
+    print("needed = cases that turn wrong with the rule disabled (- : a rule in code, cannot be disabled)")
+    print(f"  {'fires':>5} {'src':>3} {'needed':>6}  rule")
+    for rid, s in sorted(sup.items(), key=lambda kv: (kv[0].startswith("xid:"), kv[0])):
+        need = "-" if s["needed"] is None else str(len(s["needed"]))
+        flag = "" if s["sources"] >= 2 else ("  <- one source" if s["sources"] == 1 else "  <- fires on no case")
+        ids = ", ".join(s["fires"][:3]) + (" …" if len(s["fires"]) > 3 else "")
+        print(f"  {len(s['fires']):>5} {s['sources']:>3} {need:>6}  {rid:<58}{flag}  {ids}")
+    t = res["totals"]
+    r, x = t["rules"], t["xid codes"]
     print(
-        f"totals: {len(sup)} rules; {len(buckets['0'])} with 0 supporting cases, "
-        f"{len(buckets['1'])} with 1 (or one source), {len(buckets['>=2'])} with >=2 from >=2 sources "
-        f"(sweep {res['sweep_seconds']} s)"
+        f"totals: {r['total']} rules; fires on cases from 0 sources: {r['0']}, from 1 source: {r['1']}, "
+        f"from >=2 sources: {r['>=2']} (needed by >=2 sources: {r['needed by >=2 sources']}); "
+        f"Xid codes (data): {x['total']}, 0: {x['0']}, 1: {x['1']}, >=2: {x['>=2']} (sweep {res['sweep_seconds']} s)"
     )
 
 

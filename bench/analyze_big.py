@@ -51,7 +51,7 @@ from _common import (  # noqa: E402
 FULL_SCAN = r"""
 import sys, time
 from fleetdiag.analysis import load_rules
-from fleetdiag.funnel import run_local
+from fleetdiag.remote.funnel import run_local
 from fleetdiag.probe import finish, spec_for
 path = sys.argv[1]
 rules = load_rules()

@@ -5,7 +5,7 @@
 N hosts, all the same loopback sshd, each behind its own DelayProxy (RTTs
 20/240/500 ms in turn), each reading the same log (the seeds' failing vLLM
 launch after --log-mb of INFO chatter). Every tool runs the same remote
-work: the script fleetdiag.funnel.build_script(...) + remote_command(...)
+work: the script fleetdiag.remote.funnel.build_script(...) + remote_command(...)
 makes, i.e. exactly what fleetdiag's probe sends. Every tool gets the same
 parallelism (--fanout) and a fresh connection per host.
 
@@ -61,7 +61,7 @@ from _common import (  # noqa: E402
     write_log,
 )
 
-from fleetdiag.scheduler import handshake_bound  # noqa: E402
+from fleetdiag.ssh.scheduler import handshake_bound  # noqa: E402
 
 MIX = (20.0, 240.0, 500.0)
 TIMEOUT = 900  # seconds, per tool run: generous, but every run ends
@@ -352,7 +352,7 @@ def _keeper_cpu(rt: Path) -> float:
             continue
         try:
             argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            if b"fleetdiag.keeper" not in argv or str(rt).encode() not in argv:
+            if b"fleetdiag.ssh.keeper" not in argv or str(rt).encode() not in argv:
                 continue
             fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:

@@ -28,11 +28,11 @@ from _common import MB, write_log  # noqa: E402
 
 
 def scripts(log: str) -> dict[str, str]:
-    from fleetdiag import funnel
     from fleetdiag.analysis import load_rules
     from fleetdiag.evidence import host as evidence
     from fleetdiag.facts import SNIPPET, snippet_vars
     from fleetdiag.probe import CLOCK_SNIPPET, spec_for
+    from fleetdiag.remote import funnel
 
     out = {}
     for name in ("beside", "in a row"):

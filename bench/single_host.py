@@ -20,7 +20,7 @@ Rows:
   ssh + funnel       OpenSSH client running the very script probe_host sends
                      (one exec): the funnel's design without fleetdiag's client
   own login          probe_host() with FLEETDIAG_SSH_LOGIN=standard: asyncssh's
-                     login, three round trips more (what fleetdiag.sshfast saves)
+                     login, three round trips more (what fleetdiag.ssh.sshfast saves)
   python start-up    `fleetdiag --version`: interpreter + CLI imports, no network
   funnel script      the same script through the local sh: the remote work alone
 """

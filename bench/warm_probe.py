@@ -50,7 +50,7 @@ from tests.procs import pids_with  # noqa: E402  (importable once _common put th
 
 
 def keeper_pids(directory: Path) -> list[int]:
-    return pids_with("fleetdiag.keeper", str(directory))
+    return pids_with("fleetdiag.ssh.keeper", str(directory))
 
 
 def main(argv: list[str] | None = None) -> dict:

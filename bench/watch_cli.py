@@ -10,6 +10,12 @@ head (the host recovers) and the next round starts. Also counted: ``unreachable`
 must never end by design), and failed events whose decisive line is not the seed's (a traceback frame
 while the block was being written). Target: p90 ≤ RTT/2 + 50 ms.
 
+``--floor`` measures the same appends through the same proxies with no fleetdiag at all: one OpenSSH
+``ssh HOST tail -F -n0 LOG`` per host, the latency being the decisive line's arrival. On a machine that
+also plays the hosts, that is the floor the machine itself sets. ``--profile FILE`` runs the watch under
+cProfile (the controller's time, per function). Each result carries the 1-minute load average at its
+start and end and the machine's core count: on a shared machine the numbers move with it.
+
 Prints numbers, not pass/fail (DESIGN §9).
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -28,12 +35,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.sshd import start_sshd  # noqa: E402
+from tests.sshd import ssh_argv, start_sshd  # noqa: E402
 
 SEED = (ROOT / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text().splitlines(keepends=True)
 CUT = next(i for i, ln in enumerate(SEED) if " ERROR " in ln)
 HEAD, FAILURE = "".join(SEED[:CUT]), "".join(SEED[CUT:])
 DECISIVE = "DP adjusted local rank 3 is out of bounds"
+
+
+# the CLI under cProfile (its console entry point ends with os._exit, which would skip the dump)
+PROFILED = """
+import cProfile, sys
+from fleetdiag.cli import main
+out = sys.argv.pop(1)
+prof = cProfile.Profile()
+try:
+    prof.runcall(main.main, args=sys.argv[1:], prog_name="fleetdiag")
+except BaseException:
+    pass
+finally:
+    prof.dump_stats(out)
+"""
 
 
 def healthy_line(i: int) -> str:
@@ -57,10 +79,12 @@ class Events:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
+            seen = time.time()
             try:
                 doc = json.loads(raw)
             except ValueError:
                 continue
+            doc["_seen"] = seen  # when the line reached its reader: what an operator sees
             with self.cond:
                 self.lines.append(doc)
                 self.cond.notify_all()
@@ -83,7 +107,48 @@ class Events:
         return True
 
 
-def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
+class TailFloor:
+    """The floor: bare OpenSSH ``tail -F`` sessions over the same proxies, no fleetdiag."""
+
+    def __init__(self, server, ports: list[int], logs: list[Path], names: list[str]):
+        self.seen: dict[str, list[float]] = {h: [] for h in names}  # arrival times of the decisive line
+        self.up: set[str] = set()
+        self.cond = threading.Condition()
+        self.procs = []
+        for port, log, name in zip(ports, logs, names):
+            argv = ssh_argv(server, port) + [f"exec tail -F -n 0 -s 0.2 -- {shlex.quote(str(log))}"]
+            argv[argv.index(f"HostKeyAlias=[127.0.0.1]:{server.port}")] = f"HostKeyAlias=[127.0.0.1]:{port}"
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self.procs.append(proc)
+            threading.Thread(target=self._read, args=(proc, name), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen, name: str) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            t = time.time()
+            with self.cond:
+                self.up.add(name)
+                if DECISIVE.encode() in raw:
+                    self.seen[name].append(t)
+                self.cond.notify_all()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(10)
+
+
+def run(
+    n: int,
+    rounds: int,
+    rtt: float,
+    workdir: Path,
+    server,
+    floor: bool = False,
+    profile: str | None = None,
+    settle: float = 25.0,
+) -> dict:
     logs = [workdir / f"n{n}-h{i:02d}.log" for i in range(n)]
     for p in logs:
         p.write_text(HEAD)
@@ -106,12 +171,17 @@ def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
             for i, port in enumerate(ports)
         )
     )
-    exe = str(Path(sys.executable).parent / "fleetdiag")
-    argv = [exe, "-i", str(inv), "watch", "all", "--jsonl", "--known-hosts", str(server.known_hosts)]
+    names = [f"h{i:02d}" for i in range(n)]
+    load0 = os.getloadavg()[0]
+    if floor:
+        return run_floor(n, rounds, rtt, server, ports, logs, names, proxyd, load0)
+    exe = [str(Path(sys.executable).parent / "fleetdiag")]
+    if profile:
+        exe = [sys.executable, "-c", PROFILED, f"{profile}.{n}"]
+    argv = [*exe, "-i", str(inv), "watch", "all", "--jsonl", "--known-hosts", str(server.known_hosts)]
     argv += ["--identity", str(server.client_key), "--ssh-config", str(server.ssh_config)]
     watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     ev = Events(watch)
-    names = [f"h{i:02d}" for i in range(n)]
     stop = threading.Event()
 
     def grow() -> None:  # every log grows healthily, as a serving vLLM's does
@@ -128,6 +198,7 @@ def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
     grower = threading.Thread(target=grow, daemon=True)
     grower.start()
     latencies: list[float] = []
+    seen_ms: list[float] = []
     wrong: list[str] = []
     misses = 0
     t_up = time.monotonic()
@@ -154,13 +225,14 @@ def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
                     continue
                 d = failed()
                 latencies.append((d["time"] - t0) * 1000)
+                seen_ms.append((d["_seen"] - t0) * 1000)
                 if DECISIVE not in (d.get("decisive") or {}).get("line", ""):
                     wrong.append((d.get("decisive") or {}).get("line", ""))
             for name, p in zip(names, logs):  # back to a healthy run: each host recovers
                 p.write_text(HEAD)
                 failing.discard(name)
             ev.wait(lambda: all(ev.state().get(h) in ("healthy", "recovered") for h in names), 60)
-        time.sleep(25 if n <= 3 else 5)  # a follower that ends by design would show up here as unreachable
+        time.sleep(settle if n <= 3 else 5)  # a follower that ends by design would show up here as unreachable
     finally:
         stop.set()
         watch.terminate()
@@ -172,6 +244,77 @@ def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
     final = ev.state()
     return {
         "hosts": n,
+        "what": "fleetdiag watch --jsonl",
+        "cores": os.cpu_count(),
+        "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
+        "up_s": round(up_s, 1),
+        "trials": len(latencies),
+        "misses": misses,
+        "p50_ms": round(pct(latencies, 0.5), 1),
+        "p90_ms": round(pct(latencies, 0.9), 1),
+        "max_ms": round(max(latencies), 1) if latencies else None,
+        "seen_p50_ms": round(pct(seen_ms, 0.5), 1),
+        "seen_p90_ms": round(pct(seen_ms, 0.9), 1),
+        "target_ms": rtt / 2 + 50,
+        "wrong_decisive": len(wrong),
+        "unreachable_events": unreachable,
+        "unreachable_why": sorted(set(down))[:5],
+        "final_states": {st: list(final.values()).count(st) for st in sorted(set(final.values()))},
+        "latencies_ms": [round(x) for x in latencies],
+    }
+
+
+def run_floor(n: int, rounds: int, rtt: float, server, ports, logs, names, proxyd, load0: float) -> dict:
+    """The same appends, seen by bare ``tail -F`` over ssh through the same proxies."""
+    floor = TailFloor(server, ports, logs, names)
+    stop = threading.Event()
+    failing: set[str] = set()
+
+    def grow() -> None:
+        i = 0
+        while not stop.is_set():
+            for p, name in zip(logs, names):
+                if name not in failing:
+                    with open(p, "a", encoding="utf-8") as fh:
+                        fh.write(healthy_line(i))
+            i += 1
+            time.sleep(0.2)
+
+    threading.Thread(target=grow, daemon=True).start()
+    latencies: list[float] = []
+    misses = 0
+    t_up = time.monotonic()
+    with floor.cond:
+        floor.cond.wait_for(lambda: len(floor.up) == n, 120)
+    up_s = time.monotonic() - t_up
+    try:
+        for _ in range(rounds):
+            for name, p in zip(names, logs):
+                seen = len(floor.seen[name])
+                failing.add(name)
+                time.sleep(0.25)
+                t0 = time.time()
+                with open(p, "a", encoding="utf-8") as fh:
+                    fh.write(FAILURE)
+                with floor.cond:
+                    if not floor.cond.wait_for(lambda name=name, seen=seen: len(floor.seen[name]) > seen, 30):
+                        misses += 1
+                        continue
+                    latencies.append((floor.seen[name][seen] - t0) * 1000)
+            for name, p in zip(names, logs):
+                p.write_text(HEAD)
+                failing.discard(name)
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        floor.stop()
+        proxyd.stdin.close()
+        proxyd.wait(10)
+    return {
+        "hosts": n,
+        "what": "floor: ssh tail -F",
+        "cores": os.cpu_count(),
+        "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
         "up_s": round(up_s, 1),
         "trials": len(latencies),
         "misses": misses,
@@ -179,10 +322,7 @@ def run(n: int, rounds: int, rtt: float, workdir: Path, server) -> dict:
         "p90_ms": round(pct(latencies, 0.9), 1),
         "max_ms": round(max(latencies), 1) if latencies else None,
         "target_ms": rtt / 2 + 50,
-        "wrong_decisive": len(wrong),
-        "unreachable_events": unreachable,
-        "unreachable_why": sorted(set(down))[:5],
-        "final_states": {st: list(final.values()).count(st) for st in sorted(set(final.values()))},
+        "latencies_ms": [round(x) for x in latencies],
     }
 
 
@@ -191,13 +331,17 @@ def main() -> None:
     ap.add_argument("--hosts", default="1,3,50")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rtt", type=float, default=240.0)
+    ap.add_argument("--floor", action="store_true", help="bare ssh tail -F over the same proxies (no fleetdiag)")
+    ap.add_argument("--profile", metavar="FILE", help="run the watch under cProfile, stats to FILE.<hosts>")
+    ap.add_argument("--settle", type=float, default=25.0, help="seconds watched after the last round (1-3 hosts)")
     args = ap.parse_args()
     os.environ.setdefault("FLEETDIAG_PERSIST", "0")
     with tempfile.TemporaryDirectory(prefix="fleetdiag-watch-cli-") as tmp:
         server = start_sshd(Path(tmp) / "sshd")
         try:
             for n in (int(x) for x in args.hosts.split(",")):
-                print(json.dumps(run(n, args.rounds, args.rtt, Path(tmp), server)), flush=True)
+                res = run(n, args.rounds, args.rtt, Path(tmp), server, args.floor, args.profile, args.settle)
+                print(json.dumps(res), flush=True)
         finally:
             server.stop()
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from fleetdiag.analysis import load_rules  # noqa: E402
 from fleetdiag.delayproxy import DelayProxy  # noqa: E402
 from fleetdiag.inventory import parse_inventory  # noqa: E402
-from fleetdiag.transport import connect  # noqa: E402
+from fleetdiag.ssh.transport import connect  # noqa: E402
 from fleetdiag.watch import FAILED, HEALTHY, RECOVERED, STARTING, Watch, WatchSettings  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
 

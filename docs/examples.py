@@ -186,7 +186,135 @@ def kernel_alone() -> str:
     return _print(render.host_card(res))
 
 
-if __name__ == "__main__":  # a quick look: python docs/examples.py
+SSH_CONFIG = """\
+Host bastion
+    HostName bastion.example.net
+    Port 42999
+    User ops
+
+Host gpu*
+    HostName %h.dc1.example.net
+    User train
+    Port 42022
+    ProxyJump bastion
+    IdentityFile ~/.ssh/fleet_ed25519
+    UserKnownHostsFile ~/.ssh/known_hosts.fleet
+"""
+
+SSH_INVENTORY = """\
+hosts:
+  gpu01: {logs: {train: /data/train.log}}
+  infer01:
+    address: 10.0.2.15
+    user: serve
+    logs: {vllm: /var/log/vllm.log}
+"""
+
+
+def hosts_ssh() -> str:
+    """``fleetdiag hosts --ssh`` through the CLI: two hosts, one behind a jump host and a port from the ssh
+    config. The files live in a temporary home, shown as /home/ops (the only change to the output)."""
+    import os
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from fleetdiag.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home" / "ops"
+        (home / "fleet").mkdir(parents=True)
+        (home / "fleet" / "ssh_config").write_text(SSH_CONFIG)
+        (home / "fleet" / "fleet.yaml").write_text(SSH_INVENTORY)
+        # ~ in the ssh config is this home (expanduser reads HOME); paths are typed relative to it
+        env = {"HOME": str(home), "COLUMNS": str(WIDTH), "NO_COLOR": "1", "XDG_CONFIG_HOME": str(home / ".config")}
+        cwd = os.getcwd()
+        os.chdir(home)
+        try:
+            res = CliRunner().invoke(
+                main, ["-i", "fleet/fleet.yaml", "hosts", "--ssh", "--ssh-config", "fleet/ssh_config", "all"], env=env
+            )
+        finally:
+            os.chdir(cwd)
+        assert res.exit_code == 0, res.output
+        text = res.output.replace(tmp, "")
+    return "".join(line.rstrip() + "\n" for line in text.splitlines())
+
+
+def incident_html() -> str:
+    """``probe all --hide healthy --format html``: the page, as fleetdiag writes it (the fifty hosts)."""
+    rs = render.filter_results(_fifty(), hide={"healthy"})
+    rep = render.incident_report(rs)
+    rep.notes.append(render.filter_note(50, len(rs), None, {"healthy"}))
+    return render.report_html(rep)
+
+
+def incident_html_excerpt(lines: int = 13) -> str:
+    """The first host's section of that page, as HTML source."""
+    page = incident_html()
+    start = page.index('<section id="s0">')
+    return "\n".join(page[start:].splitlines()[:lines]) + "\n…\n"
+
+
+SCREENSHOT = Path(__file__).resolve().parent / "img" / "incident-report.png"
+SOURCE_KEY = b"fleetdiag-source-sha256"  # the PNG's tEXt chunk: the page it was drawn from
+
+
+def page_digest() -> str:
+    import hashlib
+
+    return hashlib.sha256(incident_html().encode("utf-8")).hexdigest()
+
+
+def png_source(png: bytes) -> str | None:
+    """The digest a screenshot carries (``screenshot`` writes it), or None."""
+    import struct
+
+    i = 8
+    while i + 8 <= len(png):
+        n, kind = struct.unpack(">I4s", png[i : i + 8])
+        if kind == b"tEXt":
+            key, _, value = png[i + 8 : i + 8 + n].partition(b"\0")
+            if key == SOURCE_KEY:
+                return value.decode("ascii")
+        i += 12 + n
+    return None
+
+
+def screenshot(out: Path = SCREENSHOT) -> Path:
+    """Draw the page in headless Chromium (``python docs/examples.py --screenshot``) and mark the PNG with
+    the page's digest, so tests/test_docs.py knows when the page changed and the picture is stale."""
+    import shutil
+    import struct
+    import subprocess
+    import tempfile
+    import zlib
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        raise SystemExit("chromium is needed for the screenshot")
+    with tempfile.TemporaryDirectory() as tmp:
+        page = Path(tmp) / "report.html"
+        page.write_text(incident_html(), "utf-8")
+        shot = Path(tmp) / "shot.png"
+        argv = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"]
+        argv += [f"--user-data-dir={tmp}/profile", f"--screenshot={shot}", "--window-size=1000,1150", page.as_uri()]
+        subprocess.run(argv, capture_output=True, timeout=120, check=True)
+        png = shot.read_bytes()
+    body = SOURCE_KEY + b"\0" + page_digest().encode("ascii")
+    chunk = struct.pack(">I", len(body)) + b"tEXt" + body + struct.pack(">I", zlib.crc32(b"tEXt" + body))
+    end_ihdr = 8 + 12 + struct.unpack(">I", png[8:12])[0]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(png[:end_ihdr] + chunk + png[end_ihdr:])
+    return out
+
+
+if __name__ == "__main__":  # a quick look: python docs/examples.py  (--screenshot: redraw docs/img)
+    import sys
+
+    if "--screenshot" in sys.argv:
+        print(screenshot())
+        raise SystemExit(0)
     print(host_card())
     print(job_view())
     print(preflight())

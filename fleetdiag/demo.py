@@ -20,7 +20,7 @@ from pathlib import Path
 import asyncssh
 
 from .delayproxy import DelayProxy
-from .transport import TransportOptions
+from .ssh.transport import TransportOptions
 
 
 @dataclass

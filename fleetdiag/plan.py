@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .probe import ProbeSettings, parse_jump
-from .reach import COMMAND_TIMEOUT, CONNECT_TIMEOUT, TransportOptions
+from .ssh.reach import COMMAND_TIMEOUT, CONNECT_TIMEOUT, TransportOptions
 
 JumpResolver = Callable[[str], tuple[str, int | None, str | None]]
 

@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import facts as facts_mod
-from . import funnel as funnel_mod
 from . import remote
 from .facts import Launch, fmt_mib, visibility, workers
 from .probe import HostLike, ProbeSettings, open_host
-from .reach import HostError, PartialOutput
 from .records import CheckStatus
+from .remote import funnel as funnel_mod
+from .ssh.reach import HostError, PartialOutput
 
 PASS, WARN, FAIL, SKIP = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL, CheckStatus.SKIP
 UNREACHABLE = CheckStatus.UNREACHABLE

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import facts as facts_mod
-from . import funnel as funnel_mod
 from . import job as job_mod
-from . import remote
+from . import remote, timestamps
 from .analysis import Rules, analyze, load_rules
 from .evidence import hang as hang_mod
 from .evidence import host as evidence_mod
@@ -27,16 +26,6 @@ from .evidence import stacks as stacks_mod
 from .facts import node as node_mod
 from .facts import ras as ras_mod
 from .inventory.model import DISCOVER, LogSource
-from .reach import (
-    JUMP,
-    NETWORK,
-    HostError,
-    JumpHop,
-    PartialOutput,
-    Runner,
-    TransportOptions,
-    parse_jump_chain,
-)
 from .records import (
     FAILED,
     HEALTHY,
@@ -48,7 +37,8 @@ from .records import (
     HostResult,
     Timing,
 )
-from .units import log_time_iso
+from .remote import funnel as funnel_mod
+from .ssh.reach import JUMP, NETWORK, HostError, JumpHop, PartialOutput, Runner, TransportOptions, parse_jump_chain
 
 DEFAULT_STALL_AFTER = 600.0
 
@@ -83,7 +73,7 @@ class ProbeSettings:
     pyspy: str | None = None  # py-spy's path on the hosts when not on PATH ("none": do not use py-spy)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
-    # Kept connections (fleetdiag/keeper.py): seconds a host's connection stays open after use; 0: direct.
+    # Kept connections (fleetdiag/ssh/keeper.py): seconds a host's connection stays open after use; 0: direct.
     persist: float = 0.0
     keeper_dir: Path | None = None  # None: the user's runtime directory
 
@@ -160,14 +150,14 @@ def _finish_log(
     diag = analyze(lines, rules=rules, facts=res.facts)
     res.decisive = diag.decisive
     if diag.decisive is not None:  # put the host's numbers into the hint
-        diag.decisive.time_iso = log_time_iso(diag.decisive.time, fr.mtime, res.facts.get("tz_offset"))
+        diag.decisive.time_iso = timestamps.iso(diag.decisive.time, fr.mtime, res.facts.get("tz_offset"))
         diag.decisive.hint = facts_mod.refine_hint(diag.decisive, res.facts) or diag.decisive.hint
     res.secondary = diag.secondary
     res.summary = diag.summary
     res.verdict = diag.verdict
-    if res.verdict not in (FAILED, STARTING, HEALTHY):
+    if res.verdict not in (FAILED, STARTING, HEALTHY, STALLED):
         res.verdict = HEALTHY
-    if res.verdict != FAILED and fr.mtime is not None and fr.now is not None:
+    if res.verdict not in (FAILED, STALLED) and fr.mtime is not None and fr.now is not None:
         # silence against the log's own rhythm: a stall only while starting or training, never an idle server
         sil = hang_mod.judge_silence(
             hang_mod.run_lines(lines, fr.run_start),
@@ -220,7 +210,7 @@ async def open_host(host: HostLike, settings: ProbeSettings, direct: bool = Fals
 async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any, direct: bool) -> Any:
     """Through the keeper when connections are kept and it answers; directly otherwise, silently."""
     if settings.persist > 0 and not direct:
-        from .keeper import KeeperUnavailable, open_kept
+        from .ssh.keeper import KeeperUnavailable, open_kept
 
         try:
             return await open_kept(
@@ -228,7 +218,7 @@ async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptio
             )
         except KeeperUnavailable:
             pass
-    from .transport import connect  # asyncssh loads only when a host is really reached directly
+    from .ssh.transport import connect  # asyncssh loads only when a host is really reached directly
 
     return await connect(host.target, host.port, host.user, opts, jump=jump)
 

@@ -204,6 +204,49 @@ class Timing:
 
 
 @dataclass
+class JobRole:
+    """A host's part in a multi-host job's failure, as the job analysis (fleetdiag.job) found it.
+
+    Typed here, written by ``job.mark`` only; the JSON keeps it where the schema always had it,
+    merged into ``facts["job"]`` (``role: root`` with ``rank``, ``affected``, ``why``, ``time``, or
+    ``role: consequence`` with ``root``), which the history reads back.
+    """
+
+    role: str  # root | consequence
+    root: str | None = None  # a consequence's root host
+    rank: int | None = None
+    affected: list[str] = field(default_factory=list)
+    why: str | None = None
+    time: str | None = None
+
+    KEYS = ("role", "root", "rank", "affected", "why", "time")
+
+    def to_json(self) -> dict[str, Any]:
+        if self.role == "root":
+            return {
+                "role": "root",
+                "rank": self.rank,
+                "affected": list(self.affected),
+                "why": self.why,
+                "time": self.time,
+            }
+        return {"role": self.role, "root": self.root}
+
+    @classmethod
+    def from_json(cls, data: Any) -> JobRole | None:
+        if not isinstance(data, dict) or data.get("role") not in ("root", "consequence"):
+            return None
+        return cls(
+            role=str(data["role"]),
+            root=data.get("root"),
+            rank=data.get("rank"),
+            affected=[str(h) for h in data.get("affected") or []],
+            why=data.get("why"),
+            time=data.get("time"),
+        )
+
+
+@dataclass
 class HostResult:
     """Everything fleetdiag knows about one host after a probe."""
 
@@ -223,9 +266,15 @@ class HostResult:
     evidence: list[dict[str, Any]] = field(default_factory=list)
     # Where the log was read: {kind: file|journal|docker|cri|slurm|command, detail, found_by}.
     log_source: dict[str, str] | None = None
+    job_role: JobRole | None = None  # set by job.mark, never while serialising
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["job_role"]
+        if self.job_role is not None:
+            job = out["facts"].get("job")
+            out["facts"]["job"] = {**(job if isinstance(job, dict) else {}), **self.job_role.to_json()}
+        return out
 
 
 def report_json(
@@ -234,15 +283,15 @@ def report_json(
     """The one shape of a JSON report (probe --json, sweep report, watch's summary).
 
     ``{"version", **extra (e.g. "sweep": {...}), "hosts": [HOST...], "root_causes": [...]}``.
-    ``root_causes`` (fleetdiag.job) names, per multi-host job, the host whose own failure broke it;
-    it is computed from ``results`` (which it marks in ``facts["job"]``) unless given; ``[]`` when
-    there is no job-level cause.
+    Pure: ``root_causes`` (fleetdiag.job's, as JSON) and the hosts' roles (``job.assign_roles``)
+    are worked out before; ``[]`` when there is no job-level cause.
     """
-    if root_causes is None:
-        from .job import report
-
-        root_causes = report(results)
-    return {"version": SCHEMA_VERSION, **extra, "hosts": [r.to_json() for r in results], "root_causes": root_causes}
+    return {
+        "version": SCHEMA_VERSION,
+        **extra,
+        "hosts": [r.to_json() for r in results],
+        "root_causes": root_causes or [],
+    }
 
 
 def host_result_from_json(data: dict[str, Any]) -> HostResult:
@@ -250,8 +299,16 @@ def host_result_from_json(data: dict[str, Any]) -> HostResult:
     data = dict(data)
     dec = data.pop("decisive", None)
     timing = data.pop("timing", None) or {}
-    known = set(HostResult.__dataclass_fields__)
+    known = set(HostResult.__dataclass_fields__) - {"job_role"}
+    facts = data.get("facts")
+    role = None
+    if isinstance(facts, dict) and isinstance(facts.get("job"), dict):
+        role = JobRole.from_json(facts["job"])
+        if role is not None:
+            rest = {k: v for k, v in facts["job"].items() if k not in JobRole.KEYS}
+            data["facts"] = {**facts, "job": rest} if rest else {k: v for k, v in facts.items() if k != "job"}
     res = HostResult(**{k: v for k, v in data.items() if k in known})
+    res.job_role = role
     res.timing = Timing(**{k: v for k, v in timing.items() if k in Timing.__dataclass_fields__})
     if dec:
         res.decisive = Decisive(**{k: v for k, v in dec.items() if k in Decisive.__dataclass_fields__})

@@ -22,18 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import job as job_mod
 from . import units
 from .exitcodes import Exit, exit_for
 from .probe import ProbeSettings
 from .records import SCHEMA_VERSION, HostResult, report_json
-from .scheduler import (
-    DEFAULT_FANOUT,
-    DEFAULT_PER_ADDRESS,
-    INTERRUPTED,
-    CostMemory,
-    placeholder,
-)
-from .spread import probe_fleet
+from .ssh.scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS, INTERRUPTED, CostMemory, placeholder
+from .ssh.spread import probe_fleet
 from .store import (
     DEFAULT_KEEP_DAYS,
     Changes,
@@ -58,7 +53,7 @@ class SweepJob:
     deadline: float | None
     fanout: int = DEFAULT_FANOUT
     per_address: int | None = DEFAULT_PER_ADDRESS
-    workers: int | None = None  # processes that probe the hosts (None: fleetdiag.spread decides)
+    workers: int | None = None  # processes that probe the hosts (None: fleetdiag.ssh.spread decides)
     keep_days: float = DEFAULT_KEEP_DAYS
     notify: str | None = None
     progress: bool = False
@@ -116,7 +111,8 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
             started = time.time()
             results, interrupted = await _probe(job, progress, memory)
             out = SweepOutcome(results, started, time.time(), interrupted, store_error=store_error)
-            doc = report_json(results, sweep=out.meta(job))  # marks each job's hosts for the history too
+            rcs = job_mod.assign_roles(results)  # the job analysis, once: the report's and the history's
+            doc = report_json(results, [rc.to_json() for rc in rcs], sweep=out.meta(job))
             if job.redactor is not None:
                 doc = job.redactor.obj(doc)
             try:
@@ -135,6 +131,7 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
                         unknown=[r.host for r in results if r.facts.get("error_kind") == INTERRUPTED],
                         costs=memory.pairs(),
                         keep_days=job.keep_days,
+                        root_causes=rcs,
                     )
                 except StoreError as exc:
                     out.store_error = exc

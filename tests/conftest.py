@@ -82,7 +82,7 @@ def rt(tmp_path):
     """A private runtime dir for this test's keeper; whatever keeper serves it is killed at the end."""
     d = tmp_path / "rt"
     yield d
-    for pid in pids_with("fleetdiag.keeper", str(d)):
+    for pid in pids_with("fleetdiag.ssh.keeper", str(d)):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

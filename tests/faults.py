@@ -27,7 +27,7 @@ from typing import Any
 
 import asyncssh
 
-from fleetdiag.transport import TransportOptions
+from fleetdiag.ssh.transport import TransportOptions
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetdiag.transport import TransportOptions
+from fleetdiag.ssh.transport import TransportOptions
 
 SSHD = "/usr/sbin/sshd"
 

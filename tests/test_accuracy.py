@@ -25,6 +25,8 @@ FLOORS = {
     "tests/corpus_kernel_extra": 10,
     "tests/corpus_heldout/kernel": 2,
 }
+# rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
+SUPPORTED_FLOOR = 61
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS = {"tests/corpus_heldout": 1}
 
@@ -53,3 +55,34 @@ def test_accuracy_floors(capsys):
         most = DECOY_CEILINGS.get(name, 0)
         assert row["decoys"] <= most, f"{name}: {row['decoys']} decoys chosen (at most {most}): {row['wrong']}"
     assert res["support"], "the rule-support sweep found no rules"
+    tot = res["totals"]["rules"]
+    print(f"rule support totals: {res['totals']}")
+    assert tot["total"] == len([r for r in res["support"] if not r.startswith("xid:")])
+    assert tot[">=2"] >= SUPPORTED_FLOOR, (
+        f"{tot['>=2']} rules fire on cases from >= 2 sources (at least {SUPPORTED_FLOOR}); "
+        f"one source now: {[r for r, s in res['support'].items() if s['sources'] == 1 and not r.startswith('xid:')]}"
+    )
+    wrong = {w for row in sets.values() for w in row["wrong"]}
+    for rid, s in res["support"].items():  # a rule fires only on right cases; its sources are theirs
+        assert not wrong & set(s["fires"]), f"{rid} counted wrong cases: {wrong & set(s['fires'])}"
+        assert s["sources"] == len(s["source_keys"]) <= len(s["fires"]), rid
+
+
+def test_source_key_one_source_per_issue_and_per_program():
+    key = _bench().source_key
+    a = key("https://github.com/vllm-project/vllm/issues/16707")
+    assert a == key("https://github.com/vllm-project/vllm/issues/16707#issuecomment-2801234567")
+    assert a != key("https://github.com/vllm-project/vllm/issues/16708")
+    assert key("https://github.com/NVIDIA/nccl/pull/12/files") == key("https://github.com/nvidia/nccl/pull/12")
+    blob = "https://github.com/o/r/blob/3f444f1/docs/NOTES.md"
+    assert (
+        key(blob) == key("https://github.com/o/r/blob/main/docs/NOTES.md#L3") != key("https://github.com/o/r/issues/3")
+    )
+    rec = "recorded on an H200 host (1x H200, 2026-12-01): a CUDA C++ scatter kernel (illegal_address.cu, CUDA_CHECK macro)"
+    assert key(rec) == key(
+        "recorded on an H200 host (open module): the same fault (tests/fixtures/device/scripts/rec_1gpu/native/illegal_address.cu)"
+    )
+    assert key(rec) != key("recorded on an H200 host: a program (illegal_address_32g.cu)")
+    assert key("recorded on a 1x H200 host (16 cores): torchrun agents as separate nodes on one host, static") == key(
+        "recorded on an H200 host: node 2 of a 4-node gloo torchrun job confined to a 4 GiB memory cgroup"
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from fleetdiag.prometheus import SweepMetrics, render
-from fleetdiag.records import DEGRADED, HostResult, Timing
+from fleetdiag.records import DEGRADED, HostResult, JobRole, Timing
 
 from .test_prometheus import _sweep, samples
 
@@ -50,7 +50,7 @@ def test_alerts_fire_on_a_real_sweep_with_the_routing_labels(sshd, tmp_path):
     failed = [s for s in real if 'host="gpu01"' in s["series"] and 'verdict="failed"' in s["series"]]
     assert failed and 'action="config"' in failed[0]["series"] and 'category="config"' in failed[0]["series"]
     bad_gpu = HostResult(host="gpu09", verdict=DEGRADED, timing=Timing(rtt_ms=1.0))
-    victim = HostResult(host="gpu10", verdict="failed", facts={"job": {"role": "consequence", "root": "gpu11"}})
+    victim = HostResult(host="gpu10", verdict="failed", job_role=JobRole("consequence", root="gpu11"))
     degraded = _series(render(SweepMetrics(results=[bad_gpu, victim], started=0.0, finished=1.0)))
     base = {"host": "gpu01", "verdict": "failed", "category": "config", "action": "config"}
     tests = {

@@ -61,7 +61,24 @@ def wrapped(text: str, width: int = 100) -> str:
     return "\n".join(out) + "\n"
 
 
-DRESSES = {"crlf": crlf, "export-newest-first": export_newest_first, "console-table": console_table, "wrapped": wrapped}
+def sidecar_label(text: str) -> str:
+    """A sidecar's relay: its own "[name]: " label before every line (blank lines keep the bare label)."""
+    return "".join(f"[VllmSidecar pod-7d4b9c-xk2p]: {ln}".rstrip(" ") + "\n" for ln in text.rstrip("\n").split("\n"))
+
+
+def kubectl_prefix(text: str) -> str:
+    """``kubectl logs --prefix``: "[pod/<pod>/<container>] " before every line."""
+    return "".join(f"[pod/vllm-0/vllm] {ln}\n" for ln in text.rstrip("\n").split("\n"))
+
+
+DRESSES = {
+    "crlf": crlf,
+    "export-newest-first": export_newest_first,
+    "console-table": console_table,
+    "wrapped": wrapped,
+    "sidecar-label": sidecar_label,
+    "kubectl-prefix": kubectl_prefix,
+}
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +123,17 @@ def test_normalise_maps_lines_back():
     assert "newest-first order reversed" in norm.steps and "service prefix removed" in norm.steps
     assert [ln.text for ln in norm.lines][-1] == "KeyError: 'k'"
     assert norm.original(norm.lines[-1].pos).lineno == 1  # the newest line is the file's first
+
+
+def test_a_constant_line_label_goes_a_varying_one_stays():
+    text = "[web-1] INFO starting\n[web-1] ERROR boom\n[web-1]\n[web-1] INFO done\n"
+    norm = normalise(split_text(text))
+    assert norm.steps == ["line label removed"]
+    assert [ln.text for ln in norm.lines] == ["INFO starting", "ERROR boom", "", "INFO done"]
+    mixed = "[web-1] INFO a\n[web-2] ERROR b\n[web-1] INFO c\n[web-2] INFO d\n"
+    assert "line label removed" not in normalise(split_text(mixed)).steps
+    ranks = "[rank0]: x\n[rank0]: y\n[rank0]: z\n"
+    assert normalise(split_text(ranks)).steps == []
 
 
 def test_plain_logs_are_left_alone():

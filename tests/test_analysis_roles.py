@@ -106,3 +106,31 @@ def test_rule_can_be_disabled_by_id(rules):
     assert "peer:gloo timeout" not in less.rule_ids() and "signature:peer-transport" not in less.rule_ids()
     dec = analyze_text(GLOO_TIMEOUT, rules=less).decisive
     assert dec.role != "peer-caused"
+
+
+RAY_TASK_OVER_ACTOR_DEATH = """\
+Traceback (most recent call last):
+  File "/w/main_ppo.py", line 49, in run_ppo
+    ray.get(runner.run.remote(config))
+  File "/py/ray/_private/worker.py", line 930, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=16209, ip=10.0.0.2, actor_id=af67a3a6)
+  File "/w/ray_trainer.py", line 952, in fit
+    gen_batch_output = self.actor_rollout_wg.generate_sequences(gen_batch)
+  File "/w/base.py", line 49, in func
+    output = ray.get(output)
+ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.
+\tclass_name: WorkerDict
+\tpid: 20174
+The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file.
+"""
+
+
+def test_a_wrapper_quoting_a_cause_the_log_prints_is_not_the_answer(rules):
+    """RayTaskError(ActorDiedError) names a type that Ray prints below it: the actor's own cause decides."""
+    d = analyze_text(RAY_TASK_OVER_ACTOR_DEATH, rules=rules).decisive
+    assert d is not None and "The actor is dead because its worker process has died" in d.line
+    assert d.role == "launcher"
+    alone = RAY_TASK_OVER_ACTOR_DEATH.split('  File "/w/ray_trainer.py"')[0]  # the wrapper with nothing under it
+    d = analyze_text(alone, rules=rules).decisive
+    assert d is not None and "RayTaskError(ActorDiedError)" in d.line and d.role == "wrapper"

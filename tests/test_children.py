@@ -63,7 +63,7 @@ def test_planted_modules_in_the_cwd_never_run_in_the_keeper_or_the_workers(sshd,
     )
     ssh = ["--known-hosts", str(sshd.known_hosts), "--identity", str(sshd.client_key), "--ssh-config", "/dev/null"]
     kept = run_cli(cwd, rt, "-i", str(inv), "probe", "n0", "--json", *ssh)
-    assert pids_with("fleetdiag.keeper", str(rt)), "the default --persist started a keeper"
+    assert pids_with("fleetdiag.ssh.keeper", str(rt)), "the default --persist started a keeper"
     spread = run_cli(cwd, rt, "-i", str(inv), "probe", "--workers", "2", "all", "--json", "--persist", "0", *ssh)
     for out in (kept, spread):
         assert out.returncode == 1, out.stderr

@@ -385,7 +385,7 @@ def test_decisive_time_iso_beside_the_raw_time(tmp_path):
 
 
 def test_log_time_iso_reads_each_framework_stamp():
-    from fleetdiag.units import log_time_iso
+    from fleetdiag.timestamps import iso as log_time_iso
 
     jan2 = time.mktime((2025, 1, 2, 0, 0, 0, 0, 0, -1))
     assert log_time_iso("12-31 23:59:59", jan2) == "2024-12-31T23:59:59"

@@ -35,7 +35,7 @@ from fleetdiag.job import (
     root_causes,
     summary_line,
 )
-from fleetdiag.jobrules import default_job_rules
+from fleetdiag.job.rules import default_job_rules
 from fleetdiag.records import HostResult
 
 DEV = Path(__file__).resolve().parent / "fixtures" / "device"

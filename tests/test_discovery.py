@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fleetdiag import funnel
 from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
 from fleetdiag.inventory import InventoryError, LogSource, parse_inventory
 from fleetdiag.inventory.adhoc import parse_target
 from fleetdiag.probe import ProbeSettings, apply_source, finish, probe_host, spec_for
 from fleetdiag.records import FAILED, NO_LOG
+from fleetdiag.remote import funnel
 from fleetdiag.render import host_card, source_text
 
 CORPUS = Path("/work/shared/corpus/dev")

@@ -30,3 +30,17 @@ def test_a_drifted_example_is_caught(tmp_path: Path) -> None:
         timeout=120,
     )
     assert res.returncode != 0
+
+
+def test_the_readme_screenshot_is_of_the_page_fleetdiag_writes_now() -> None:
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import examples
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    png = examples.SCREENSHOT.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and 20_000 < len(png) < 200_000
+    assert examples.png_source(png) == examples.page_digest(), (
+        "the HTML report changed: redraw the README's picture with `python docs/examples.py --screenshot`"
+    )
+    assert "docs/img/incident-report.png" in (ROOT / "README.md").read_text("utf-8")

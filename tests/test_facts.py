@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from fleetdiag import facts as F
-from fleetdiag import funnel
 from fleetdiag.analysis import load_rules
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, finish, probe_host, spec_for
 from fleetdiag.records import FAILED
+from fleetdiag.remote import funnel
 
 SMI = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"  # copy of ../shared/fixtures/nvidia-smi
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"

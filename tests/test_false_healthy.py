@@ -7,9 +7,9 @@ import os
 import subprocess
 import time
 
-from fleetdiag import follow, funnel
 from fleetdiag.analysis import load_rules
 from fleetdiag.probe import spec_for
+from fleetdiag.remote import follow, funnel
 
 RULES = load_rules(user_default=False)
 

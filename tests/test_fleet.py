@@ -33,7 +33,7 @@ from fleetdiag.inventory import Host, parse_inventory
 from fleetdiag.probe import ProbeSettings
 from fleetdiag.records import FAILED, HEALTHY, NO_LOG, UNREACHABLE, HostResult, Timing, host_result_from_json
 from fleetdiag.render import FleetProgress, fleet_view
-from fleetdiag.scheduler import CostMemory, Progress, probe_many
+from fleetdiag.ssh.scheduler import CostMemory, Progress, probe_many
 from fleetdiag.store import Store
 
 from .sshd import SSHD, free_port, start_sshd
@@ -325,7 +325,7 @@ def test_handshake_bursts_stay_under_sshd_maxstartups(tmp_path, bg):
 
         capped = asyncio.run(run(3))
         assert [r.verdict for r in capped] == [HEALTHY] * 10, [r.error for r in capped if r.verdict != HEALTHY]
-        from fleetdiag import transport
+        from fleetdiag.ssh import transport
 
         retries, transport.DROP_RETRIES = transport.DROP_RETRIES, 0  # the first attempts alone, as sshd saw them
         try:

@@ -186,7 +186,7 @@ def test_stacks_without_a_log_holder_list_only_job_processes(tmp_path):
     sleep = "import time; time.sleep(60)"
     spawn = {
         "job": [sys.executable, "-c", sleep, "train.py", "--nproc"],
-        "keeper": [sys.executable, "-c", sleep + "  # from fleetdiag.keeper import _detach_main"],
+        "keeper": [sys.executable, "-c", sleep + "  # from fleetdiag.ssh.keeper import _detach_main"],
         "pytest": [sys.executable, "-c", sleep, "-m", "pytest", "tests/"],
     }
     procs = {k: subprocess.Popen(v) for k, v in spawn.items()}
@@ -337,12 +337,12 @@ def test_sweep_summary_and_probe_only_json(sshd, tmp_path):
 
 
 def test_action_class_routes_a_job_victim_to_its_root():
-    from fleetdiag.records import Decisive, HostResult
+    from fleetdiag.records import Decisive, HostResult, JobRole
     from fleetdiag.store import action_class, category_of
 
     victim = HostResult(host="node0", verdict="failed", decisive=Decisive(line="x", message="x", category="nccl"))
     assert action_class(victim) == "network" and category_of(victim) == "nccl"
-    victim.facts["job"] = {"role": "consequence", "root": "node1"}
+    victim.job_role = JobRole("consequence", root="node1")
     assert action_class(victim) == "consequence"  # not a page for the network team: node1 broke the job
     gone = HostResult(host="n", verdict="unreachable", error="refused")
     assert (action_class(gone), category_of(gone)) == ("access", "unreachable")

@@ -8,9 +8,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from fleetdiag import funnel
 from fleetdiag.analysis import load_rules
 from fleetdiag.probe import spec_for
+from fleetdiag.remote import funnel
 
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "dp_rank.log"
 

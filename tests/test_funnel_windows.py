@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetdiag import funnel
 from fleetdiag.analysis import load_rules
 from fleetdiag.probe import spec_for
+from fleetdiag.remote import funnel
 
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"
 SEED = (DEMO / "dp_rank.log").read_bytes()

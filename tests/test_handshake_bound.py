@@ -3,8 +3,8 @@ handshakes instead of starving them all (and the queued time is not held against
 
 from __future__ import annotations
 
-from fleetdiag import scheduler
 from fleetdiag.records import HEALTHY
+from fleetdiag.ssh import scheduler
 
 from .test_fleet import collect, fake_hosts, fake_probe
 

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fleetdiag import funnel
 from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
 from fleetdiag.evidence import hang
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, probe_host, spec_for
 from fleetdiag.records import HEALTHY, STALLED, HostResult
+from fleetdiag.remote import funnel
 from fleetdiag.watch import HostWatcher, Watch, WatchSettings
 
 from .test_watch import Run

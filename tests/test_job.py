@@ -18,7 +18,7 @@ from fleetdiag.job import (
     root_causes,
     summary_line,
 )
-from fleetdiag.jobrules import load_job_rules
+from fleetdiag.job.rules import load_job_rules
 from fleetdiag.records import HostResult
 
 SHARED = Path(__file__).resolve().parents[1].parent.parent / "shared"

@@ -265,9 +265,9 @@ def test_real_nccl_flight_recorder_dumps_of_the_h200() -> None:
 def test_node_script_bounds_what_it_sends(tmp_path: Path) -> None:
     """remote/node.sh under the real sh: dumps past the total are named, not sent; a file that is a link or
     too large is not read; a hostile error_file: path in the log is only read when it is a .json file."""
-    from fleetdiag import funnel
     from fleetdiag.analysis import load_rules
     from fleetdiag.probe import spec_for
+    from fleetdiag.remote import funnel
 
     fr = tmp_path / "fr"
     fr.mkdir()

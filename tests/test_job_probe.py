@@ -20,10 +20,10 @@ from click.testing import CliRunner
 
 from fleetdiag.analysis import analyze_text
 from fleetdiag.cli import main
-from fleetdiag.funnel import FunnelSpec
 from fleetdiag.job import clock_sample, evidence_from_result, keep_lines, root_causes
 from fleetdiag.probe import add_job_facts
 from fleetdiag.records import FunnelResult, HostResult, Line, Timing, report_json
+from fleetdiag.remote.funnel import FunnelSpec
 from fleetdiag.store import Store
 
 from .test_job import CASES, HANG, MULTI, hang_hosts, shift
@@ -393,10 +393,10 @@ def test_funnel_head_pass_brings_back_the_endpoint(tmp_path):
     import shutil
     import subprocess
 
-    from fleetdiag import funnel
     from fleetdiag.analysis import load_rules
     from fleetdiag.job import endpoint_ere
     from fleetdiag.probe import spec_for
+    from fleetdiag.remote import funnel
 
     text = launched("node0", "10.4.0.1")
     log = tmp_path / "train.log"

@@ -13,8 +13,8 @@ from typing import Any
 from fleetdiag.delayproxy import DelayProxy
 from fleetdiag.inventory import Host
 from fleetdiag.probe import ProbeSettings, probe_host
-from fleetdiag.reach import JUMP, TransportOptions
 from fleetdiag.records import UNREACHABLE
+from fleetdiag.ssh.reach import JUMP, TransportOptions
 
 from .test_reliability import RULES, write_log
 
@@ -65,7 +65,7 @@ def test_proxyjump_chain_from_the_config_option_names_the_failing_hop(sshd, tmp_
 
 
 def test_config_jump_reads_the_chain_with_the_one_parser(tmp_path):
-    from fleetdiag.transport import config_jump
+    from fleetdiag.ssh.transport import config_jump
 
     cfg = tmp_path / "cfg"
     cfg.write_text("Host a\n    ProxyJump u@[::1]:2222,b:23\nHost c\n    ProxyJump none\nHost d\n    ProxyJump x,,y\n")

@@ -1,4 +1,4 @@
-"""Kept connections (fleetdiag/keeper.py) through a real OpenSSH sshd whose log shows every login."""
+"""Kept connections (fleetdiag/ssh/keeper.py) through a real OpenSSH sshd whose log shows every login."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetdiag import keeper as keeper_mod
-from fleetdiag import sshfast
 from fleetdiag.delayproxy import DelayProxy
+from fleetdiag.ssh import keeper as keeper_mod
+from fleetdiag.ssh import sshfast
 
 from .procs import pids_with
 from .sshd import SSHD, start_sshd
@@ -77,7 +77,7 @@ def logins(server, user: str | None = None) -> int:
 
 def keeper_pids(directory: Path) -> list[int]:
     """Keeper processes serving ``directory`` (found by their command line)."""
-    return pids_with("fleetdiag.keeper", str(directory))
+    return pids_with("fleetdiag.ssh.keeper", str(directory))
 
 
 def wait_gone(directory: Path, timeout: float = 5.0) -> bool:
@@ -445,7 +445,7 @@ def test_dead_connection_is_redialled_once(loud_sshd, rt, tmp_path):
 
 
 def test_connection_key_follows_what_decides_the_connection(tmp_path):
-    from fleetdiag.reach import TransportOptions
+    from fleetdiag.ssh.reach import TransportOptions
 
     cfg = tmp_path / "ssh_config"
     cfg.write_text("Host a\n  Port 22\n")
@@ -485,7 +485,7 @@ def test_connection_key_follows_what_decides_the_connection(tmp_path):
 def test_kept_connection_runs_like_a_connection_and_keeps_the_cap(loud_sshd, rt, monkeypatch):
     """Through the keeper: stdout, stderr and exit status come back as Connection.run gives them; output past
     the cap stops reading and is the host's error (oversize), as on a direct connection."""
-    from fleetdiag.reach import OVERSIZE, HostError
+    from fleetdiag.ssh.reach import OVERSIZE, HostError
 
     monkeypatch.setenv("FLEETDIAG_KEEPER_HELLO", "3")
 
@@ -527,7 +527,7 @@ def test_the_keeper_runs_commands_on_spare_channels(loud_sshd, rt, monkeypatch):
         listed = keeper_mod.list_kept(rt)
     finally:
         keeper_mod.close_kept(rt)
-    # asyncssh's own channels on a release the shortcuts were not tested on (fleetdiag.sshfast.TESTED)
+    # asyncssh's own channels on a release the shortcuts were not tested on (fleetdiag.ssh.sshfast.TESTED)
     assert [(c["uses"], c["spare_uses"]) for c in listed] == [(3, 3 if sshfast.enabled() else 0)]
 
 

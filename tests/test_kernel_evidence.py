@@ -19,7 +19,6 @@ import pytest
 from fleetdiag.analysis import analyze_text
 from fleetdiag.evidence.correlate import AppError, correlate, decide
 from fleetdiag.evidence.gpu_health import degraded, parse_health
-from fleetdiag.evidence.host import app_time
 from fleetdiag.evidence.kernel import (
     Clock,
     bus_key,
@@ -28,6 +27,7 @@ from fleetdiag.evidence.kernel import (
     split_time,
 )
 from fleetdiag.evidence.xid import XidTableError, default_xid_table, load_xid_table
+from fleetdiag.timestamps import epoch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "fleetdiag" / "remote" / "kernel.sh"
@@ -143,7 +143,7 @@ def _app_error(case: dict) -> AppError | None:
     d = analyze_text((CORPUS / app).read_text(encoding="utf-8"))
     if d.decisive is None:
         return None
-    return AppError(line=d.decisive.line, process=d.decisive.process, time=app_time(d.decisive.time, None))
+    return AppError(line=d.decisive.line, process=d.decisive.process, time=epoch(d.decisive.time))
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])

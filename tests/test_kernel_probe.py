@@ -19,13 +19,13 @@ from click.testing import CliRunner
 
 from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
-from fleetdiag.evidence.host import app_time
 from fleetdiag.evidence.kernel import Clock, split_time
 from fleetdiag.exitcodes import Exit, exit_for
 from fleetdiag.probe import finish
 from fleetdiag.records import FunnelResult, Line
 from fleetdiag.render import fleet_view
 from fleetdiag.store import Store, incident_key
+from fleetdiag.timestamps import epoch
 
 from .test_kernel_evidence import (
     CORPUS,
@@ -296,11 +296,11 @@ def test_idle_node_without_a_log_but_with_a_lost_gpu_is_degraded_and_an_incident
         assert [c.host for c in second.changed] == ["n"] and second.changed[0].previous.verdict == "degraded"
 
 
-def test_app_time_reads_the_log_stamps_on_the_host_clock() -> None:
-    assert app_time("2026-05-15T08:57:36.5Z", NOW) == 1_778_835_456.5
-    assert app_time("2026-05-15 10:57:36", NOW, 7200) == 1_778_835_456.0
-    assert app_time("05-15 08:57:36", NOW) == 1_778_835_456.0  # vLLM: no year
-    assert app_time("0515 08:57:36.000001", NOW) == pytest.approx(1_778_835_456.0)  # glog
-    assert app_time("May 15 08:57:36", NOW) == 1_778_835_456.0
-    assert app_time("12-31 23:00:00", NOW) == app_time("2025-12-31 23:00:00", NOW)  # not in the future
-    assert app_time("soon", NOW) is None and app_time(None, NOW) is None
+def test_epoch_reads_the_log_stamps_on_the_host_clock() -> None:
+    assert epoch("2026-05-15T08:57:36.5Z", 0, NOW) == 1_778_835_456.5
+    assert epoch("2026-05-15 10:57:36", 7200, NOW) == 1_778_835_456.0
+    assert epoch("05-15 08:57:36", 0, NOW) == 1_778_835_456.0  # vLLM: no year
+    assert epoch("0515 08:57:36.000001", 0, NOW) == pytest.approx(1_778_835_456.0)  # glog
+    assert epoch("May 15 08:57:36", 0, NOW) == 1_778_835_456.0
+    assert epoch("12-31 23:00:00", 0, NOW) == epoch("2025-12-31 23:00:00", 0, NOW)  # not in the future
+    assert epoch("soon", 0, NOW) is None and epoch(None, 0, NOW) is None

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from fleetdiag import follow, funnel, remote
+from fleetdiag import remote
 from fleetdiag.analysis import load_rules
 from fleetdiag.facts import parse_launch
 from fleetdiag.preflight import preflight_host
 from fleetdiag.probe import ProbeSettings, probe_host, spec_for
 from fleetdiag.records import FAILED
-from fleetdiag.transport import connect
+from fleetdiag.remote import follow, funnel
+from fleetdiag.ssh.transport import connect
 
 from .sshd import start_sshd
 from .test_reliability import SEED, make_host, write_log

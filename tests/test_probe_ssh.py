@@ -17,11 +17,11 @@ from click.testing import CliRunner
 from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
 from fleetdiag.delayproxy import DelayProxy
-from fleetdiag.funnel import run_local
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, probe_host, spec_for
 from fleetdiag.records import FAILED, HEALTHY, NO_LOG, UNREACHABLE
-from fleetdiag.scheduler import probe_many
+from fleetdiag.remote.funnel import run_local
+from fleetdiag.ssh.scheduler import probe_many
 
 from .sshd import free_port
 
@@ -139,7 +139,7 @@ def test_ssh_config_alias_host(sshd, tmp_path):
 
 def test_probe_costs_one_exec_round_trip(sshd, tmp_path):
     """Through a 200 ms proxy, the funnel's exec costs what a bare `true` exec costs."""
-    from fleetdiag.transport import connect
+    from fleetdiag.ssh.transport import connect
 
     log = tmp_path / "vllm.log"
     log.write_text(SEED * 20)

@@ -27,8 +27,8 @@ from fleetdiag.cli import main
 from fleetdiag.inventory import Host
 from fleetdiag.probe import ProbeSettings, probe_host
 from fleetdiag.records import FAILED, NO_LOG, UNREACHABLE, HostResult
-from fleetdiag.scheduler import probe_many
-from fleetdiag.transport import (
+from fleetdiag.ssh.scheduler import probe_many
+from fleetdiag.ssh.transport import (
     AUTH,
     DNS,
     HOSTKEY_CHANGED,
@@ -224,7 +224,7 @@ def test_connection_dropped_before_any_output(tmp_path):
     log = write_log(tmp_path / "vllm.log", SEED)
     res, _ = probe_via_fault(tmp_path, log, Behaviour(drop_after=0))
     assert res.verdict == UNREACHABLE
-    assert "lost after 0 bytes of output" in res.error
+    assert "lost after 0 B of output" in res.error
 
 
 def test_slow_output_within_the_timeout_is_complete(tmp_path):
@@ -566,8 +566,8 @@ def test_log_is_a_fifo_or_directory_is_not_read(sshd, tmp_path):
 
 
 def _gnu_lines(log: Path) -> list[tuple[int, str]]:
-    from fleetdiag.funnel import run_local
     from fleetdiag.probe import spec_for
+    from fleetdiag.remote.funnel import run_local
 
     fr = run_local(spec_for(str(log), RULES))
     return [(ln.pos, ln.text) for ln in fr.lines()]
@@ -618,8 +618,8 @@ exec {grep} "$@"
 
 @pytest.mark.parametrize("missing", ["ionice", "timeout", "renice"])
 def test_node_without_tool(tmp_path, missing):
-    from fleetdiag import funnel as funnel_mod
     from fleetdiag.probe import spec_for
+    from fleetdiag.remote import funnel as funnel_mod
 
     log = write_log(tmp_path / "vllm.log", SEED)
     box = toolbox(tmp_path / "box", omit={missing})
@@ -697,8 +697,8 @@ def test_bashrc_that_echoes(chatty_sshd, tmp_path):
 
 def test_pattern_the_remote_grep_rejects_is_flagged_not_silently_healthy(tmp_path):
     """A keyword or run_start ERE this host's grep cannot parse would make every pass come back empty."""
-    from fleetdiag.funnel import run_local
     from fleetdiag.probe import spec_for
+    from fleetdiag.remote.funnel import run_local
 
     log = write_log(tmp_path / "vllm.log", SEED)
     spec = spec_for(str(log), RULES)

@@ -9,8 +9,9 @@ from importlib import resources
 
 import pytest
 
-from fleetdiag import facts, follow, funnel, preflight, remote
+from fleetdiag import facts, preflight, remote
 from fleetdiag.facts import parse_launch
+from fleetdiag.remote import follow, funnel
 
 SHIPPED = sorted(p.name for p in resources.files("fleetdiag.remote").iterdir() if p.name.endswith((".sh", ".awk")))
 

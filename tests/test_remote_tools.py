@@ -10,10 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from fleetdiag import facts, funnel
+from fleetdiag import facts
 from fleetdiag.analysis import load_rules
 from fleetdiag.probe import spec_for
-from fleetdiag.transport import connect
+from fleetdiag.remote import funnel
+from fleetdiag.ssh.transport import connect
 
 from .test_reliability import SEED, write_log
 

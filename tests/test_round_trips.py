@@ -13,12 +13,12 @@ import time
 
 import asyncssh
 
-from fleetdiag import sshfast
 from fleetdiag.delayproxy import DelayProxy
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, probe_host
 from fleetdiag.records import FAILED, UNREACHABLE
-from fleetdiag.transport import AUTH, TransportOptions, connect
+from fleetdiag.ssh import sshfast
+from fleetdiag.ssh.transport import AUTH, TransportOptions, connect
 
 from .sshd import keygen, ssh_argv
 
@@ -26,11 +26,11 @@ SEED = (
     __import__("pathlib").Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "dp_rank.log"
 ).read_text()
 # A fresh probe: version + KEXINIT, ECDH + NEWKEYS, the ssh-userauth service request with the signed
-# publickey request in the same flight (fleetdiag.sshfast), channel open, exec (its output follows the
+# publickey request in the same flight (fleetdiag.ssh.sshfast), channel open, exec (its output follows the
 # reply), and the channel close. asyncssh's own login, like OpenSSH's `ssh host true`, spends three more:
 # the service accept, auth `none`, and the publickey query (PK_OK).
 STANDARD_EXCHANGES = 9
-# On an asyncssh release outside fleetdiag.sshfast.TESTED (CI's oldest), the login is asyncssh's own.
+# On an asyncssh release outside fleetdiag.ssh.sshfast.TESTED (CI's oldest), the login is asyncssh's own.
 SHORT = sshfast.enabled()
 PROBE_EXCHANGES = 6 if SHORT else STANDARD_EXCHANGES
 RTT_MS = 40.0  # enough that every reply is heard before the next request: the count is the protocol's
@@ -204,7 +204,7 @@ def _runs(sshd, spare_after: int, n: int = 4) -> tuple[list[int], int]:
     ``spare_after`` on: (exchanges until each command had started, commands that ran on a spare)."""
     import asyncssh
 
-    from fleetdiag.transport import connect
+    from fleetdiag.ssh.transport import connect
 
     async def go() -> tuple[list[int], int]:
         proxy = await DelayProxy("127.0.0.1", sshd.port, RTT_MS).start()
@@ -251,7 +251,7 @@ def test_spare_channel_off_with_the_standard_login(sshd, monkeypatch):
 
 def test_a_spare_closed_by_the_server_falls_back_to_a_new_channel(sshd, tmp_path):
     """If the spare channel died (the server closed it), the command opens its own: same output."""
-    from fleetdiag.transport import connect
+    from fleetdiag.ssh.transport import connect
 
     async def go() -> tuple[bytes, int]:
         conn = await connect("127.0.0.1", sshd.port, sshd.user, sshd.opts())

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from fleetdiag import keeper as keeper_mod
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings, probe_host
 from fleetdiag.records import FAILED
+from fleetdiag.ssh import keeper as keeper_mod
 
 from .procs import pids_with
 from .sshd import start_sshd
@@ -72,7 +72,7 @@ def test_keeper_killed_mid_command_is_the_hosts_error_never_healthy(sshd, tmp_pa
     deadline = time.monotonic() + 60
     while not pids_with("sleep", "7.31") and time.monotonic() < deadline:
         time.sleep(0.05)
-    keepers = pids_with("fleetdiag.keeper", str(rt))
+    keepers = pids_with("fleetdiag.ssh.keeper", str(rt))
     assert keepers and pids_with("sleep", "7.31"), "the funnel runs through the keeper"
     time.sleep(0.3)  # the funnel's first lines are on their way
     for pid in keepers:
@@ -99,10 +99,10 @@ def test_keeper_gone_before_the_command_reruns_it_directly(sshd, tmp_path, rt, m
     runs: list[bool] = []
 
     async def kill_first(self, command, timeout, cap=None):
-        for pid in pids_with("fleetdiag.keeper", str(rt)):
+        for pid in pids_with("fleetdiag.ssh.keeper", str(rt)):
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while pids_with("fleetdiag.keeper", str(rt)) and time.monotonic() < deadline:
+        while pids_with("fleetdiag.ssh.keeper", str(rt)) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         res = await real(self, command, timeout, cap)
         runs.append(res.started)
@@ -132,7 +132,7 @@ def test_passphrase_is_scrubbed_from_remote_stderr_on_both_runners(tmp_path, rt)
             )
             assert SECRET not in out.stdout + out.stderr, persist
             got.append(json.loads(out.stdout)["hosts"][0])
-        assert pids_with("fleetdiag.keeper", str(rt)), "the second probe ran through the keeper"
+        assert pids_with("fleetdiag.ssh.keeper", str(rt)), "the second probe ran through the keeper"
     finally:
         server.stop()
     for host in got:

@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fleetdiag import funnel as funnel_mod
 from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
 from fleetdiag.inventory import Host
 from fleetdiag.probe import ProbeSettings, probe_host, spec_for
 from fleetdiag.records import FAILED, HostResult
 from fleetdiag.redact import Redactor, redact_result, redact_text
-from fleetdiag.transport import TransportOptions, connect
+from fleetdiag.remote import funnel as funnel_mod
+from fleetdiag.ssh.transport import TransportOptions, connect
 
 from .faults import Behaviour, FaultServer, ServerThread
 from .test_reliability import DECISIVE, SEED, make_host, toolbox, write_log

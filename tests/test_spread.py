@@ -1,4 +1,4 @@
-"""A fleet spread over worker processes (fleetdiag/spread.py), through the real test sshd."""
+"""A fleet spread over worker processes (fleetdiag/ssh/spread.py), through the real test sshd."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings
 from fleetdiag.records import FAILED, HEALTHY, NO_LOG
-from fleetdiag.scheduler import INTERNAL, CostMemory, HandshakeGate
-from fleetdiag.spread import HOSTS_PER_WORKER, MAX_WORKERS, deal, probe_fleet, worker_count
+from fleetdiag.ssh.scheduler import INTERNAL, CostMemory, HandshakeGate
+from fleetdiag.ssh.spread import HOSTS_PER_WORKER, MAX_WORKERS, deal, probe_fleet, worker_count
 
 from .procs import pids_with
 from .sshd import start_sshd
@@ -127,7 +127,7 @@ def test_a_worker_that_dies_leaves_its_hosts_a_result(sshd, tmp_path):
     def kill_one(event):
         if killed or event.event != "start":
             return
-        pids = pids_with("fleetdiag.spread")
+        pids = pids_with("fleetdiag.ssh.spread")
         if pids:
             time.sleep(0.5)  # its hosts have started: they are lost with it
             os.kill(pids[0], signal.SIGKILL)

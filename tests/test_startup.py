@@ -29,7 +29,7 @@ def cli(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
 def test_version_imports_no_analysis_ssh_or_inventory():
     p, mods = cli("--version")
     assert p.returncode == 0 and "fleetdiag" in p.stdout
-    assert not {"asyncssh", "fleetdiag.analysis", "fleetdiag.inventory", "fleetdiag.scheduler", "yaml"} & mods
+    assert not {"asyncssh", "fleetdiag.analysis", "fleetdiag.inventory", "fleetdiag.ssh.scheduler", "yaml"} & mods
 
 
 def test_analyze_imports_no_ssh_store_or_inventory():
@@ -38,8 +38,8 @@ def test_analyze_imports_no_ssh_store_or_inventory():
     assert (
         not {
             "asyncssh",
-            "fleetdiag.transport",
-            "fleetdiag.scheduler",
+            "fleetdiag.ssh.transport",
+            "fleetdiag.ssh.scheduler",
             "fleetdiag.store",
             "fleetdiag.watch",
             "fleetdiag.cli.sweep",

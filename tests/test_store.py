@@ -15,7 +15,7 @@ from rich.console import Console
 
 from fleetdiag.records import FAILED, HEALTHY, NO_LOG, STALLED, UNREACHABLE, Decisive, HostResult, Timing
 from fleetdiag.render import fleet_view
-from fleetdiag.scheduler import CostMemory
+from fleetdiag.ssh.scheduler import CostMemory
 from fleetdiag.store import (
     LockBusy,
     Store,

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from fleetdiag.cli import main
-from fleetdiag.reach import MAX_OUTPUT, OVERSIZE
 from fleetdiag.records import UNREACHABLE
+from fleetdiag.ssh.reach import MAX_OUTPUT, OVERSIZE
 from fleetdiag.watch import Watch
 
 from .sshd import start_sshd
@@ -112,8 +112,8 @@ FD_SCRIPT = r"""
 import asyncio, json, resource, socket, sys
 from fleetdiag.inventory import Host
 from fleetdiag.probe import ProbeSettings
-from fleetdiag.reach import TransportOptions
-from fleetdiag.scheduler import probe_many
+from fleetdiag.ssh.reach import TransportOptions
+from fleetdiag.ssh.scheduler import probe_many
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
@@ -145,7 +145,7 @@ def test_local_fd_limit_is_never_a_host_status(tmp_path):
 
 
 def test_parse_jump_chain_reads_hops_in_order():
-    from fleetdiag.reach import JumpHop, parse_jump_chain
+    from fleetdiag.ssh.reach import JumpHop, parse_jump_chain
 
     assert parse_jump_chain("a,bob@b:2222,[::1]:22,c@[fe80::1]") == [
         JumpHop("a"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from fleetdiag.transport import KnownHosts
+from fleetdiag.ssh.transport import KnownHosts
 
 from .procs import pids_with
 
@@ -133,7 +133,7 @@ def test_relative_paths_work_through_the_keeper(sshd, tmp_path, rt):
         out = cli(rt, "-i", str(inv), "probe", "n0", "--json", "--persist", persist, *rel, cwd=work)
         host = hosts_of(out)["n0"]
         assert DECISIVE in (host.get("decisive") or {}).get("line", ""), (persist, host)
-    assert pids_with("fleetdiag.keeper", str(rt)), "the kept probes went through a keeper"
+    assert pids_with("fleetdiag.ssh.keeper", str(rt)), "the kept probes went through a keeper"
     listed = json.loads(cli(rt, "connections", "--json").stdout)["connections"]
     assert len(listed) == 1 and listed[0]["uses"] == 2
     spread = cli(rt, "-i", str(inv), "probe", "--workers", "2", "all", "--json", "--persist", "0", *rel, cwd=work)
@@ -184,8 +184,8 @@ def test_kept_connection_is_closed_when_what_decided_its_trust_changes(sshd, tmp
 def test_trust_of_follows_includes_known_hosts_and_key_files(tmp_path, monkeypatch):
     """What decides a kept connection's trust: a new file in an Include'd directory, an edited known_hosts
     named there, a replaced key file each change it; touching a file without changing it does not."""
-    from fleetdiag.reach import TransportOptions
-    from fleetdiag.transport import trust_of
+    from fleetdiag.ssh.reach import TransportOptions
+    from fleetdiag.ssh.transport import trust_of
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "conf.d").mkdir()

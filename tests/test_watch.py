@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fleetdiag import follow, funnel
 from fleetdiag.analysis import load_rules
 from fleetdiag.cli import main
 from fleetdiag.delayproxy import DelayProxy
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.records import Line
+from fleetdiag.remote import follow, funnel
 from fleetdiag.watch import (
     CONNECTING,
     FAILED,

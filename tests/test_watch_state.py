@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from fleetdiag import follow
 from fleetdiag.analysis import load_rules
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.records import Decisive, FunnelResult, HostResult, Line, Verdict
+from fleetdiag.remote import follow
 from fleetdiag.watch import (
     CONNECTING,
     FAILED,

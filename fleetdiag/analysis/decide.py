@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..records import FAILED, HEALTHY, STARTING, Decisive, Diagnosis, Line
+from ..records import FAILED, HEALTHY, STALLED, STARTING, Decisive, Diagnosis, Line
 from ..units import signal_name
 from . import hints
 from .fingerprint import fingerprint
@@ -269,7 +269,13 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             seen[j.fp] = j
         out.append(j)
     _chained_wrappers(out)
-    known = " \n ".join(_norm(j.ev.text + " " + " ".join(j.ev.detail)) for j in out if j.role == "primary")
+    # what the log states on its own lines: a wrapper that quotes one of them is not the only line naming
+    # the cause (RayTaskError(ActorDiedError) over the ActorDiedError Ray printed with the actor's death)
+    known = " \n ".join(
+        _norm(j.ev.text + " " + " ".join(j.ev.detail))
+        for j in out
+        if j.role == "primary" or (j.role == "secondary" and j.cause is None and j.kind != OTHER_RANKS)
+    )
     quoting: dict[str, Judged] = {}
     for j in out:
         if j.role == "secondary" and j.cause and _norm(j.cause) not in known:
@@ -621,7 +627,51 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
     return "; ".join(parts)
 
 
+# an engine's periodic report (vLLM V0 and V1): throughput and the requests it holds
+_ENGINE_STATS = re.compile(
+    r"Avg prompt throughput: (?P<p>[\d.]+) tokens/s, Avg generation throughput: (?P<g>[\d.]+) tokens/s,"
+    r"(?:.*?)Running: (?P<r>\d+) reqs,(?:.*?)(?:Pending|Waiting): (?P<w>\d+) reqs"
+)
+HUNG_REPORTS = 2  # consecutive engine reports without progress while requests wait: a hung engine
+
+
+def hung_engine(run: list[LogLine], rules: Rules) -> str | None:
+    """Why the engine behind a live front end is hung, or None.
+
+    A server whose engine loop is stuck still answers ``/health`` and
+    ``/metrics`` (and keeps its stats timer), so the log grows and reads as
+    serving. Its own reports say otherwise: requests are held (running or
+    waiting) and nothing is generated, or requests wait and none is running,
+    report after report, with no request answered since.
+    """
+    tail: list[tuple[LogLine, re.Match[str]]] = []
+    for ln in reversed(run):
+        if rules.is_serving(ln.raw) and "Avg prompt throughput" not in ln.raw:
+            break  # a request was answered after these reports
+        m = _ENGINE_STATS.search(ln.msg) if "throughput" in ln.msg else None
+        if m is None:
+            continue
+        p, g, r, w = float(m["p"]), float(m["g"]), int(m["r"]), int(m["w"])
+        stuck = (r + w > 0 and p == 0 and g == 0) or (r == 0 and w > 0)
+        if not stuck:
+            break
+        tail.append((ln, m))
+    if len(tail) < HUNG_REPORTS:
+        return None
+    last = tail[0][1]
+    first = tail[-1][0]
+    since = f" since {first.time}" if first.time else ""
+    return (
+        f"engine hung: {len(tail)} reports in a row{since} with requests held (running {last['r']}, waiting "
+        f"{last['w']}) and no progress (prompt {last['p']}, generation {last['g']} tokens/s); the front end only "
+        "answers probes"
+    )
+
+
 def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
+    hung = hung_engine(run, rules)
+    if hung is not None:
+        return STALLED, hung
     last_wait = last_ready = None
     for ln in reversed(run):
         if last_ready is None and rules.is_ready(ln.raw):

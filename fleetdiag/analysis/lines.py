@@ -9,9 +9,12 @@ process that wrote them.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..records import Line
@@ -342,6 +345,7 @@ _ISO_T = re.compile(r"^\d{4}-(\d\d)-(\d\d)[T -](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)"
 _GLOG_T = re.compile(r"^(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)$")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a watch compares the same few thousand times on every burst
 def time_key(t: str | None) -> float | None:
     """Seconds since the start of a (notional) year, to compare times of one log."""
     if not t:
@@ -357,5 +361,50 @@ def time_key(t: str | None) -> float | None:
     return (((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + s
 
 
+class ParseCache:
+    """What ``parse_line`` peeled off each line text, for a caller that analyses the same lines again and
+    again: a watch re-analyses a host's whole buffer on every burst, and peeling prefixes was most of
+    that work. A line's parse depends on its text (and the rules' tag peelers) alone; its index, offset
+    and line number are the caller's. Bounded: emptied when it holds ``limit`` texts."""
+
+    def __init__(self, limit: int = 20_000):
+        self.limit = limit
+        self._tables: dict[tuple[tuple[re.Pattern[str], bool], ...], dict[str, tuple]] = {}
+        self.size = 0
+
+    def table(self, extra_tags: Sequence[tuple[re.Pattern[str], bool]]) -> dict[str, tuple]:
+        if self.size >= self.limit:
+            self._tables.clear()
+            self.size = 0
+        return self._tables.setdefault(tuple(extra_tags), {})
+
+    @contextmanager
+    def active(self) -> Iterator[ParseCache]:
+        """Every ``parse_all`` inside the block (in this thread or task) uses this cache."""
+        token = _CACHE.set(self)
+        try:
+            yield self
+        finally:
+            _CACHE.reset(token)
+
+
+_CACHE: ContextVar[ParseCache | None] = ContextVar("fleetdiag_parse_cache", default=None)
+
+
 def parse_all(lines: Sequence[Line], extra_tags: Sequence[tuple[re.Pattern[str], bool]] = ()) -> list[LogLine]:
-    return [parse_line(i, ln, extra_tags) for i, ln in enumerate(lines)]
+    cache = _CACHE.get()
+    if cache is None:
+        return [parse_line(i, ln, extra_tags) for i, ln in enumerate(lines)]
+    memo = cache.table(extra_tags)
+    out: list[LogLine] = []
+    for i, ln in enumerate(lines):
+        fields = memo.get(ln.text) if isinstance(ln.text, str) else None
+        if fields is None:
+            p = parse_line(i, ln, extra_tags)
+            if isinstance(ln.text, str):
+                memo[ln.text] = (p.raw, p.msg, p.tags, p.level, p.time, p.source)
+                cache.size += 1
+            out.append(p)
+        else:
+            out.append(LogLine(i, ln.pos, ln.lineno, *fields))
+    return out

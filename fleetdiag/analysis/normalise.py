@@ -15,6 +15,7 @@ as it is in the file.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..records import Line
@@ -45,6 +46,13 @@ _FRAME = re.compile(r'^\s+File "')
 _TIME_KEY = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
 
 SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the service's
+# a sidecar's or a log collector's own label before every line: "[pod-name] ", "[VllmSidecar id]: ",
+# "[pod/name/container] " (kubectl logs --prefix). One literal label on (nearly) every line says only
+# which stream the lines came from, so it goes; a label that varies is a process tag the line model peels.
+_LABEL = re.compile(r"^\[(?P<label>[A-Za-z][^\[\]]{0,100})\]:? ")
+_NOT_LABEL = re.compile(
+    r"^(?:rank|default)\d+$|^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
+)
 
 
 @dataclass
@@ -71,6 +79,23 @@ def _prefix(lines: list[Line]) -> re.Pattern[str] | None:
         if sum(1 for t in sample if rx.match(t)) >= SHARE * len(sample):
             return rx
     return None
+
+
+def _constant_label(texts: list[str]) -> str | None:
+    """The one ``[label] `` every line starts with (a sidecar's or collector's), or None."""
+    lines = [t for t in texts if t.strip()]
+    if len(lines) < 2:
+        return None
+    heads = Counter(m.group(0) for m in map(_LABEL.match, lines[:400]) if m is not None)
+    if not heads:
+        return None
+    head = heads.most_common(1)[0][0]
+    if _NOT_LABEL.search(head[1 : head.index("]")]):
+        return None
+    bare = head.rstrip()  # a label on an empty message keeps no space after it
+    if sum(1 for t in lines if t.startswith(head) or t == bare or t == bare.rstrip(":")) < SHARE * len(lines):
+        return None
+    return head
 
 
 def _unprefixed(text: str, rx: re.Pattern[str]) -> str:
@@ -149,6 +174,15 @@ def normalise(lines: list[Line]) -> Normalised:
     # (text, index of the original line, the export's own time) in the order being built
     work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
     changed = False
+    head = _constant_label([t for t, _, _ in work])
+    if head is not None:
+        bare = head.rstrip()
+        work = [
+            (t[len(head) :] if t.startswith(head) else "" if t in (bare, bare.rstrip(":")) else t, k, st)
+            for t, k, st in work
+        ]
+        out.steps.append("line label removed")
+        changed = True
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if rx is not None:
         new = [(_unprefixed(t, rx), k, st) for t, k, st in work]

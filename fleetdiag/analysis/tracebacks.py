@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from .lines import SEVERITY, LogLine, adjacent
-from .rules import Rules, Signature
+from .rules import CAUSE, Rules, Signature
 
 TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
 FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
@@ -42,6 +42,10 @@ ERROR_WORD = re.compile(r"^(?:ERROR|FATAL|CRITICAL|Error|Fatal error)\b")
 # function failed." / "Last error:" / "Cuda failure 'out of memory'". An NCCL result name is never a
 # Python class, so such a line is more of the message, not a new exception.
 NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*(?:Error|Usage)\b")
+# An assertion macro's own report, in any of the forms C/C++ projects print it: ggml's old
+# "GGML_ASSERT: file.c:56: expr", its newer "file.c:56: GGML_ASSERT(expr) failed" (cut by a paste
+# before the closing "failed" too), a project's "X_ASSERT(expr)" after a file:line.
+ASSERT_MACRO = re.compile(r"^(?:\S+:\d+: )?[A-Z][A-Z0-9]*_ASSERT[A-Z0-9_]*(?:: \S+:\d+: \S|\()")
 
 MAX_CONTINUATION = 100
 MAX_FOREIGN = 3
@@ -94,6 +98,16 @@ def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
     if em:
         return _S_EXC, em
     return _OTHER, None
+
+
+def _states_a_cause(sig: Signature) -> bool:
+    """A native runtime's fatal line stays a cause when a supervisor relays it at INFO level.
+
+    A serving stack that re-logs its workers' stderr ("INFO ... Failed: Cuda error x.cuh:164")
+    puts its own level word before the child's words: the level is the relay's, the
+    failure is the child's. Only strong causes pass (an exit code or a consequence does not).
+    """
+    return not sig.weak and sig.role == CAUSE
 
 
 def _is_exception_type(name: str) -> bool:
@@ -300,14 +314,16 @@ class _Stream:
             self.truncated = True
             self._exception(ln, em.group("type"), (em.group("msg") or "").strip())
             return
+        sig = self.rules.standalone_for(s) if s else None
+        if sig is not None and (not quiet or _states_a_cause(sig)):
+            self.out.append(Event("signature", ln, self.key[0], block=[ln], message=s, signature=sig, weak=sig.weak))
+            self.last_idle = ln
+            return
+        if sig is None and "ASSERT" in s and ASSERT_MACRO.match(s):
+            self.out.append(Event("native", ln, self.key[0], block=[ln], message=s))
+            self.last_idle = ln
+            return
         if not quiet:
-            sig = self.rules.standalone_for(s)
-            if sig is not None:
-                self.out.append(
-                    Event("signature", ln, self.key[0], block=[ln], message=s, signature=sig, weak=sig.weak)
-                )
-                self.last_idle = ln
-                return
             if (
                 s
                 and not m[0].isspace()

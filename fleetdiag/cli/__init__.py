@@ -15,8 +15,8 @@ from rich.text import Text
 
 from .. import __version__
 from ..exitcodes import Exit
-from ..reach import COMMAND_TIMEOUT, CONNECT_TIMEOUT
 from ..render import Output
+from ..ssh.reach import COMMAND_TIMEOUT, CONNECT_TIMEOUT
 
 
 class Context:
@@ -299,7 +299,7 @@ def view_options(fn: Callable[..., Any] | None = None, *, summary: bool = True, 
 def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--fanout`` / ``--per-address`` / ``--deadline`` / ``--workers``, the same on every command that
     probes a fleet."""
-    from ..scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS
+    from ..ssh.scheduler import DEFAULT_FANOUT, DEFAULT_PER_ADDRESS
 
     fn = click.option(
         "--workers",

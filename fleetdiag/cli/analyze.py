@@ -11,9 +11,9 @@ import click
 
 from ..evidence.host import apply_collection
 from ..exitcodes import exit_for
-from ..funnel import run_local
 from ..probe import finish, spec_for
 from ..records import HEALTHY, FunnelResult, HostResult
+from ..remote.funnel import run_local
 from ..render import host_card
 from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
 

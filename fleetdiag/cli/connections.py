@@ -36,7 +36,7 @@ def persist_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 def persist_from(kw: dict[str, Any], inv: Any = None, default: float | None = None) -> float:
     """Seconds to keep connections: --persist, else $FLEETDIAG_PERSIST, else the inventory's defaults.persist,
     else ``default`` (10 minutes when not given; ``sweep`` passes 0: a cron job leaves nothing running)."""
-    from ..keeper import DEFAULT_PERSIST
+    from ..ssh.keeper import DEFAULT_PERSIST
 
     value = kw.pop("persist", None)
     if value is None:
@@ -53,8 +53,7 @@ def persist_from(kw: dict[str, Any], inv: Any = None, default: float | None = No
 @handle_errors
 def connections(ctx: Context, close: bool, as_json: bool) -> None:
     """List the SSH connections kept open for the next command (host, age, idle, RTT)."""
-    from ..keeper import close_kept, list_kept
-    from ..units import ago, ms
+    from ..ssh.keeper import close_kept, list_kept
 
     env = ctx.out
     if close:
@@ -73,21 +72,9 @@ def connections(ctx: Context, close: bool, as_json: bool) -> None:
     if not kept:
         env.print("no kept connections" if kept is not None else "no keeper running: no kept connections")
         return
-    from rich.table import Table
+    from ..render.listing import connections_table
 
-    table = Table(title=f"{len(kept)} kept connection{'s' if len(kept) != 1 else ''}", title_justify="left")
-    for col in ("host", "address", "age", "idle", "RTT", "uses"):
-        table.add_column(col)
-    for c in kept:
-        table.add_row(
-            env.shown(c["host"]),
-            env.shown(c["where"]),
-            ago(c["age_s"]),
-            ago(c["idle_s"]),
-            ms(c["rtt_ms"]),
-            str(c["uses"]),
-        )
-    env.print(table)
+    env.print(connections_table(kept, env.shown))
 
 
 def _where_names(where: str) -> list[str]:

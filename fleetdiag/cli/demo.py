@@ -17,7 +17,7 @@ from ..job import root_causes
 from ..probe import ProbeSettings
 from ..records import HostResult
 from ..render import fleet_view, host_card
-from ..scheduler import probe_many
+from ..ssh.scheduler import probe_many
 from . import Context, handle_errors, main, pass_ctx
 
 if TYPE_CHECKING:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from ..render import plural
+from ..render.listing import fits, hosts_lines, hosts_table
 from . import Context, complete_selector, handle_errors, main, output_options, pass_ctx, select_hosts
 
 
@@ -45,7 +45,7 @@ def hosts(
     chosen = select_hosts(inv, selectors or ("all",))
     out = ctx.out
     if ssh_view:
-        from ..reach import TransportOptions
+        from ..ssh.reach import TransportOptions
 
         opts = TransportOptions(
             known_hosts=known_hosts, ssh_config=[ssh_config] if ssh_config else None, client_keys=list(identity) or None
@@ -62,45 +62,14 @@ def hosts(
         return
     title = Text(f"{plural(len(chosen), 'host')} from {out.shown(str(inv.path))}")
     shown = [out.shown(h) for h in chosen]
-    table = Table(title=title, title_justify="left")
-    for col in ("host", "target", "port", "user", "jump", "logs", "gpus", "groups"):
-        table.add_column(col, no_wrap=col != "groups")
-    for h in shown:
-        logs = "\n".join(f"{k}: {v}" for k, v in h.logs.items())
-        cells = (
-            h.name,
-            h.target + ("" if h.address else "\n(ssh config)"),
-            str(h.port or ""),
-            h.user or "",
-            h.jump or "",
-            logs,
-            str(h.gpus if h.gpus is not None else ""),
-            ", ".join(h.groups),
-        )
-        table.add_row(*(Text(c) for c in cells))
+    table = hosts_table(title, shown)
     if fits(out, table):
         out.print(table)
         return
     # too narrow for the table: one block per host, each address and path whole on its line
     out.print(title, soft_wrap=True)
-    for h in shown:
-        target = (f"{h.user}@" if h.user else "") + h.target + (f":{h.port}" if h.port else "")
-        head = Text.assemble((h.name, "bold"), "  ", target, "" if h.address else " (ssh config)")
-        if h.jump:
-            head.append(f"  via {h.jump}")
-        if h.gpus is not None:
-            head.append(f"  gpus {h.gpus}")
-        if h.groups:
-            head.append(f"  groups {', '.join(h.groups)}", style="dim")
-        out.print(head, soft_wrap=True)
-        for k, v in h.logs.items():
-            out.print(Text(f"  {k}: {v}"), soft_wrap=True)
-
-
-def fits(out, table: Table) -> bool:
-    """Whether the table fits the width without folding a cell (an address or a path split is useless)."""
-    console = out.out
-    return console.measure(table, options=console.options.update_width(10**5)).maximum <= console.width
+    for line in hosts_lines(shown):
+        out.print(line, soft_wrap=True)
 
 
 @main.command()
@@ -144,8 +113,8 @@ def ssh_resolution(inv, host, opts) -> dict:
     """One host as the connection will dial it: the inventory's values, then its ssh config."""
     from ..plan import jump_resolver
     from ..probe import host_transport
-    from ..reach import parse_jump_chain
-    from ..transport import resolve
+    from ..ssh.reach import parse_jump_chain
+    from ..ssh.transport import resolve
 
     r = resolve(host.target, host.port, host.user, host_transport(host, opts))  # its own key first, as probe
     doc = {"host": host.name, **r.to_json(), "where": r.where, "jump_from": "ssh config" if r.jump else None}

@@ -11,7 +11,7 @@ from ..plan import jump_resolver
 from ..preflight import LaunchError, PreflightResult, plan, preflight_many, report_json
 from ..probe import ProbeSettings
 from ..render import preflight_view
-from ..scheduler import DEFAULT_FANOUT
+from ..ssh.scheduler import DEFAULT_FANOUT
 from . import (
     Context,
     complete_selector,

@@ -23,10 +23,11 @@ from ..render import (
     fleet_view,
     host_card,
     incident_report,
+    job_cards,
     report_text,
 )
-from ..scheduler import CostMemory, default_deadline
-from ..spread import probe_fleet
+from ..ssh.scheduler import CostMemory, default_deadline
+from ..ssh.spread import probe_fleet
 from . import (
     Context,
     View,
@@ -95,7 +96,9 @@ def emit(
     rcs = [rc for rc in all_rcs if rc.host in kept]
     note = view.note(total, len(results))
     if fmt == "json":
-        env.json(report_json(results))
+        from ..job import report
+
+        env.json(report_json(results, report(results)))
     elif fmt == "jsonl":  # the host lines streamed as they came; the job-level answer needs them all
         from ..job import report
 
@@ -127,41 +130,11 @@ def emit(
 
 
 def print_job_cards(env, results: list[HostResult], rcs: list) -> None:
-    """One card per root cause: each job's root first (its line, its card, its consequences
-    folded under it), then one card per group of the other hosts in trouble."""
+    """``render.job_cards``, printed (lines wrap softly, cards fit the terminal)."""
     from rich.text import Text
 
-    from ..job import consequence_text, summary_line
-    from ..store import group_by_cause, incident_key
-
-    by_host = {r.host: r for r in results}
-    done: set[str] = set()
-    for rc in rcs:
-        root = by_host.get(rc.host)
-        if root is None:
-            continue
-        env.print(Text(summary_line(rc), style="bold red"), soft_wrap=True)
-        for ev in rc.evidence:  # what the nodes recorded: the root's error file, the Flight Recorder dumps, RAS
-            env.print(Text(f"  {ev}", style="bold"), soft_wrap=True)
-        env.print(host_card(root))
-        if rc.consequences:
-            bits = [consequence_text(h, k, d) for h, k, d in rc.consequences]
-            env.print(
-                Text(
-                    f"  failed as a consequence of {rc.host}: " + ", ".join(bits) + " (their cards: --all-cards)",
-                    style="bold",
-                ),
-                soft_wrap=True,
-            )
-        done.add(rc.host)
-        done.update(rc.affected)
-    for g in group_by_cause(r for r in results if r.host not in done):
-        if incident_key(g.example) is None:
-            continue
-        env.print(host_card(g.example))
-        if len(g.results) > 1:
-            others = fold(g.hosts[1:])
-            env.print(Text(f"  same root cause on {len(g.results) - 1} more: {others}", style="bold"), soft_wrap=True)
+    for item in job_cards(results, rcs):
+        env.print(item, soft_wrap=isinstance(item, Text))
 
 
 def cost_memory() -> CostMemory:
@@ -290,7 +263,7 @@ def probe(
 
 def interrupted_results(hosts: list, results: list[HostResult], settings: ProbeSettings) -> list[HostResult]:
     """An ``interrupted`` placeholder for every host that had not answered when Ctrl-C came."""
-    from ..scheduler import INTERRUPTED, placeholder
+    from ..ssh.scheduler import INTERRUPTED, placeholder
     from ..sweep import _log_of
 
     seen = {r.host for r in results}

@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from .. import units
 from ..exitcodes import Exit
-from ..records import SCHEMA_VERSION, VERDICTS, HostResult
-from ..render import ICON, STYLE, FleetProgress, Output, plural
-from ..scheduler import INTERNAL, INTERRUPTED, default_deadline
+from ..inventory import fold
+from ..records import SCHEMA_VERSION
+from ..render import FleetProgress, Output
+from ..render.history import change_lines, current_lines, fleet_line, history_lines, history_table, lemon_lines
+from ..render.listing import fits
+from ..ssh.scheduler import INTERNAL, INTERRUPTED, default_deadline
 from ..store import (
     DEFAULT_KEEP_DAYS,
     Change,
@@ -40,9 +42,6 @@ from ..store import (
     StoreError,
     default_db_path,
     default_report_path,
-    describe,
-    group_by_cause,
-    incident_key,
 )
 from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     NOTIFY_TIMEOUT,
@@ -52,7 +51,6 @@ from ..sweep import (  # noqa: F401  (re-exported: the engine lived here)
     notify_payload,
     run_notify,
 )
-from ..units import ago
 from . import (
     Context,
     Duration,
@@ -74,113 +72,8 @@ SWEEP_FORMATS = ("text", "json", "csv", "md", "html")
 
 # --------------------------------------------------------------------------- printing the news
 
-_KIND_STYLE = {"NEW": "bold red", "CHANGED": "bold yellow", "RESOLVED": "bold green", "NOW": "bold"}
-
 
 _when = units.when
-
-
-def _fold(hosts: list[str]) -> str:
-    from ..inventory import fold
-
-    return fold(hosts)
-
-
-def _entry(kind: str, hosts: list[str], verdict: str, text: str, width: int, extra: list[str]) -> Text:
-    line = Text()
-    line.append(f"{kind:<9}", style=_KIND_STYLE.get(kind, "bold"))
-    line.append(f" {_fold(hosts):<{width}}", style="bold")
-    line.append(f"  {verdict:<11}", style=STYLE.get(verdict, ""))
-    line.append(f"  {text}")
-    for e in extra:
-        line.append("\n" + " " * 10 + e, style="dim")
-    return line
-
-
-def _detail(rec: dict[str, Any] | None) -> list[str]:
-    """Category and hint of a stored record, one short line."""
-    d = (rec or {}).get("decisive") or {}
-    bits = [
-        b
-        for b in (
-            d.get("category") if d.get("category") != "other" else None,
-            f"hint: {d['hint']}" if d.get("hint") else None,
-        )
-        if b
-    ]
-    job = ((rec or {}).get("facts") or {}).get("job") or {}
-    if job.get("role") == "root":  # the job's one incident (fleetdiag.job)
-        bits.insert(
-            0,
-            "job root cause"
-            + (f" (rank {job['rank']})" if job.get("rank") is not None else "")
-            + f"; {len(job.get('affected') or [])} other host(s) failed as a consequence: "
-            + _fold(list(job.get("affected") or [])),
-        )
-    elif job.get("role") == "consequence":
-        bits.insert(0, f"a consequence of {job.get('root')} (job root cause)")
-    return [" · ".join(bits)] if bits else []
-
-
-def change_lines(changes: Changes) -> list[Text]:
-    """New, changed and resolved incidents, hosts with the same fingerprint on one line."""
-    entries: list[tuple[str, list[str], str, str, list[str]]] = []
-
-    def grouped(items: list[Change], key) -> list[list[Change]]:
-        groups: dict[Any, list[Change]] = {}
-        for c in items:
-            groups.setdefault(key(c), []).append(c)
-        return sorted(
-            groups.values(),
-            key=lambda g: (
-                VERDICTS.index(g[0].incident.verdict) if g[0].incident.verdict in VERDICTS else 99,
-                g[0].host,
-            ),
-        )
-
-    for g in grouped(changes.new, lambda c: c.incident.fingerprint):
-        inc = g[0].incident
-        extra = _detail(inc.record)
-        again = [c for c in g if c.recurred]
-        if again:
-            extra.append(
-                f"back again: first seen {_when(min(c.incident.first_seen for c in again))}, resolved in between"
-            )
-        entries.append(("NEW", [c.host for c in g], inc.verdict, inc.summary, extra))
-    for g in grouped(changes.changed, lambda c: (c.previous.fingerprint if c.previous else "", c.incident.fingerprint)):
-        inc, prev = g[0].incident, g[0].previous
-        extra = _detail(inc.record)
-        if prev is not None:
-            extra.append(f"was {prev.verdict}: {prev.summary}")
-        entries.append(("CHANGED", [c.host for c in g], inc.verdict, inc.summary, extra))
-    for g in grouped(changes.resolved, lambda c: (c.incident.fingerprint, c.verdict)):
-        inc = g[0].incident
-        lasted = max((c.incident.resolved_at or c.incident.last_seen) - c.incident.since for c in g)
-        entries.append(
-            (
-                "RESOLVED",
-                [c.host for c in g],
-                g[0].verdict or "ok",
-                f"was {inc.verdict}: {inc.summary}",
-                [f"lasted {ago(lasted)}, seen in {max(c.incident.count for c in g)} sweep(s)"],
-            )
-        )
-    width = max((len(_fold(h)) for _, h, _, _, _ in entries), default=0)
-    return [_entry(k, h, v, t, width, x) for k, h, v, t, x in entries]
-
-
-def current_lines(results: list[HostResult]) -> list[Text]:
-    """Every host in trouble now (when the history cannot say what is new)."""
-    groups = [g for g in group_by_cause(results) if incident_key(g.example) is not None]
-    width = max((len(g.folded) for g in groups), default=0)
-    return [_entry("NOW", g.hosts, g.verdict, describe(g.example), width, []) for g in groups]
-
-
-def fleet_line(results: list[HostResult], out: SweepOutcome) -> str:
-    counts = {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
-    head = " · ".join(f"{n} {v}" for v, n in counts.items() if n)
-    where = f" · report {out.report}" if out.report else ""
-    return f"{plural(len(results), 'host')}: {head}{where}"
 
 
 def print_outcome(
@@ -205,7 +98,7 @@ def print_outcome(
         unfinished = [r.host for r in out.results if r.facts.get("error_kind") == INTERRUPTED]
         env.err.print(
             Text(
-                f"fleetdiag sweep: interrupted; {len(unfinished)} host(s) unfinished: {_fold(unfinished)}",
+                f"fleetdiag sweep: interrupted; {len(unfinished)} host(s) unfinished: {fold(unfinished)}",
                 style="yellow",
             ),
             soft_wrap=True,
@@ -214,7 +107,7 @@ def print_outcome(
     if bugs:
         env.err.print(
             Text(
-                f"fleetdiag sweep: internal error while probing {_fold(bugs)} (a bug: please report; "
+                f"fleetdiag sweep: internal error while probing {fold(bugs)} (a bug: please report; "
                 "details in the report)",
                 style="bold red",
             ),
@@ -268,7 +161,7 @@ def print_outcome(
         return
     for line in lines:
         env.print(line, soft_wrap=True)
-    env.print(Text(fleet_line(out.results, out), style="dim"), soft_wrap=True)
+    env.print(Text(fleet_line(out.results, out.report), style="dim"), soft_wrap=True)
 
 
 def _filtered_changes(changes: Changes, view: View) -> Changes:
@@ -568,34 +461,13 @@ def print_lemons(out: Output, recs: list[Any], path: Path, recur: int, fmt: str 
     if not shown:
         out.print(f"no recurring incidents in {path} (back {recur} times or after a reboot)")
         return
-    from ..inventory import fold
-
-    out.print(
-        Text(
-            f"{len(shown)} recurring: {fold(sorted({r.host for r in shown}))} (drain and inspect: a reboot "
-            "or a new job did not fix them)",
-            style="bold",
-        ),
-        soft_wrap=True,
-    )
-    for r in shown:
-        out.print(
-            Text.assemble(
-                (r.host, "bold"),
-                "  ",
-                (f"{ICON.get(r.verdict, '')} {r.verdict}", STYLE.get(r.verdict, "")),
-                f"  {r.lemon(recur)}  ·  {r.sweeps} sweep(s), last {_when(r.last_seen)}",
-            ),
-            soft_wrap=True,
-        )
-        out.print(Text(f"  {r.summary}"), soft_wrap=True)
+    for line in lemon_lines(shown, recur):
+        out.print(line, soft_wrap=True)
 
 
 def print_history(out: Output, incidents: list[Any], path: Path) -> None:
     """The incidents as a table when it fits; narrow (a pipe is 80 columns): one block per incident,
     nothing squeezed to nothing."""
-    from .hosts import fits
-
     shown = [out.shown(i) for i in incidents]
     table = history_table(shown, out.shown(str(path)))
     if fits(out, table):
@@ -603,62 +475,6 @@ def print_history(out: Output, incidents: list[Any], path: Path) -> None:
     else:
         for line in history_lines(shown, out.shown(str(path))):
             out.print(line, soft_wrap=True)
-
-
-def history_table(incidents: list[Any], path: Path) -> Table:
-    """Incidents, one row each: state, cause, first and last seen, count, resolved."""
-    now = time.time()
-    n_open = sum(1 for i in incidents if i.open)
-    table = Table(title=f"{len(incidents)} incidents ({n_open} open) from {path}", title_justify="left")
-    for col, kw in (
-        ("host", {"no_wrap": True, "style": "bold"}),
-        ("state", {"no_wrap": True}),
-        ("cause", {"overflow": "fold"}),
-        ("first seen", {"no_wrap": True}),
-        ("last seen", {"no_wrap": True}),
-        ("count", {"justify": "right"}),
-        ("resolved", {"no_wrap": True}),
-    ):
-        table.add_column(col, **kw)
-    for i in incidents:
-        state = (
-            Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, ""))
-            if i.open
-            else Text(f"✓ was {i.verdict}", style="dim")
-        )
-        table.add_row(
-            Text(i.host),
-            state,
-            Text(i.summary),
-            _when(i.first_seen),
-            f"{ago(now - i.last_seen)} ago",
-            str(i.count),
-            _when(i.resolved_at) if i.resolved_at is not None else "open",
-        )
-    return table
-
-
-def history_lines(incidents: list[Any], path: Path) -> list[Text]:
-    """The history table's rows as lines, for a width the table does not fit: the cause on its own line."""
-    now = time.time()
-    n_open = sum(1 for i in incidents if i.open)
-    lines = [Text(f"{len(incidents)} incidents ({n_open} open) from {path}")]
-    for i in incidents:
-        state = (
-            Text(f"{ICON.get(i.verdict, '')} {i.verdict}", style=STYLE.get(i.verdict, ""))
-            if i.open
-            else Text(f"✓ was {i.verdict}", style="dim")
-        )
-        head = Text.assemble(
-            (i.host, "bold"),
-            "  ",
-            state,
-            f"  ×{i.count}  first {_when(i.first_seen)}  last {ago(now - i.last_seen)} ago  "
-            f"{'resolved ' + _when(i.resolved_at) if i.resolved_at is not None else 'open'}",
-        )
-        lines.append(head)
-        lines.append(Text(f"  {i.summary}"))
-    return lines
 
 
 def _select_stored(ctx: Context, selectors: Sequence[str], stored: list[str]) -> list[str]:

@@ -18,14 +18,11 @@ Pure: no SSH, no UI.
 
 from __future__ import annotations
 
-import calendar
 import re
-import time as _time
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import facts as facts_mod
-from .. import remote
+from .. import remote, timestamps
 from ..analysis.fingerprint import fingerprint
 from ..records import (
     DEGRADED,
@@ -67,60 +64,6 @@ def script_vars(path_prepend: str | None = None) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ the application's side
-
-
-_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
-_T_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _-](\d\d):(\d\d):(\d\d)([.,]\d+)?\s*(Z|[+-]\d\d:?\d\d)?")
-_T_MD = re.compile(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(\.\d+)?$")  # vLLM: 05-15 08:57:36
-_T_GLOG = re.compile(r"^(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(\.\d+)?$")  # glog: 0810 15:36:05.94
-_T_SYSLOG = re.compile(r"^([A-Za-z]{3})\s+(\d{1,2}) (\d\d):(\d\d):(\d\d)$")
-
-
-def app_time(text: str | None, now: float | None, tz_offset: int = 0) -> float | None:
-    """A log timestamp as epoch seconds on the host's clock; stamps without a year take the latest year
-    that does not put them in the future, stamps without a zone the host's zone."""
-    if not text:
-        return None
-    s = text.strip()
-    tz = timezone(timedelta(seconds=tz_offset))
-    m = _T_ISO.search(s)
-    if m:
-        y, mo, d, hh, mi, ss, frac, z = m.groups()
-        if z:
-            zz = z.replace(":", "")
-            tz = (
-                timezone.utc
-                if z == "Z"
-                else timezone(
-                    timedelta(seconds=(1 if zz[0] == "+" else -1) * (int(zz[1:3]) * 3600 + int(zz[3:5]) * 60))
-                )
-            )
-        try:
-            dt = datetime(int(y), int(mo), int(d), int(hh), int(mi), int(ss), tzinfo=tz)
-        except ValueError:
-            return None
-        return dt.timestamp() + float((frac or "0").replace(",", ".") or 0)
-    parts: tuple[int, int, int, int, int, float] | None = None
-    for rx in (_T_MD, _T_GLOG):
-        m = rx.match(s)
-        if m:
-            parts = (int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), float(m[6] or 0))
-            break
-    m = _T_SYSLOG.match(s)
-    if m and m[1].lower() in _MONTHS:
-        parts = (_MONTHS[m[1].lower()], int(m[2]), int(m[3]), int(m[4]), int(m[5]), 0.0)
-    if parts is None:
-        return None
-    ref = now if now is not None else _time.time()
-    year = _time.gmtime(ref + tz_offset).tm_year
-    for y in (year, year - 1):
-        try:
-            t = datetime(y, parts[0], parts[1], parts[2], parts[3], parts[4], tzinfo=tz).timestamp() + parts[5]
-        except ValueError:
-            continue
-        if t <= ref + 86400:  # a day of slack for clocks and zones
-            return t
-    return None
 
 
 _PID = re.compile(r"\bpid[=:]?\s*(\d+)|\[(\d+)\]")
@@ -265,7 +208,7 @@ def last_stamp(lines: list[str], now: float | None, tz_offset: int = 0) -> float
     for text in reversed(lines[-200:]):
         m = _GLOG_AT_START.match(text) or _STAMP_AT_START.match(text)
         if m:
-            t = app_time(m["t"], now, tz_offset)
+            t = timestamps.epoch(m["t"], tz_offset, now)
             if t is not None:
                 return t
     return None
@@ -367,7 +310,7 @@ def apply_collection(
     app: AppError | None = None
     silent = False
     if d is not None and res.verdict in (FAILED, STALLED):
-        when = app_time(d.time, now, kc.clock.tz_offset) or (fr.mtime if live else None)
+        when = timestamps.epoch(d.time, kc.clock.tz_offset, now) or (fr.mtime if live else None)
         app = app_error(d, res.facts, when, [ln.text for ln in fr.lines()])
     elif (
         live

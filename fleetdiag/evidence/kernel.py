@@ -9,15 +9,13 @@ carry the GPU's bus id and UUID so an application's GPU UUID can be mapped to a 
 
 from __future__ import annotations
 
-import calendar
 import re
-import time as _time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .. import timestamps
+
 # ---------------------------------------------------------------- time prefixes
-_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
 _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _RE_ISO = re.compile(rf"^(?P<t>{_ISO})\s+(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*\d+\.\d+\]\s*)?")
 _RE_ISO_BARE = re.compile(rf"^(?P<t>{_ISO})\s+")  # dmesg --time-format iso
@@ -170,21 +168,7 @@ class Clock:
 
 
 def _iso(s: str, tz: int) -> float | None:
-    s = s.replace(",", ".").replace(" ", "T")
-    m = re.match(r"(.*?T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:?\d\d)?$", s)
-    if not m:
-        return None
-    base = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")
-    frac = float(m.group(2) or 0)
-    z = m.group(3)
-    if z in (None, ""):
-        off = tz
-    elif z == "Z":
-        off = 0
-    else:
-        z = z.replace(":", "")
-        off = (1 if z[0] == "+" else -1) * (int(z[1:3]) * 3600 + int(z[3:5]) * 60)
-    return base.replace(tzinfo=timezone(timedelta(seconds=off))).timestamp() + frac
+    return timestamps.epoch(s, tz)
 
 
 def _zone(z: str) -> int:
@@ -192,27 +176,11 @@ def _zone(z: str) -> int:
     return (1 if z[0] == "+" else -1) * (int(z[1:3]) * 3600 + int(z[3:5]) * 60)
 
 
-def _wall(year: int, mon: str, day: str, hms: str, tz: int) -> float | None:
-    mo = _MONTHS.get(mon.lower())
+def _wall(clock: Clock, mon: str, day: str, hms: str, year: int | None = None) -> float | None:
+    mo = timestamps.MONTHS.get(mon.lower())
     if not mo:
         return None
-    try:
-        dt = datetime.strptime(
-            f"{year}-{mo:02d}-{int(day):02d} {hms}", "%Y-%m-%d %H:%M:%S" if hms.count(":") == 2 else "%Y-%m-%d %H:%M"
-        )
-    except ValueError:
-        return None
-    return dt.replace(tzinfo=timezone(timedelta(seconds=tz))).timestamp()
-
-
-def _year_for(clock: Clock, mon: str) -> int:
-    """A yearless stamp belongs to the latest year that does not put it in the future."""
-    if clock.year:
-        return clock.year
-    now = clock.now if clock.now is not None else _time.time()
-    t = _time.gmtime(now + clock.tz_offset)
-    mo = _MONTHS.get(mon.lower(), 1)
-    return t.tm_year if mo <= t.tm_mon else t.tm_year - 1
+    return timestamps.wall(mo, int(day), hms, clock.tz_offset, clock.now, year or clock.year)
 
 
 def split_time(line: str, clock: Clock, state: dict[str, float | None]) -> tuple[float | None, str]:
@@ -226,7 +194,7 @@ def split_time(line: str, clock: Clock, state: dict[str, float | None]) -> tuple
         return _iso(m["t"], clock.tz_offset), s[m.end() :]
     m = _RE_SYSLOG.match(s)
     if m:
-        t = _wall(_year_for(clock, m["mon"]), m["mon"], m["day"], m["hms"], clock.tz_offset)
+        t = _wall(clock, m["mon"], m["day"], m["hms"])
         return (t + float(m["frac"] or 0) if t is not None else None), s[m.end() :]
     m = _RE_FULL.match(s)
     if m:
@@ -235,10 +203,10 @@ def split_time(line: str, clock: Clock, state: dict[str, float | None]) -> tuple
         return _iso(m["t"], tz), s[m.end() :]
     m = _RE_CTIME.match(s)
     if m:
-        return _wall(int(m["year"]), m["mon"], m["day"], m["hms"], clock.tz_offset), s[m.end() :]
+        return _wall(clock, m["mon"], m["day"], m["hms"], int(m["year"])), s[m.end() :]
     m = _RE_HUMAN_ABS.match(s)
     if m:
-        t = _wall(_year_for(clock, m["mon"]), m["mon"], m["day"], m["hm"], clock.tz_offset)
+        t = _wall(clock, m["mon"], m["day"], m["hm"])
         state["human"] = t
         return t, s[m.end() :]
     m = _RE_HUMAN_REL.match(s)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ..reach import JumpHop, parse_jump_chain
+from ..ssh.reach import JumpHop, parse_jump_chain
 from ..units import parse_duration
 from .model import FUNNEL_KEYS, SOURCE_KINDS, Host, Inventory, InventoryError, LogSource, did_you_mean
 from .selection import SelectorError, _evaluate, _expand_range, _NoMatch, split_selector

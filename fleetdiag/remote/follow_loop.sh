@@ -3,7 +3,7 @@
 # SC2153: FW_* values are exported by the builder
 # SC2154: set by the part that runs before this one
 # SC3045: read -t/printf -v run only under $BASH_VERSION
-# The follow loop, run by bash or sh from FW_LOOP: see fleetdiag/follow.py.
+# The follow loop, run by bash or sh from FW_LOOP: see fleetdiag/remote/follow.py.
 
 eval "$FW_FUNCS"
 sl=$FW_POLL

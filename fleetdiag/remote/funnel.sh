@@ -3,7 +3,7 @@
 # SC2034: read by the part that runs after this one, or a placeholder
 # SC2086: $TO/$FTO and stat fields are split on purpose
 # SC3013: test -nt works in dash, bash, zsh and busybox ash
-# The funnel: see fleetdiag/funnel.py. Values arrive as exported FD_* variables.
+# The funnel: see fleetdiag/remote/funnel.py. Values arrive as exported FD_* variables.
 
 TO=; TOC=
 if command -v timeout >/dev/null 2>&1; then

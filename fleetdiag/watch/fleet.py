@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 from ..probe import HostLike
 from ..records import HostResult
-from ..scheduler import HandshakeGate
+from ..ssh.scheduler import HandshakeGate
 from .host import HostWatcher
 from .settings import WatchSettings
 from .state import FAILED, STALLED, STATES, HostView, WatchEvent

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .. import follow as follow_mod
-from .. import funnel as funnel_mod
+from ..analysis.lines import ParseCache
 from ..analysis.tracebacks import CARET, CODE, FRAME, TB_START
 from ..inventory.model import LogSource
 from ..job import clock_sample as job_clock_sample
@@ -36,19 +35,11 @@ from ..probe import (
     source_name,
     source_of,
 )
-from ..reach import (
-    AUTH,
-    CLOSED,
-    HOSTKEY_CHANGED,
-    HOSTKEY_UNKNOWN,
-    KEY,
-    OVERSIZE,
-    TIMEOUT,
-    HostError,
-    PartialOutput,
-)
 from ..records import FunnelResult, HostResult, Line, Timing, Verdict
-from ..transport import explain
+from ..remote import follow as follow_mod
+from ..remote import funnel as funnel_mod
+from ..ssh.reach import AUTH, CLOSED, HOSTKEY_CHANGED, HOSTKEY_UNKNOWN, KEY, OVERSIZE, TIMEOUT, HostError, PartialOutput
+from ..ssh.transport import explain
 from .buffer import LineBuffer
 from .settings import WatchSettings
 from .state import HostState, HostView
@@ -134,6 +125,8 @@ class HostWatcher:
         self._analysed_at = -math.inf  # monotonic time of the last analysis
         self._settle: asyncio.TimerHandle | None = None  # pending: an unfinished traceback's deadline
         self._settled = False  # analysing after that deadline: take what is there
+        # each analysis re-reads the whole buffer: its lines' parses are kept (bounded by the buffer's size)
+        self._parsed = ParseCache(limit=4 * settings.buffer_lines + 1000)
 
     # -- time: monotonic inside, unix time in the view --
     def _now(self) -> float:
@@ -413,7 +406,10 @@ class HostWatcher:
             fr.status = "missing"
         timing = Timing(rtt_ms=self.view.rtt_ms, round_trips=1)
         # silence is the state machine's to judge (its clock runs on): math.inf keeps probe's judgement out
-        res = host_result(self.host.name, fr, self.rules, math.inf, timing, self.facts, self.log_source, self.received)
+        with self._parsed.active():
+            res = host_result(
+                self.host.name, fr, self.rules, math.inf, timing, self.facts, self.log_source, self.received
+            )
         if self.clock is not None:
             res.facts["clock"] = dict(self.clock)
             if self.clock.get("zone"):
@@ -435,7 +431,8 @@ class HostWatcher:
         self.buffer.dirty = self.buffer.urgent = False
         self.analyses += 1
         self._analysed_at = self._now()
-        st.analysed(res, self._analysed_at)
+        with self._parsed.active():
+            st.analysed(res, self._analysed_at)
         self._reread_kernel(res)
 
     def _settle_now(self) -> None:

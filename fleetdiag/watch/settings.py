@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..analysis import Rules, load_rules
 from ..probe import DEFAULT_STALL_AFTER
-from ..reach import TransportOptions
+from ..ssh.reach import TransportOptions
 
 DEFAULT_WAIT_LIMIT = 900.0
 
