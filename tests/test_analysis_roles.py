@@ -134,3 +134,27 @@ def test_a_wrapper_quoting_a_cause_the_log_prints_is_not_the_answer(rules):
     alone = RAY_TASK_OVER_ACTOR_DEATH.split('  File "/w/ray_trainer.py"')[0]  # the wrapper with nothing under it
     d = analyze_text(alone, rules=rules).decisive
     assert d is not None and "RayTaskError(ActorDiedError)" in d.line and d.role == "wrapper"
+
+
+def _stats(t: str, p: float, g: float, r: int, w: int) -> str:
+    return (
+        f"INFO 09-18 {t} metrics.py:351] Avg prompt throughput: {p} tokens/s, Avg generation throughput: {g} tokens/s, "
+        f"Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.\n"
+    )
+
+
+HEALTH = 'INFO:     10.0.0.9:4000 - "GET /health HTTP/1.1" 200 OK\n'
+ANSWER = 'INFO:     10.0.0.9:4001 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+
+
+def test_an_engine_holding_requests_without_progress_is_stalled(rules):
+    hung = _stats("16:10:53", 67.0, 5.0, 2, 0) + HEALTH + _stats("16:10:58", 0.0, 0.0, 3, 4) + HEALTH
+    hung += _stats("16:11:03", 0.0, 0.0, 3, 9) + HEALTH
+    d = analyze_text(hung, rules=rules)
+    assert d.verdict == "stalled" and "engine hung: 2 reports" in d.summary
+    # one report is a pause, not a hang; a request answered after the reports is progress
+    assert analyze_text(_stats("16:11:03", 0.0, 0.0, 3, 9) + HEALTH, rules=rules).verdict == "healthy"
+    assert analyze_text(hung + ANSWER, rules=rules).verdict == "healthy"
+    # an idle server reports zeros with nothing held
+    idle = "".join(_stats(f"16:1{i}:00", 0.0, 0.0, 0, 0) for i in range(4)) + HEALTH
+    assert analyze_text(idle, rules=rules).verdict == "healthy"

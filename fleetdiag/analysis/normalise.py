@@ -36,7 +36,7 @@ _PREFIXES = (
 )
 # after a prefix is removed, what shows the remainder is a log line of its own
 _OWN_HEADER = re.compile(
-    r"^(?:\(\w[^)]*pid=\d+|\[|Traceback|\s+File \"|"
+    r"^(?:\(\w[^)]*pid=\d+|\[(?:\d|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
     + _TS
     + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"
 )
@@ -119,8 +119,8 @@ def _newest_first(texts: list[str], stamps: list[float | None]) -> bool:
     seq = [t for t in stamps if t is not None]
     down = sum(1 for a, b in zip(seq, seq[1:]) if b < a)
     up = sum(1 for a, b in zip(seq, seq[1:]) if b > a)
-    if down >= 3 and down > 4 * up:
-        return True
+    if (down >= 3 and down > 4 * up) or (down >= 2 and up == 0):
+        return True  # a short export: every stamp falls
     upright = upside = 0
     for k, t in enumerate(texts):
         if "Traceback" not in t or not _TB_START.search(t):
