@@ -14,6 +14,7 @@ fleetdiag-remote <base64>``. The decoder contains no backslash, no newline, no
 from __future__ import annotations
 
 import base64
+import re
 import shlex
 from collections.abc import Mapping
 from functools import cache
@@ -75,8 +76,16 @@ def pad_line(line: str) -> str:
 
 @cache
 def load(name: str) -> str:
-    """A shipped script text (``funnel.sh``, ``lib.awk``, ...) from this package."""
-    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    """A shipped script text (``funnel.sh``, ``lib.awk``, ...) from this package, without its
+    comment lines: they are for the reader here, and every host would receive them base64-encoded
+    and decode them in awk (a fifth of a probe's request)."""
+    text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    return "".join(ln for ln in text.splitlines(keepends=True) if not _COMMENT_LINE.match(ln))
+
+
+# A whole-line comment of sh or awk (the remote scripts have no here-documents and no multi-line
+# strings whose lines start with "#": tests/test_remote_scripts.py checks the shipped files).
+_COMMENT_LINE = re.compile(r"[ \t]*#")
 
 
 def quote(value: object) -> str:
