@@ -12,7 +12,8 @@ same command a user types). A case is *right* when the reported line contains
 the labelled decisive text (or an accepted alternative) and no decoy, and the
 verdict is the labelled one; *decoy* when it names a decoy instead.
 
-Sets: shared/corpus/dev, shared/corpus/kernel (the app log with
+Sets: shared/corpus/dev, shared/corpus/kernel, tests/corpus_kernel and
+tests/corpus_kernel_extra (the app log with
 ``--kernel``, when ``analyze`` has it), shared/corpus/multinode and
 tests/corpus_multinode (per node: the root node's own error; a victim's line
 must be marked ``peer-caused``), tests/corpus, tests/corpus_extra,
@@ -192,6 +193,7 @@ def all_sets() -> dict[str, list[Case]]:
     for name, folder, fn in (
         ("dev", SHARED / "corpus" / "dev", single_host_set),
         ("kernel", SHARED / "corpus" / "kernel", kernel_set),
+        ("tests/corpus_kernel", TESTS / "corpus_kernel", kernel_set),
         ("tests/corpus_kernel_extra", TESTS / "corpus_kernel_extra", kernel_set),
         ("multinode", SHARED / "corpus" / "multinode", multinode_set),
         ("tests/corpus", TESTS / "corpus", single_host_set),

@@ -143,3 +143,22 @@ def test_plain_logs_are_left_alone():
         lines = split_text(p.with_suffix(".log").read_text(encoding="utf-8", errors="replace"))
         norm = normalise(lines)
         assert norm.lines == lines or norm.steps
+
+
+def test_a_removed_prefix_keeps_the_year_a_klog_stamp_lacks() -> None:
+    """A container runtime's ISO stamp before a klog line ('I0809 13:32:51') is the line's time once the
+    prefix is removed: the klog stamp has no year, and a year guessed from today misplaces the failure
+    against the kernel log (the shared kernel case akash244 is such a log)."""
+    log = "".join(
+        f"2024-08-09T13:32:{s:02d}.873588972Z I0809 13:32:{s:02d}.873541       1 health.go:185] step {s}\n"
+        for s in range(10, 40)
+    )
+    log += (
+        "2024-08-09T13:32:51.873588972Z E0809 13:32:51.873541       1 health.go:190] "
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    d = analyze_text(log, rules=load_rules(user_default=False))
+    assert d.decisive is not None
+    assert d.decisive.time == "2024-08-09T13:32:51.873588972Z"
+    plain = analyze_text(log.replace("2024-08-09T13:32:51.873588972Z ", ""), rules=load_rules(user_default=False))
+    assert plain.decisive is not None and plain.decisive.time.startswith("0809 13:32:51")

@@ -24,7 +24,7 @@ from ..units import signal_name
 from . import hints
 from .fingerprint import fingerprint
 from .lines import SEVERITY, LogLine, clean, parse_all, time_key
-from .normalise import Normalised, normalise
+from .normalise import Normalised, filed_time, normalise
 from .processes import rank_of
 from .rules import CAUSE, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
 from .tracebacks import Event, build_events
@@ -698,6 +698,13 @@ def diagnose(lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None) 
     return diag
 
 
+def _time_as_filed(first: LogLine | Line, own: str | None, norm: Normalised | None) -> str | None:
+    """A removed service prefix's full stamp wins over a line's own stamp without a year (see filed_time)."""
+    if isinstance(first, Line) and norm is not None and "service prefix removed" in norm.steps:
+        return filed_time(first.text, own)
+    return own
+
+
 def _diagnose(
     lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None, norm: Normalised | None = None
 ) -> Diagnosis:
@@ -744,7 +751,7 @@ def _diagnose(
         line=clean(first.text) if isinstance(first, Line) else ev.line.raw,
         message=ev.line.msg.strip(),
         process=ev.process,
-        time=ev.line.time or next((ln.time for ln in ev.block if ln.time), None),
+        time=_time_as_filed(first, ev.line.time or next((ln.time for ln in ev.block if ln.time), None), norm),
         lineno=first.lineno,
         pos=first.pos,
         exception_type=ev.exception_type,

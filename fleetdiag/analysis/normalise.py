@@ -106,6 +106,22 @@ def _unprefixed(text: str, rx: re.Pattern[str]) -> str:
     return text[m.end() :].rstrip('"') if text[m.start() : m.end()].endswith('"') else text[m.end() :]
 
 
+_FULL_DATE = re.compile(r"\d{4}-\d\d-\d\d")
+
+
+def filed_time(filed: str, own: str | None) -> str | None:
+    """The time to report for a line whose service prefix was removed: the prefix's full stamp when the line's
+    own time has no date with a year (a klog/glog ``I0809 13:32:51`` behind a container runtime's ISO stamp),
+    else the line's own."""
+    if own is not None and _FULL_DATE.match(own):
+        return own
+    for rx in _PREFIXES[:2]:
+        m = rx.match(filed)
+        if m is not None and m.group("ts"):
+            return m.group("ts")
+    return own
+
+
 def _time_of(text: str) -> float | None:
     m = _TIME_KEY.search(text[:80])
     if m is None:
