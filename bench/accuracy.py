@@ -400,26 +400,11 @@ class _Recording:
         return got
 
 
-_RULE_FIELDS = (
-    "keywords",
-    "run_start",
-    "tags",
-    "waiting",
-    "ready",
-    "benign",
-    "serving",
-    "processes",
-    "secondary",
-    "signatures",
-    "peer",
-    "sources",
-    "extra_tags",
-)
-
-
 def _recording_rules(rules: Any) -> Any:
+    from fleetdiag.analysis.rules import RULE_FIELDS
+
     cls = type("RecordingRules", (_Recording, type(rules)), {})
-    rec = cls(**{f: list(getattr(rules, f)) for f in _RULE_FIELDS})
+    rec = cls(**{f: list(getattr(rules, f)) for f in RULE_FIELDS})
     rec.hits = {}
     return rec
 

@@ -207,6 +207,24 @@ class ProcessRule:
         self.regex = re.compile(self.pattern)
 
 
+# the rule lists a Rules holds: what a copy with one rule disabled (Rules.without) or a recording copy starts from
+RULE_FIELDS = (
+    "keywords",
+    "run_start",
+    "tags",
+    "waiting",
+    "ready",
+    "benign",
+    "serving",
+    "processes",
+    "secondary",
+    "signatures",
+    "peer",
+    "sources",
+    "extra_tags",
+)
+
+
 @dataclass
 class Rules:
     """Compiled rules. The ERE lists are also what the remote funnel greps with."""
@@ -360,24 +378,7 @@ class Rules:
     def without(self, rule_id: str) -> Rules:
         """A copy with one rule removed (the rule-support sweep: which cases need it)."""
         sec, _, key = rule_id.partition(":")
-        kw: dict[str, Any] = {
-            f: list(getattr(self, f))
-            for f in (
-                "keywords",
-                "run_start",
-                "tags",
-                "waiting",
-                "ready",
-                "benign",
-                "serving",
-                "processes",
-                "secondary",
-                "signatures",
-                "peer",
-                "sources",
-                "extra_tags",
-            )
-        }
+        kw: dict[str, Any] = {f: list(getattr(self, f)) for f in RULE_FIELDS}
         if sec == "signature":
             kw["signatures"] = [s for s in self.signatures if s.name != key]
         elif sec in ("secondary", "peer"):
