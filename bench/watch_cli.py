@@ -62,6 +62,18 @@ def healthy_line(i: int) -> str:
     return f"(APIServer pid=6412) INFO 05-09 15:14:{i % 60:02d} [loggers.py:123] Engine 000: step {i}\n"
 
 
+def _grow(logs: list, names: list[str], failing: set[str], stop: threading.Event) -> None:
+    """Every log but the failing ones grows healthily, a line every 0.2 s, as a serving vLLM's does."""
+    i = 0
+    while not stop.is_set():
+        for p, name in zip(logs, names):
+            if name not in failing:
+                with open(p, "a", encoding="utf-8") as fh:
+                    fh.write(healthy_line(i))
+        i += 1
+        time.sleep(0.2)
+
+
 def tree() -> str:
     """Where the watched CLI's fleetdiag comes from (a before/after run on one machine names both)."""
     code = "import fleetdiag, os; print(os.path.dirname(os.path.dirname(fleetdiag.__file__)))"
@@ -191,15 +203,8 @@ def run(
     ev = Events(watch)
     stop = threading.Event()
 
-    def grow() -> None:  # every log grows healthily, as a serving vLLM's does
-        i = 0
-        while not stop.is_set():
-            for p, name in zip(logs, names):
-                if name not in failing:
-                    with open(p, "a", encoding="utf-8") as fh:
-                        fh.write(healthy_line(i))
-            i += 1
-            time.sleep(0.2)
+    def grow() -> None:
+        _grow(logs, names, failing, stop)
 
     failing: set[str] = set()
     grower = threading.Thread(target=grow, daemon=True)
@@ -279,14 +284,7 @@ def run_floor(n: int, rounds: int, rtt: float, server, ports, logs, names, proxy
     failing: set[str] = set()
 
     def grow() -> None:
-        i = 0
-        while not stop.is_set():
-            for p, name in zip(logs, names):
-                if name not in failing:
-                    with open(p, "a", encoding="utf-8") as fh:
-                        fh.write(healthy_line(i))
-            i += 1
-            time.sleep(0.2)
+        _grow(logs, names, failing, stop)
 
     threading.Thread(target=grow, daemon=True).start()
     latencies: list[float] = []

@@ -32,7 +32,6 @@ def test_remote_scripts_are_shipped():
     } <= set(SHIPPED)
 
 
-@pytest.mark.skipif(shutil.which("dash") is None, reason="dash missing")
 def test_comment_lines_left_out_are_never_data():
     """``remote.load`` leaves whole-line comments out of what a host receives. That is safe only
     while no such line sits inside a quoted string or a here-document: checked here for every
