@@ -213,8 +213,8 @@ def test_funnel_keywords_reach_the_decisive_line(path: Path, rules):
     )
 
 
-@pytest.mark.parametrize("path", _params("test_serving_with_request_errors_is_healthy", healthy=True))
-def test_serving_with_request_errors_is_healthy(path: Path, rules):
+@pytest.mark.parametrize("path", _params("test_not_failed_gets_its_verdict", healthy=True))
+def test_not_failed_gets_its_verdict(path: Path, rules):
     """A log that did not fail gets its labelled verdict and no decisive line: a server that logged an error
     for one request and went on answering is healthy, one whose engine holds requests without progress
     behind a live front end is stalled, one that ends while it loads or warms up is starting."""
@@ -227,8 +227,8 @@ def test_serving_with_request_errors_is_healthy(path: Path, rules):
 
 
 @needs_sh
-@pytest.mark.parametrize("path", _params("test_serving_with_request_errors_through_the_funnel", healthy=True))
-def test_serving_with_request_errors_through_the_funnel(path: Path, rules):
+@pytest.mark.parametrize("path", _params("test_not_failed_verdict_through_the_funnel", healthy=True))
+def test_not_failed_verdict_through_the_funnel(path: Path, rules):
     label, _ = _case(path)
     fr, res = _through_funnel(path, rules)
     assert fr.status == "ok"
