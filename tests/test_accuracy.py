@@ -20,9 +20,9 @@ FLOORS = {
     "tests/corpus_extra": 216,
     "tests/corpus_heldout": 9,
     # the second held-back set, never tuned on (tests/corpus_heldout2/README.md): measured once.
-    # 23 with every log older than the 600 s stall window (its idle llama-server case then reads
-    # `stalled`), 24 on a log written in the last ten minutes
-    "tests/corpus_heldout2": 23,
+    # bench/accuracy.py judges each log through a fresh copy (as just written), so its idle
+    # llama-server case reads healthy here; the same file left 600 s old reads `stalled`
+    "tests/corpus_heldout2": 24,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
