@@ -102,6 +102,7 @@ def test_xid_154_takes_the_class_of_the_recovery_it_asks_for() -> None:
     fell = "[5.0] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
     got = decision([fell, ask.format("0x2 (Node Reboot Required)")])
     assert got is not None and ": 79," in got.line and got.category == "hardware"
+    assert got.hint.startswith("the driver asks for: Node Reboot Required; ")
 
 
 def test_history_ends_at_a_boot_or_a_driver_load() -> None:

@@ -408,7 +408,18 @@ def standalone(
             cause = _cause_before(ev, burst, table) if ev.kind == "xid" and ev.code == 154 else None
             if cause is not None:
                 why += f", after: {cause.message[:160]}"
-            return _decision(ev, why, None, table)
+            got = _decision(ev, why, None, table)
+            asked = next(
+                (
+                    asked_recovery(e)
+                    for e in burst
+                    if e.kind == "xid" and e.code == 154 and e.bus == ev.bus and e is not ev
+                ),
+                None,
+            )
+            if asked and ev.kind == "xid" and ev.code != 154:  # the driver's request for the fault it follows
+                got.hint = f"the driver asks for: {asked}; {got.hint}"
+            return got
     return None
 
 
