@@ -74,7 +74,8 @@ async def bare(spec: dict, cipher: str | None, kept: bool) -> tuple[float, int]:
     kw: dict = {
         "username": spec["user"],
         "client_keys": [spec["key"]],
-        "known_hosts": spec["known_hosts"],
+        # parsed once, as an SSHKnownHosts object: a path would be parsed again for every connection
+        "known_hosts": asyncssh.read_known_hosts(spec["known_hosts"]),
         "agent_path": None,
         "connect_timeout": 60,
     }
