@@ -22,6 +22,10 @@ Whole-process rows (GNU time: the process and every child, start-up included, ov
   fleetdiag sweep (CLI)        fresh connections; and warm (kept connections, keeper CPU counted)
   clush -f FANOUT              OpenSSH in C, one ssh process per host
   python start-up              ``fleetdiag --version`` once (divide by N for its share)
+
+``--offline``: what grows with the fleet, with no SSH: the known_hosts lookup of one connection
+(a fleet's file has a line per host: parsed per connection before, once per process now) and the
+inventory load, at 60, 1,000 and 5,000 hosts.
 """
 
 from __future__ import annotations
@@ -157,6 +161,65 @@ def analysis_alone(spec: dict) -> tuple[float, int]:
     return median(times) * len(spec["ports"]), 1
 
 
+def offline(sizes: tuple[int, ...] = (60, 1000, 5000)) -> None:
+    """Per-connection known_hosts cost and inventory load, by fleet size (CPU, this process)."""
+    import asyncssh
+    import yaml
+
+    from fleetdiag.inventory import load_inventory, yamlload
+    from fleetdiag.ssh.transport import KnownHosts
+
+    class PureLoader(yaml.SafeLoader):  # the inventory's loader on PyYAML's pure-Python parser, as before
+        pass
+
+    PureLoader.add_constructor("tag:yaml.org,2002:map", yamlload._construct_map)
+    PureLoader.add_constructor("tag:yaml.org,2002:seq", yamlload._construct_seq)
+
+    with tempfile.TemporaryDirectory(prefix="fleetdiag-bench-offline-") as tmp:
+        pub = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+        rows = []
+        for n in sizes:
+            kh = Path(tmp) / f"known_hosts{n}"
+            kh.write_text("".join(f"[127.0.0.1]:{20000 + i} {pub}\n" for i in range(n)))
+            t0 = cpu_now()
+            for i in range(20):  # as before: the whole file parsed for each connection
+                asyncssh.import_known_hosts(kh.read_text()).match("127.0.0.1", "127.0.0.1", 20000 + i)
+            each = (cpu_now() - t0) / 20
+            KnownHosts([str(kh)])("127.0.0.1", "127.0.0.1", 20000)  # the first connection parses
+            t0 = cpu_now()
+            for i in range(200):
+                KnownHosts([str(kh)])("127.0.0.1", "127.0.0.1", 20000 + i % n)
+            cached = (cpu_now() - t0) / 200
+            inv = Path(tmp) / f"inv{n}.yaml"
+            inv.write_text(
+                "hosts:\n"
+                + "".join(
+                    f"  h{i:05d}:\n    address: 127.0.0.1\n    port: {20000 + i}\n    user: root\n"
+                    f"    logs:\n      vllm: /var/log/vllm.log\n"
+                    for i in range(n)
+                )
+            )
+            t0 = cpu_now()
+            load_inventory(inv)
+            load = cpu_now() - t0
+            t0 = cpu_now()
+            yaml.load(inv.read_text(), Loader=PureLoader)  # noqa: S506 (a safe loader)
+            pure = cpu_now() - t0
+            rows.append([n, f"{each * 1000:.2f}", f"{cached * 1000:.3f}", f"{pure:.2f}", f"{load:.2f}"])
+    print(
+        table(
+            [
+                "hosts",
+                "known_hosts per connection, parsed each time (ms)",
+                "parsed once (ms)",
+                "inventory YAML, pure-Python parser (s)",
+                "inventory load, libyaml (s)",
+            ],
+            rows,
+        )
+    )
+
+
 def worker(mode: str, spec_file: str) -> None:
     spec = json.loads(Path(spec_file).read_text())
     if mode == "analysis":
@@ -180,11 +243,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--log-mb", type=float, default=1)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI sweep rows (in-process rows and clush only)")
+    ap.add_argument("--offline", action="store_true", help="only what grows with the fleet, no SSH")
     ap.add_argument("--json-out")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "SPEC"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(*args.worker)
+        return {}
+    if args.offline:
+        offline()
         return {}
     n = args.hosts
     lab = Lab.start([args.rtt] * n)
