@@ -25,12 +25,23 @@ _SEV = (
     r"(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|ALERT|EMERGENCY|FATAL"
     r"|debug|info|notice|warning|warn|error|critical|fatal|[IWEDF])"
 )
-# a service's prefix: [severity] timestamp [severity], in a table cell, quoted (CSV) or tab-separated;
-# or epoch milliseconds
+# the stream a container runtime or collector read the line from, after its stamp: CRI's "stdout F",
+# a sidecar's "1 stdout:" (the fd and the stream)
+_STREAM = r"(?:[\t ]+(?:\d[\t ]+)?(?:stdout|stderr)(?:[\t ]+[FP](?=[\t ])|:)?)?"
+# a service's prefix: [severity] timestamp [severity] [stream], in a table cell, quoted (CSV) or
+# tab-separated; or epoch milliseconds
 _PREFIXES = (
     re.compile(r"^\s*\|?\s*(?P<ts>" + _TS + r")\s*\|\s?"),
     re.compile(
-        r'^(?:"?' + _SEV + r'"?[\t ,]+)?"?(?P<ts>' + _TS + r')"?(?:[\t ,]+"?\[?' + _SEV + r'\]?"?)?(?:\t|,|\s+)"?'
+        r'^(?:"?'
+        + _SEV
+        + r'"?[\t ,]+)?"?(?P<ts>'
+        + _TS
+        + r')"?(?:[\t ,]+"?\[?'
+        + _SEV
+        + r'\]?"?)?'
+        + _STREAM
+        + r'(?:\t|,|\s+)"?'
     ),
     re.compile(r"^(?P<epoch>1\d{9}(?:\d{3})?(?:\.\d+)?)[\t ,]+"),
 )
