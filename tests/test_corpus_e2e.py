@@ -52,9 +52,6 @@ HOSTS = {c.id: f"c{i:03d}" for i, c in enumerate(CASES)}
 # held-back cases the analyzer gets wrong: never tuned on (bench/accuracy.py scores them); strict, so a
 # general fix that makes one pass is noticed and the entry goes
 HELDOUT_KNOWN_WRONG = {
-    "torch_xinference_4421_tcpstore_should_dump_broken_pipe",
-    "vllm_9818_sidecar_prefix_mqllmengine_already_dead",
-    "vllm_dynamo_787_custom_allreduce_failed_as_info_lines",
     "vllm_omni_2928_hung_engine_behind_status_200s",
 }
 

@@ -54,6 +54,7 @@ _OWN_HEADER = re.compile(
 _RULE = re.compile(r"^\s*([-=~_*#+])\1{3,}")  # a separator line is a line of its own
 _TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
 _FRAME = re.compile(r'^\s+File "')
+_DIGITS = re.compile(r"\d+")
 _TIME_KEY = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
 
 SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the service's
@@ -177,8 +178,8 @@ def _wrap_width(lines: list[Line]) -> int | None:
         return None
     if n < 2 or n < 0.05 * len(lens):
         return None
-    if len({ln.text for ln in lines if len(ln.text) == width}) < 2:
-        return None  # one line repeated: a template, not a terminal's cuts
+    if len({_DIGITS.sub("", ln.text) for ln in lines if len(ln.text) == width}) < 2:
+        return None  # one line repeated (its stamps or counters aside): a template, not a terminal's cuts
     # a terminal cuts wherever the width falls, so some cut lands between two printed characters
     for a, b in zip(lines, lines[1:]):
         if len(a.text) == width and not a.text[-1].isspace() and b.text[:1] and not b.text[0].isspace():
