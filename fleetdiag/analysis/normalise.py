@@ -61,10 +61,14 @@ SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the se
 # a sidecar's or a log collector's own label before every line: "[pod-name] ", "[VllmSidecar id]: ",
 # "[pod/name/container] " (kubectl logs --prefix). One literal label on (nearly) every line says only
 # which stream the lines came from, so it goes; a label that varies is a process tag the line model peels.
-_LABEL = re.compile(r"^\[(?P<label>[A-Za-z][^\[\]]{0,100})\]:? ")
+# A label may start with a digit when it has a letter and no clock in it: a job runner's
+# "[177/train/578 (pid 28936)] [09c561ee-…] " after its own stamp.
+_LABEL = re.compile(r"^\[(?P<label>[A-Za-z0-9][^\[\]]{0,100})\]:? ")
 _NOT_LABEL = re.compile(
     r"^(?:rank|default)\d+$|^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
+    r"|^[^A-Za-z]*$|\d:\d\d"
 )
+LABELS = 3  # constant labels in a row, at most (a runner's step label, then its run id)
 
 
 @dataclass
@@ -108,6 +112,22 @@ def _constant_label(texts: list[str]) -> str | None:
     if sum(1 for t in lines if t.startswith(head) or t == bare or t == bare.rstrip(":")) < SHARE * len(lines):
         return None
     return head
+
+
+def _without_labels(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], bool]:
+    """The lines without the constant labels (up to LABELS in a row) nearly every one starts with."""
+    done = False
+    for _ in range(LABELS):
+        head = _constant_label([t for t, _, _ in work])
+        if head is None:
+            break
+        bare = head.rstrip()
+        work = [
+            (t[len(head) :] if t.startswith(head) else "" if t in (bare, bare.rstrip(":")) else t, k, st)
+            for t, k, st in work
+        ]
+        done = True
+    return work, done
 
 
 def _unprefixed(text: str, rx: re.Pattern[str]) -> str:
@@ -202,15 +222,7 @@ def normalise(lines: list[Line]) -> Normalised:
     # (text, index of the original line, the export's own time) in the order being built
     work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
     changed = False
-    head = _constant_label([t for t, _, _ in work])
-    if head is not None:
-        bare = head.rstrip()
-        work = [
-            (t[len(head) :] if t.startswith(head) else "" if t in (bare, bare.rstrip(":")) else t, k, st)
-            for t, k, st in work
-        ]
-        out.steps.append("line label removed")
-        changed = True
+    work, labelled = _without_labels(work)
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if rx is not None:
         new = [(_unprefixed(t, rx), k, st) for t, k, st in work]
@@ -218,6 +230,11 @@ def normalise(lines: list[Line]) -> Normalised:
             work = new
             out.steps.append("service prefix removed")
             changed = True
+            work, after = _without_labels(work)  # a runner's labels behind the service's stamp
+            labelled = labelled or after
+    if labelled:
+        out.steps.insert(0, "line label removed")
+        changed = True
     width = _wrap_width([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if width is not None:
         joined = []
