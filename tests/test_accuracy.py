@@ -17,8 +17,9 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 193,
-    "tests/corpus_heldout": 9,
+    "tests/corpus_extra": 197,
+    # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
+    "tests/corpus_heldout": 13,
     # the second held-back set, never tuned on (tests/corpus_heldout2/README.md): measured once.
     # 23 with every log older than the 600 s stall window (its idle llama-server case then reads
     # `stalled`), 24 on a log written in the last ten minutes
