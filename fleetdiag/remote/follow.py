@@ -57,8 +57,10 @@ from . import funnel as funnel_mod
 # into the awk pipe, then a sync mark. Wake mode (GNU tail): a ``tail -F -n0``
 # doorbell (inotify) rings a pipe the reader blocks on, plus a ticker every
 # heartbeat; offsets never come from tail. Poll mode: a stat every ``poll`` s.
-# Under bash, naps are ``read -t`` on the channel's stdin (fd 9): no fork, and
-# an immediate exit when the controller hangs up. The log's size and inode are
+# Under bash, naps are ``read -t`` on the channel's stdin (fd 9) while it is open: no fork. Its EOF
+# never ends the follower (asyncssh's stdin=DEVNULL sends one a round trip after the exec, which a fast
+# host's loop sees after it started: every follower ended there, #25): naps become sleeps, and a
+# hang-up ends the follower at its next write (SIGPIPE). The log's size and inode are
 # taken *before* the funnel reads it, so following from that offset can only
 # repeat lines (merged by pos), never miss one.
 _FUNCS = remote.load("follow_funcs.sh")

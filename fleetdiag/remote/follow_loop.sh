@@ -7,8 +7,17 @@
 
 eval "$FW_FUNCS"
 sl=$FW_POLL
+# Naps: under bash, while fd 9 (the channel's stdin) is open, `read -t` on it (no fork). Its EOF is no
+# reason to stop: a client sends one when it likes (asyncssh's stdin=DEVNULL, one round trip after the
+# exec: after this check whenever the snapshot took less than a round trip), so from then on a nap is
+# a sleep, and a hang-up ends the follower at its next write (SIGPIPE), a heartbeat at the latest.
 if [ -n "$BASH_VERSION" ] && read -r -t 0.01 -u 9 _ 2>/dev/null; [ $? -gt 128 ]; then
-  fw_nap() { read -r -t "$1" -u 9 _; [ $? -ne 1 ]; }
+  fw_nap() {
+    read -r -t "$1" -u 9 _
+    [ $? -ne 1 ] && return 0
+    fw_nap() { sleep "$1" 2>/dev/null || sleep 1; }
+    fw_nap "$1"
+  }
   fw_now() { printf -v fw_t '%(%s)T' -1 2>/dev/null || fw_t=$(date +%s); }
 else
   sleep "$sl" 2>/dev/null || sl=1
