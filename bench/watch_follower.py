@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,10 @@ from fleetdiag.analysis import load_rules  # noqa: E402
 from fleetdiag.delayproxy import DelayProxy  # noqa: E402
 from fleetdiag.remote import follow, funnel  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
+
+SEED = (ROOT / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text().splitlines(keepends=True)
+FAILURE = "".join(SEED[next(i for i, ln in enumerate(SEED) if " ERROR " in ln) :])
+DECISIVE = "DP adjusted local rank 3 is out of bounds"
 
 
 def _first_line(argv: list[str]) -> str:
@@ -60,13 +65,17 @@ def tools() -> dict:
     }
 
 
-async def case(server, port: int, log: Path, stdin: str, seconds: float) -> dict:
+async def case(
+    server, port: int, log: Path, stdin: str, seconds: float, block: str = "", heartbeat: float = 2.0
+) -> dict:
     rules = load_rules(user_default=False)
     log.write_text("INFO first line\n")
     fs = funnel.FunnelSpec(
         log=str(log), keywords=rules.keyword_ere(), run_start=rules.run_start_ere(), tags=rules.tag_ere()
     )
-    spec = follow.FollowSpec(funnel=fs, waiting=rules.waiting_ere(), ready=rules.ready_ere(), session="bench")
+    spec = follow.FollowSpec(
+        funnel=fs, waiting=rules.waiting_ere(), ready=rules.ready_ere(), session="bench", heartbeat=heartbeat
+    )
     mark = funnel.new_mark()
     command = funnel.remote_command(follow.build_script(spec, mark))
     conn = await asyncssh.connect(
@@ -77,8 +86,11 @@ async def case(server, port: int, log: Path, stdin: str, seconds: float) -> dict
         known_hosts=str(server.known_hosts),
         config=None,
     )
-    res: dict = {"stdin": stdin, "latencies_ms": [], "ended": None}
+    res: dict = {"stdin": stdin, "block": bool(block), "heartbeat": heartbeat, "latencies_ms": [], "sync_ms": []}
+    res.update(before_ms=[], ended=None)  # before_ms: the append's time minus the previous record's arrival
+    last = 0.0
     appended: dict[str, float] = {}
+    pending: dict[str, float] = {}  # appended lines seen, their burst's sync mark not yet
     try:
         t0 = time.time()
         proc = await conn.create_process(
@@ -88,11 +100,11 @@ async def case(server, port: int, log: Path, stdin: str, seconds: float) -> dict
         async def appender() -> None:
             i = 0
             while True:
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(random.uniform(0.35, 0.65))
                 text = f"RuntimeError: boom {i}"
                 appended[text] = time.time()
                 with open(log, "a", encoding="utf-8") as fh:
-                    fh.write(text + "\n")
+                    fh.write(block.replace(DECISIVE, text) if block else text + "\n")
                 i += 1
 
         task = None
@@ -113,8 +125,17 @@ async def case(server, port: int, log: Path, stdin: str, seconds: float) -> dict
                 task = asyncio.ensure_future(appender())
                 continue
             rec = follow.parse_record(raw)
-            if isinstance(rec, follow.Line) and rec.text in appended:
-                res["latencies_ms"].append(round((now - appended[rec.text]) * 1000))
+            if isinstance(rec, follow.Line):
+                hit = next((t for t in appended if rec.text.endswith(t)), None)
+                if hit is not None and hit not in pending:
+                    res["latencies_ms"].append(round((now - appended[hit]) * 1000))
+                    res["before_ms"].append(round((appended[hit] - last) * 1000))
+                    pending[hit] = appended[hit]
+            elif isinstance(rec, follow.Sync) and pending:
+                res["sync_ms"].append(round((now - min(pending.values())) * 1000))
+                pending.clear()
+            if not pending:
+                last = now
         if task is not None:
             task.cancel()
         res["appended"] = len(appended)
@@ -128,12 +149,17 @@ async def main_async(args) -> None:
     with tempfile.TemporaryDirectory(prefix="fleetdiag-watch-follower-") as tmp:
         server = start_sshd(Path(tmp) / "sshd")
         try:
-            proxy = await DelayProxy("127.0.0.1", server.port, args.rtt).start()
-            server.trust(proxy.port)
+            port = server.port  # --rtt 0: straight to sshd
+            if args.rtt > 0:
+                proxy = await DelayProxy("127.0.0.1", server.port, args.rtt).start()
+                server.trust(proxy.port)
+                port = proxy.port
             print(json.dumps({"tools": tools(), "rtt_ms": args.rtt}), flush=True)
             for _ in range(args.rounds):
                 for stdin in args.stdin.split(","):
-                    r = await case(server, proxy.port, Path(tmp) / f"{stdin}.log", stdin, args.seconds)
+                    block = FAILURE if args.block else ""
+                    log = Path(tmp) / f"{stdin}.log"
+                    r = await case(server, port, log, stdin, args.seconds, block, args.heartbeat)
                     print(json.dumps(r), flush=True)
         finally:
             server.stop()
@@ -145,6 +171,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0, help="how long each case follows")
     ap.add_argument("--stdin", default="devnull,open")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--heartbeat", type=float, default=2.0)
+    ap.add_argument("--block", action="store_true", help="append the seeds' failure block, not one line")
     asyncio.run(main_async(ap.parse_args()))
 
 
