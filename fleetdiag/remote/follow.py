@@ -85,6 +85,9 @@ class FollowSpec:
     mode: str = "auto"  # auto: wake on inotify (GNU tail) where possible; poll: stat every `poll` s
     shell: str = "auto"  # auto: bash when present (fork-free naps); sh: plain POSIX sh + sleep
     poll: float = 0.2  # seconds between stats in poll mode; minimum gap between steps in wake mode
+    # wake mode under bash 5: the gap is a budget of this many reads, refilled one per `poll` (a failure
+    # right after a routine line is read at once; a log writing faster is read once a poll, as before)
+    burst_reads: int = 2
     heartbeat: float = 2.0  # seconds between heartbeat records
     context_lines: int = 400  # lines of a process kept after its error line
     batch_lines: int = 2000  # error-shaped lines per burst before a marker says "more"
@@ -121,6 +124,8 @@ def build_script(spec: FollowSpec, mark: str) -> str:
         "FW_READY": spec.ready,
         "FW_KILL": " ".join(str(int(p)) for p in spec.kill),
         "FW_POLL": _fmt_seconds(spec.poll),
+        "FW_POLLUS": max(1, round(spec.poll * 1_000_000)),
+        "FW_BURST": max(1, int(spec.burst_reads)),
         "FW_HBN": max(1, round(spec.heartbeat / max(spec.poll, 0.01))),
         "FW_HB": _fmt_seconds(spec.heartbeat),
         "FW_MODE": spec.mode,
