@@ -37,7 +37,9 @@ fw_cap=$((FW_POLLUS * FW_BURST)); fw_b=$fw_cap; fw_u=0; fw_last=0
 fw_pace() {
   if [ -z "$fw_clock" ]; then fw_nap "$sl"; return; fi
   fw_us
-  fw_b=$((fw_b + fw_u - fw_last - FW_POLLUS)); fw_last=$fw_u
+  fw_d=$((fw_u - fw_last)); fw_last=$fw_u
+  [ "$fw_d" -lt 0 ] && fw_d=0  # the clock stepped back: the nap stays at most a poll
+  fw_b=$((fw_b + fw_d - FW_POLLUS))
   [ "$fw_b" -gt $((fw_cap - FW_POLLUS)) ] && fw_b=$((fw_cap - FW_POLLUS))
   [ "$fw_b" -ge 0 ] && return 0
   printf -v fw_ns '%d.%06d' $((-fw_b / 1000000)) $((-fw_b % 1000000))
