@@ -239,10 +239,10 @@ def test_cli_watch_keeps_its_follower_when_the_channel_stdin_ends_late(tmp_path)
 def test_a_line_right_after_a_read_is_read_at_once_and_a_spamming_log_is_still_paced(tmp_path):
     """The follower reads a busy log at most once a poll in the long run, but not by a nap after every
     read: a failure written just after a routine line's read (the p90 of #25, up to one poll late) is read
-    at once. Poll 1.5 s here, so a nap would show whatever the load."""
+    at once. Poll 3 s here, so a nap would show whatever the load."""
     log = tmp_path / "a.log"
     log.write_text("INFO up\n")
-    proc, _ = _local_follower(log, "auto", poll=1.5)  # heartbeat 0.5 s (the ticks read nothing: no pacing)
+    proc, _ = _local_follower(log, "auto", poll=3.0)  # heartbeat 0.5 s (the ticks read nothing: no pacing)
     try:
         _records_until(proc, lambda r: isinstance(r, follow.Heartbeat))
         append(log, "INFO routine\n")
@@ -250,7 +250,7 @@ def test_a_line_right_after_a_read_is_read_at_once_and_a_spamming_log_is_still_p
         t0 = time.monotonic()
         append(log, "RuntimeError: right after\n")
         _records_until(proc, lambda r: isinstance(r, follow.Line) and r.text == "RuntimeError: right after")
-        assert time.monotonic() - t0 < 1.2, "held for a nap"
+        assert time.monotonic() - t0 < 2.0, "held for a nap"
         time.sleep(3.0)  # the budget refills
         start, t0 = log.stat().st_size, time.monotonic()
         for i in range(60):  # 3 s of a line every 0.05 s
@@ -264,7 +264,7 @@ def test_a_line_right_after_a_read_is_read_at_once_and_a_spamming_log_is_still_p
         recs = _records_until(proc, last, timeout=10 * slack())
         bursts = sum(isinstance(r, follow.Sync) and r.pos > start for r in recs)
         took = time.monotonic() - t0
-        assert 2 <= bursts <= took / 1.5 + 2 + 1, (bursts, took)  # one a poll, plus the budget's two
+        assert 2 <= bursts <= took / 3.0 + 2 + 1, (bursts, took)  # one a poll, plus the budget's two
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
