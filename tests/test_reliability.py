@@ -919,7 +919,7 @@ def test_report_write_fails_with_enospc_simulated(sshd, tmp_path, monkeypatch):
     """The same fault without mount privileges: the report's write raises ENOSPC."""
     import errno
 
-    from fleetdiag import store as store_mod
+    from fleetdiag.store import files as store_mod  # write_atomic opens the temp file
 
     real_open = open
     report = tmp_path / "out" / "report.json"
