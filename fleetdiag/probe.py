@@ -73,7 +73,7 @@ class ProbeSettings:
     pyspy: str | None = None  # py-spy's path on the hosts when not on PATH ("none": do not use py-spy)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
-    # Kept connections (fleetdiag/ssh/keeper.py): seconds a host's connection stays open after use; 0: direct.
+    # Kept connections (fleetdiag/ssh/keeper/): seconds a host's connection stays open after use; 0: direct.
     persist: float = 0.0
     keeper_dir: Path | None = None  # None: the user's runtime directory
 

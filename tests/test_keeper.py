@@ -1,4 +1,4 @@
-"""Kept connections (fleetdiag/ssh/keeper.py) through a real OpenSSH sshd whose log shows every login."""
+"""Kept connections (fleetdiag/ssh/keeper/) through a real OpenSSH sshd whose log shows every login."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ import pytest
 from fleetdiag.delayproxy import DelayProxy
 from fleetdiag.ssh import keeper as keeper_mod
 from fleetdiag.ssh import sshfast
+from fleetdiag.ssh.keeper import client as keeper_client
+from fleetdiag.ssh.keeper import wire as keeper_wire
 
 from .procs import pids_with
 from .sshd import SSHD, start_sshd
@@ -366,7 +368,7 @@ def test_keeper_refuses_a_peer_of_another_uid(loud_sshd, tmp_path):
         # our own user still gets an answer, but a client refuses a socket others can reach
         os.chmod(rt, 0o700)
         with pytest.raises(keeper_mod.KeeperUnavailable):
-            asyncio.run(keeper_mod._ask(rt, {"op": "list"}, 5.0))
+            asyncio.run(keeper_client._ask(rt, {"op": "list"}, 5.0))
         os.chmod(sock, 0o600)
         assert keeper_mod.list_kept(rt) is not None
     finally:
@@ -541,19 +543,19 @@ def test_a_busy_keeper_gets_longer_for_a_run_than_for_an_open(tmp_path, monkeypa
     async def go() -> tuple[bytes, int | None, bool]:
         async def serve(reader, writer):
             await asyncio.sleep(0.6)  # busy: the hello comes late
-            await keeper_mod._send(writer, json.dumps({"hello": 1, "pid": os.getpid()}).encode())
-            req = json.loads(await keeper_mod._recv(reader))
+            await keeper_wire.send(writer, json.dumps({"hello": 1, "pid": os.getpid()}).encode())
+            req = json.loads(await keeper_wire.recv(reader))
             if req["op"] == "run":
-                await keeper_mod._send(writer, b"Ook\n")
+                await keeper_wire.send(writer, b"Ook\n")
                 end = {"status": 0, "open_ms": 1.0, "total_ms": 2.0, "rtt_ms": 1.0, "reused": True}
-                await keeper_mod._send(writer, b"X" + json.dumps(end).encode())
+                await keeper_wire.send(writer, b"X" + json.dumps(end).encode())
             writer.close()
 
         server = await asyncio.start_unix_server(serve, str(rt / "keeper.sock"))
         os.chmod(rt / "keeper.sock", 0o600)
         try:
             with pytest.raises(keeper_mod.KeeperUnavailable):  # an open: 200 ms, then direct
-                await keeper_mod._request(rt, {"op": "open"})
+                await keeper_client._request(rt, {"op": "open"})
             conn = keeper_mod.KeptConnection(rt, "k", {"target": "h", "port": 22}, "h", 60.0, 1.0, True)
             out, status, _o, _t = await conn.run("true", 10)
             return out, status, True
