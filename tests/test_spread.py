@@ -142,7 +142,7 @@ def test_a_worker_that_dies_leaves_its_hosts_a_result(sshd, tmp_path):
     results = asyncio.run(go())
     assert killed
     assert sorted(r.host for r in results) == ["h0", "h1", "h2", "h3"]
-    lost = [r for r in results if r.facts.get("error_kind") == INTERNAL]
+    lost = [r for r in results if r.error_kind == INTERNAL]
     assert len(lost) == 2
     assert all("worker process ended" in r.error for r in lost)
     assert all(r.verdict == FAILED for r in results if r not in lost)

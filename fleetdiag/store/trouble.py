@@ -32,7 +32,7 @@ def incident_key(res: HostResult) -> str | None:
             return f"degraded:{d.fingerprint}"
         faults = sorted(str(e.get("line")) for e in res.evidence if e.get("source") == "gpu")
         return f"degraded:{fingerprint('gpu-health', '; '.join(faults))}" if faults else "degraded"
-    kind = res.facts.get("error_kind")
+    kind = res.error_kind
     if res.verdict == UNREACHABLE:
         return f"unreachable:{kind or 'error'}"
     if res.verdict == NO_LOG:
