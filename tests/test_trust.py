@@ -14,6 +14,7 @@ import pytest
 
 from fleetdiag.ssh.transport import KnownHosts
 
+from .conftest import inventory_file
 from .procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,15 +25,7 @@ DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 def inventory(tmp_path: Path, sshd, names: tuple[str, ...] = ("n0",)) -> Path:
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(
-        "hosts:\n"
-        + "".join(
-            f"  {n}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n    logs:\n      vllm: {log}\n"
-            for n in names
-        )
-    )
-    return inv
+    return inventory_file(tmp_path / "inv.yaml", dict.fromkeys(names, log), sshd)
 
 
 def cli(rt: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
