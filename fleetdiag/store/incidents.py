@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..records import JobRole
 from ..units import iso
 
 NEW = "new"
@@ -15,13 +16,22 @@ RESOLVED = "resolved"
 
 
 @dataclass
-class Incident:
-    """One (host, fingerprint) trouble and its history."""
+class Trouble:
+    """A host's one kind of trouble, as every view of the history names it."""
 
     host: str
     fingerprint: str
     verdict: str
     summary: str
+
+    def trouble_json(self) -> dict[str, Any]:
+        return {"host": self.host, "fingerprint": self.fingerprint, "verdict": self.verdict, "summary": self.summary}
+
+
+@dataclass
+class Incident(Trouble):
+    """One (host, fingerprint) trouble and its history."""
+
     category: str | None
     first_seen: float  # the first sweep that ever saw it
     since: float  # when the current episode began (it may have been resolved and come back)
@@ -47,14 +57,11 @@ class Incident:
         j = ((self.record or {}).get("facts") or {}).get("job")
         if not isinstance(j, dict) or j.get("role") not in ("root", "consequence"):
             return None
-        return {k: j[k] for k in ("role", "root", "rank", "affected", "why", "time") if k in j}
+        return {k: j[k] for k in JobRole.KEYS if k in j}
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "host": self.host,
-            "fingerprint": self.fingerprint,
-            "verdict": self.verdict,
-            "summary": self.summary,
+            **self.trouble_json(),
             "category": self.category,
             "first_seen": iso(self.first_seen),
             "since": iso(self.since),

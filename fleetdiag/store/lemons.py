@@ -7,18 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..units import iso
+from .incidents import Trouble
 
 BOOT_SLACK = 120.0  # boot times (remote now − uptime) closer than this are the same boot
 
 
 @dataclass
-class Recurrence:
+class Recurrence(Trouble):
     """One host's one trouble across the kept sweeps: episodes and boots it was seen on."""
 
-    host: str
-    fingerprint: str
-    verdict: str
-    summary: str
     episodes: int = 0  # separate times it appeared (seen, gone or another trouble, back)
     sweeps: int = 0
     first_seen: float | None = None
@@ -37,10 +34,7 @@ class Recurrence:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "host": self.host,
-            "fingerprint": self.fingerprint,
-            "verdict": self.verdict,
-            "summary": self.summary,
+            **self.trouble_json(),
             "episodes": self.episodes,
             "sweeps": self.sweeps,
             "boots": len(self.boots),
