@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("one log", ("analysis",)),
     ("below the log", ("evidence", "job.rules")),
     ("across hosts", ("job",)),
-    ("connections", ("ssh.transport", "ssh.keeper")),
+    ("connections", ("ssh.transport", "ssh.keeper", "ssh.hostkeys", "ssh.sshconfig", "ssh.trust", "ssh.failures")),
     ("history", ("store", "prometheus")),
     ("one host", ("probe",)),
     ("a fleet", ("ssh.scheduler", "ssh.spread", "plan", "watch", "preflight", "demo")),
