@@ -42,17 +42,6 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-c", "from fleetdiag.cli import main; main()", *args]
 
 
-def ssh_args(sshd) -> list[str]:
-    return [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
-    ]
-
-
 def healthy_log(tmp_path: Path, name: str = "vllm.log") -> Path:
     log = tmp_path / name
     log.write_text(HEALTHY_LOG)
@@ -115,7 +104,7 @@ def closed_pipe_run(argv: list[str], timeout: float = 60) -> subprocess.Complete
 def test_probe_jsonl_into_a_closed_pipe_ends_quietly(sshd, tmp_path, write_inventory):
     log = healthy_log(tmp_path)
     inv = write_inventory({"a": log, "b": log})
-    proc = closed_pipe_run(["-i", str(inv), "probe", "all", "--jsonl", *ssh_args(sshd)])
+    proc = closed_pipe_run(["-i", str(inv), "probe", "all", "--jsonl", *sshd.cli_args()])
     assert proc.returncode in (0, 141), proc.stderr
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
     assert "BrokenPipe" not in proc.stderr and "Exception ignored" not in proc.stderr
@@ -189,7 +178,7 @@ def test_ctrl_c_on_probe_keeps_the_hosts_that_answered(sshd, tmp_path, fmt, writ
     try:
         inv = write_inventory({"fast": log, "hung": {"log": log, "port": hole.getsockname()[1]}})
         proc = subprocess.Popen(
-            command("-i", str(inv), "probe", "all", fmt, *ssh_args(sshd), "--connect-timeout", "60"),
+            command("-i", str(inv), "probe", "all", fmt, *sshd.cli_args(), "--connect-timeout", "60"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -225,7 +214,7 @@ def test_sigterm_on_watch_jsonl_writes_the_summary(sshd, tmp_path, write_invento
     log = healthy_log(tmp_path)
     inv = write_inventory({"node": log})
     proc = subprocess.Popen(
-        command("-i", str(inv), "watch", "node", "--jsonl", "--no-facts", *ssh_args(sshd)),
+        command("-i", str(inv), "watch", "node", "--jsonl", "--no-facts", *sshd.cli_args()),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -381,7 +370,7 @@ def test_sweep_report_dash_writes_the_report_to_stdout(sshd, tmp_path, monkeypat
     inv = write_inventory({"a": log})
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(
-        main, ["-i", str(inv), "sweep", "all", "--report", "-", "--db", str(tmp_path / "h.db"), *ssh_args(sshd)]
+        main, ["-i", str(inv), "sweep", "all", "--report", "-", "--db", str(tmp_path / "h.db"), *sshd.cli_args()]
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -473,7 +462,7 @@ def test_history_at_80_columns_keeps_cause_and_count(sshd, tmp_path, write_inven
     log.write_text((DEMO / "dp_rank.log").read_text())
     inv = write_inventory({"uk-node": log, "cn-node-with-a-long-name": log})
     db = str(tmp_path / "h.db")
-    res = cli("-i", str(inv), "sweep", "all", "--db", db, "--report", str(tmp_path / "r.json"), *ssh_args(sshd))
+    res = cli("-i", str(inv), "sweep", "all", "--db", db, "--report", str(tmp_path / "r.json"), *sshd.cli_args())
     assert res.exit_code == 1, res.output
     for columns in ("80", "60"):
         res = cli("-i", str(inv), "history", "--db", db, env={"COLUMNS": columns})

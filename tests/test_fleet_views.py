@@ -66,12 +66,7 @@ def write_fleet(tmp: Path, sshd, closed_port: int) -> Path:
 
 def ssh_args(sshd) -> list[str]:
     return [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         "--connect-timeout",
         "60",
         "--timeout",

@@ -73,12 +73,7 @@ def _probe(sshd: Any, inv: Path, *extra: str) -> tuple[int, str]:
         str(inv),
         "probe",
         "all",
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         *extra,
     )
 

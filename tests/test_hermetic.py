@@ -18,8 +18,6 @@ from click.testing import CliRunner
 
 from fleetdiag.cli import main
 
-from .test_watch import _ssh_args
-
 FAILURE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 
 
@@ -39,7 +37,7 @@ def _stray_job(work: Path) -> int:
 
 
 def _probe(inv: Path, sshd) -> dict:
-    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *_ssh_args(sshd)])
+    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *sshd.cli_args()])
     (host,) = json.loads(r.output)["hosts"]
     return host
 

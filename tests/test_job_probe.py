@@ -53,12 +53,7 @@ def cli(sshd, inv: Path, *args: str):
             "-i",
             str(inv),
             *args,
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
         ],
     )
 
@@ -131,12 +126,7 @@ def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path, writ
             str(inv),
             "probe",
             "all",
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
         ],
     )
     assert "job root cause: " in r.output and "node1" not in r.output, r.output

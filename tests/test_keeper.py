@@ -147,12 +147,7 @@ def probe(server, rt: Path, inv: Path, *extra: str, env_extra: dict | None = Non
         "probe",
         "uk-node",
         "--json",
-        "--known-hosts",
-        str(server.known_hosts),
-        "--identity",
-        str(server.client_key),
-        "--ssh-config",
-        str(server.ssh_config),
+        *server.cli_args(),
         *extra,
         env_extra=env_extra,
     )
@@ -208,12 +203,7 @@ def test_concurrent_commands_share_one_keeper_and_one_login(loud_sshd, rt, tmp_p
         "--json",
         "--persist",
         "1m",
-        "--known-hosts",
-        str(loud_sshd.known_hosts),
-        "--identity",
-        str(loud_sshd.client_key),
-        "--ssh-config",
-        str(loud_sshd.ssh_config),
+        *loud_sshd.cli_args(),
     ]
     procs = [
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)

@@ -744,12 +744,7 @@ def test_every_host_is_reported_with_a_plain_reason_and_the_exit_code(sshd, tmp_
         "probe",
         "all",
         "--json",
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         "--connect-timeout",
         "3",
     ]
@@ -829,12 +824,7 @@ def _sweep_setup(sshd, tmp_path: Path) -> tuple[Path, list[str]]:
         f"    logs: {{vllm: {log}}}\n"
     )
     ssh = [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
     ]
     return inv, ssh
 
