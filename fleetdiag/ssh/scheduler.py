@@ -32,7 +32,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ..probe import HostLike, ProbeSettings, parse_jump, probe_host
 from ..records import NO_LOG, UNREACHABLE, HostResult
@@ -342,6 +342,15 @@ def deadline_error(seconds: float) -> str:
 
 
 # --------------------------------------------------------------------------- the scheduler
+
+
+class FanoutOptions(TypedDict, total=False):
+    """The keyword options of ``probe_many`` that ``spread.probe_fleet`` passes on: one list for both."""
+
+    deadline: float | None
+    per_address: int | None
+    memory: CostMemory | None
+    progress: Callable[[Progress], None] | None
 
 
 async def probe_many(
