@@ -54,12 +54,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
-def inventory_file(path: Path, hosts: dict[str, Any], server: Sshd) -> Path:
+def inventory_file(path: Path, hosts: dict[str, Any], server: Sshd, **top: Any) -> Path:
     """Write a native inventory of ``hosts`` on ``server`` to ``path``: the one writer of test inventories.
 
     A string (or path) is the host's log; a mapping holds inventory keys (``log`` is short for
-    ``logs: {app: LOG}``; ``address``, ``port`` and ``user`` default to the server's). Module-scoped
-    fixtures call it directly; tests use the ``write_inventory`` fixture.
+    ``logs: {app: LOG}``; ``address``, ``port`` and ``user`` default to the server's); ``top``: other
+    top-level keys (``defaults``, ``groups``). Module-scoped fixtures call it directly; tests use the
+    ``write_inventory`` fixture.
     """
     out: dict[str, Any] = {}
     for host, spec in hosts.items():
@@ -69,7 +70,7 @@ def inventory_file(path: Path, hosts: dict[str, Any], server: Sshd) -> Path:
             h["logs"] = {"app": str(entry.pop("log"))}
         h.update(entry)
         out[host] = h
-    path.write_text(json.dumps({"hosts": out}, indent=1) + "\n")  # JSON is YAML: every value quoted
+    path.write_text(json.dumps({**top, "hosts": out}, indent=1) + "\n")  # JSON is YAML: every value quoted
     return path
 
 
@@ -82,8 +83,8 @@ def write_inventory(tmp_path: Path, sshd: Sshd) -> Callable[..., Path]:
     test's tmp dir.
     """
 
-    def write(hosts: dict[str, Any], name: str = "inventory.yaml", server: Sshd | None = None) -> Path:
-        return inventory_file(tmp_path / name, hosts, server or sshd)
+    def write(hosts: dict[str, Any], name: str = "inventory.yaml", server: Sshd | None = None, **top: Any) -> Path:
+        return inventory_file(tmp_path / name, hosts, server or sshd, **top)
 
     return write
 

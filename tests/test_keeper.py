@@ -25,6 +25,7 @@ from fleetdiag.ssh import sshfast
 from fleetdiag.ssh.keeper import client as keeper_client
 from fleetdiag.ssh.keeper import wire as keeper_wire
 
+from .conftest import inventory_file
 from .procs import pids_with
 from .sshd import SSHD, start_sshd
 
@@ -103,15 +104,9 @@ def write_inv(
     log = tmp_path / "vllm.log"
     if not log.exists():
         log.write_text(SEED)
-    inv = tmp_path / "inventory.yaml"
-    head = f"defaults:\n  persist: {persist}\n" if persist else ""
-    inv.write_text(
-        f"{head}hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port or server.port}\n"
-        f"    user: {user or server.user}\n"
-        + (f"    jump: {jump}\n" if jump else "")
-        + f"    logs:\n      vllm: {log}\n"
-    )
-    return inv
+    host = {"log": log, "port": port or server.port, "user": user or server.user, **({"jump": jump} if jump else {})}
+    top = {"defaults": {"persist": persist}} if persist else {}
+    return inventory_file(tmp_path / "inventory.yaml", {name: host}, server, **top)
 
 
 def cli(
