@@ -19,6 +19,10 @@ FLOORS = {
     "tests/corpus": 21,
     "tests/corpus_extra": 193,
     "tests/corpus_heldout": 9,
+    # the second held-back set, never tuned on (tests/corpus_heldout2/README.md): measured once.
+    # 23 with every log older than the 600 s stall window (its idle llama-server case then reads
+    # `stalled`), 24 on a log written in the last ten minutes
+    "tests/corpus_heldout2": 23,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -29,7 +33,7 @@ FLOORS = {
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
 SUPPORTED_FLOOR = 113
 # set -> the most decoys accepted (the present values; every other set: none)
-DECOY_CEILINGS: dict[str, int] = {}
+DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 1}
 
 
 def _bench():

@@ -4,7 +4,7 @@ One sshd, one inventory with a host entry per case (each host's ``logs:``
 pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
-tests/corpus_extra, tests/corpus_heldout, and every node of the multinode
+tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -40,7 +40,14 @@ def _bench():
 def _cases():
     sets = _bench().all_sets()
     out = []
-    for name in ("tests/corpus", "tests/corpus_extra", "tests/corpus_heldout", "multinode", "tests/corpus_multinode"):
+    for name in (
+        "tests/corpus",
+        "tests/corpus_extra",
+        "tests/corpus_heldout",
+        "tests/corpus_heldout2",
+        "multinode",
+        "tests/corpus_multinode",
+    ):
         out += sets.get(name, [])
     return out
 
@@ -59,9 +66,63 @@ HELDOUT_KNOWN_WRONG = {
 }
 
 
-def _xfail(case) -> list:
+# the second held-back set (tests/corpus_heldout2/README.md: nobody tunes on it): each case the
+# analyzer gets wrong, with its actual answer as the reason. "json" marks a miss only the JSON
+# judgement sees (a wrong category, or a wrong line while the card still shows the labelled one
+# among its context lines); "both" a wrong verdict or line that the card shows too. Strict: a general fix that makes one pass
+# is noticed, and its entry goes (with the floor in tests/test_accuracy.py raised).
+HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "deepspeed_llamafactory_6964_zero3_offload_watchdog_stuck": (
+        "json",
+        "line right, category other (labelled nccl): the NCCL heartbeat monitor's 'watchdog got stuck'",
+    ),
+    "deepspeed_mgm_91_cuda_mismatch_one_line": (
+        "json",
+        "line right, category other (labelled config): DeepSpeed's CUDAMismatchException",
+    ),
+    "llamacpp_27430_pid_stamp_level_prefix_illegal_access": (
+        "both",
+        "healthy, no line: llama-server's '[pid] uptime E' prefix hides its CUDA error",
+    ),
+    "llamacpp_gpustack_852_llamabox_context_exceeded_request_healthy": (
+        "both",
+        "failed on the decoy 'E srv send_error: task 40 | error = the request exceeds ...': "
+        "a llama.cpp server's request error taken for a failure",
+    ),
+    "megatron_bridge_650_mpi_init_thread_fatal_banner": (
+        "both",
+        "healthy, no line: Open MPI's '*** An error occurred in MPI_Init_thread' banner is not known",
+    ),
+    "nccl_1514_truncated_start_internal_error_closed_by_remote_peer": (
+        "json",
+        "line 'Net : Connection closed by remote peer' (an accepted one), category network (labelled nccl)",
+    ),
+    "nccl_tests_322_many_hosts_unhandled_cuda_error_after_rows": (
+        "json",
+        "the first all_reduce_perf result row, not the 'HCA-128: Test NCCL failure common.cu:1204' lines",
+    ),
+    "ray_openrlhf_866_deferred_cuda_call_internal_assert": (
+        "json",
+        "line right, category other (labelled cuda): torch.cuda.DeferredCudaCallError",
+    ),
+    # not listed: llamacpp_ramalama_1914 reads healthy here (the probe copies each log, so it is
+    # fresh) but `stalled` in bench/accuracy.py once its file is older than the 600 s stall window:
+    # the idle llama-server's "all slots are idle" / "waiting for new tasks" is not known as idle
+    "sglang_4673_fatal_python_aborted_thread_dump": (
+        "both",
+        "a thread-dump frame ('... line 114 in forward_thread_func'), not 'Fatal Python error: Aborted'",
+    ),
+}
+
+
+def _xfail(case, test: str = "json") -> list:
     if case.set == "tests/corpus_heldout" and case.id in HELDOUT_KNOWN_WRONG:
         return [pytest.mark.xfail(reason="held back, known wrong (not tuned on)", strict=True)]
+    if case.set == "tests/corpus_heldout2":
+        where, why = HELDOUT2_KNOWN_WRONG.get(case.id, ("", ""))
+        if where == "both" or where == test:
+            return [pytest.mark.xfail(reason=f"held back (never tuned on), known wrong: {why}", strict=True)]
+        return []
     lab = case.log.with_suffix(".json")
     why = json.loads(lab.read_text()).get("known_wrong") if lab.is_file() else None
     if isinstance(why, dict):  # per test: only a wrong line or verdict matters here
@@ -70,6 +131,7 @@ def _xfail(case) -> list:
 
 
 PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}", marks=_xfail(c)) for c in CASES]
+CARD_PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}", marks=_xfail(c, "card")) for c in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +222,7 @@ def test_json_verdict_and_decisive_line(case, probed):
     assert "role" in dec or case.verdict != "failed"
 
 
-@pytest.mark.parametrize("case", PARAMS)
+@pytest.mark.parametrize("case", CARD_PARAMS)
 def test_card_verdict_and_decisive_line(case, probed):
     hosts, cards = probed
     host = HOSTS[case.id]

@@ -2,8 +2,8 @@
 
 Only consistency is checked here (every quoted line is in its file, no decoy sits on a
 decisive line, no source repeats another corpus's), never what the analyzer answers:
-tests/corpus_heldout is kept out of rule development, and the kernel cases are judged
-through the kernel tests.
+tests/corpus_heldout and tests/corpus_heldout2 are kept out of rule development, and the
+kernel cases are judged through the kernel tests.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 HELDOUT = TESTS / "corpus_heldout"
+HELDOUT2 = TESTS / "corpus_heldout2"
 KERNEL_SETS = [TESTS / "corpus_kernel_extra", HELDOUT / "kernel"]
 APP_KEYS = {"id", "source", "framework", "decisive", "decisive_process", "exception_type", "category", "decoys", "why"}
 KERNEL_KEYS = {"id", "source", "kind", "xid", "decisive_kernel_line", "decoys", "meaning", "files"}
@@ -29,7 +30,7 @@ def _sources(*folders: Path) -> list[str]:
     return [json.loads(p.read_text(encoding="utf-8"))["source"] for f in folders for p in _labels(f)]
 
 
-@pytest.mark.parametrize("path", _labels(HELDOUT), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [*_labels(HELDOUT), *_labels(HELDOUT2)], ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_heldout_label_matches_its_log(path: Path) -> None:
     label = json.loads(path.read_text(encoding="utf-8"))
     text = path.with_suffix(".log").read_text(encoding="utf-8", errors="replace")
@@ -70,3 +71,14 @@ def test_no_source_is_used_twice() -> None:
     held = _sources(HELDOUT, HELDOUT / "kernel")
     assert len(held) == len(set(held))
     assert not tuned & set(held)
+
+
+def test_second_heldout_set_shares_no_source() -> None:
+    """tests/corpus_heldout2 is held back from every other corpus, the first held-back set included."""
+    other = set(_sources(TESTS / "corpus", TESTS / "corpus_extra", TESTS / "corpus_kernel_extra", HELDOUT))
+    other |= set(_sources(HELDOUT / "kernel", *(d for d in TESTS.glob("corpus_kernel*") if d.is_dir())))
+    multinode = TESTS / "corpus_multinode"
+    other |= {json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in multinode.glob("*.json")}
+    held = _sources(HELDOUT2)
+    assert len(held) >= 25 and len(held) == len(set(held))
+    assert not other & set(held), other & set(held)
