@@ -17,21 +17,21 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 193,
+    "tests/corpus_extra": 204,
     "tests/corpus_heldout": 9,
-    # the second held-back set, never tuned on (tests/corpus_heldout2/README.md): measured once.
-    # 23 with every log older than the 600 s stall window (its idle llama-server case then reads
-    # `stalled`), 24 on a log written in the last ten minutes
-    "tests/corpus_heldout2": 23,
+    # the second held-back set, never tuned on (tests/corpus_heldout2/README.md): 23 when first
+    # measured, 24 since the abort signature became a weak cause: that is with every log older than
+    # the 600 s stall window (its idle llama-server case then reads `stalled`), 25 on fresh logs
+    "tests/corpus_heldout2": 24,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
     "tests/corpus_kernel": 10,
-    "tests/corpus_kernel_extra": 15,
+    "tests/corpus_kernel_extra": 24,
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 113
+SUPPORTED_FLOOR = 120
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 1}
 

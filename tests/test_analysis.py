@@ -117,10 +117,10 @@ def test_seed_failure_cascade_is_counted(rules):
     sec = diag.secondary
     assert sec.get("BrokenPipeError") == 2
     assert sec.get("EngineCore failed to start") == 1
+    # once: the worker's own "WorkerProc failed to start." header (the same kind) is part of the decisive traceback
     assert sec.get("WorkerProc initialization failed") == 1
     assert sec.get("Engine core initialization failed") == 1
     assert sec.get("Parent process exited") == 1
-    assert "WorkerProc failed to start" not in sec  # that header is part of the decisive traceback
     assert diag.primary_count == 1
 
 

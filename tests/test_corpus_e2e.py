@@ -108,10 +108,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     # not listed: llamacpp_ramalama_1914 reads healthy here (the probe copies each log, so it is
     # fresh) but `stalled` in bench/accuracy.py once its file is older than the 600 s stall window:
     # the idle llama-server's "all slots are idle" / "waiting for new tasks" is not known as idle
-    "sglang_4673_fatal_python_aborted_thread_dump": (
-        "both",
-        "a thread-dump frame ('... line 114 in forward_thread_func'), not 'Fatal Python error: Aborted'",
-    ),
 }
 
 

@@ -314,6 +314,11 @@ def test_time_formats() -> None:
     assert split_time("kern: warning: [2024-08-30T11:43:09.458998481Z]: NVRM: x", clock, st)[0] == pytest.approx(
         1725018189.459
     )
+    # talosctl dmesg over several nodes names the node first
+    assert split_time("10.0.0.7: kern: warning: [2024-08-30T11:43:09Z]: NVRM: x", clock, st) == (
+        1725018189.0,
+        "NVRM: x",
+    )
     assert split_time("[Aug30 11:43] NVRM: x", clock, st)[0] == 1725018180.0
     assert split_time("[  +0.500000] NVRM: y", clock, st) == (1725018180.5, "NVRM: y")
     assert split_time("kernel: NVRM: x", clock, st) == (None, "NVRM: x")

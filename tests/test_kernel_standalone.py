@@ -83,6 +83,28 @@ def test_which_faults_stand_alone(lines: list[str], chosen: str | None) -> None:
     assert (got is None) if chosen is None else (got is not None and chosen in got), got
 
 
+def test_xid_154_takes_the_class_of_the_recovery_it_asks_for() -> None:
+    """A reset or a reboot is the driver's remedy, a drain is hardware's; the GSP lines before it are its cause,
+    and a fault Xid 154 follows on its own GPU stays the decisive line."""
+    ask = "[6.0] NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to {}"
+
+    def decision(lines: list[str]):  # noqa: ANN202
+        return standalone(parse_kernel_lines(lines, Clock(now=NOW, uptime=100000.5)), [])
+
+    gsp = "[5.0] NVRM: _kgspRpcRecvPoll: GSP RM heartbeat timed out"
+    got = decision([gsp, ask.format("0x1 (GPU Reset Required)")])
+    assert got is not None and "154" in got.line and got.category == "driver", got
+    assert "heartbeat timed out" in got.why and "GPU Reset Required" in got.hint
+    got = decision([ask.format("0x2 (Node Reboot Required)")])
+    assert got is not None and got.category == "driver" and "after:" not in got.why
+    got = decision([ask.format("0x3 (Drain and Reset)")])
+    assert got is not None and got.category == "hardware"
+    fell = "[5.0] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    got = decision([fell, ask.format("0x2 (Node Reboot Required)")])
+    assert got is not None and ": 79," in got.line and got.category == "hardware"
+    assert got.hint.startswith("the driver asks for: Node Reboot Required; ")
+
+
 def test_history_ends_at_a_boot_or_a_driver_load() -> None:
     fault = "[50.0] NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
     assert _alone([fault]) is not None

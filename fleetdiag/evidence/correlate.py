@@ -93,6 +93,8 @@ def _class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
     if ev.kind == "xid":
         code = ev.cause_code if ev.cause_code is not None and ev.code == 45 else ev.code
         info = table.get(code)
+        if code == 154:
+            return _recovery_class(ev, table)
         if info.action == "informational":
             return info.category, "weak", info.hint
         return info.category, ("app" if info.action == "application" else "strong"), info.hint
@@ -119,6 +121,27 @@ def _class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
     if ev.kind in ("ecc", "nvlink"):
         return "hardware", "weak", table.hints.get("hardware", "")
     return None, "", ""  # details: watchdog, AER 'received', SXid non-fatal/data
+
+
+def asked_recovery(ev: KernelEvent) -> str | None:
+    """The recovery an Xid 154 line asks for ('GPU Reset Required', 'Node Reboot Required', 'Drain and Reset'),
+    or None when it asks for none."""
+    m = _ASKED.search(ev.message)
+    if not m or m.group(1).strip().lower() == "none":
+        return None
+    return m.group(1).strip()
+
+
+def _recovery_class(ev: KernelEvent, table: XidTable) -> tuple[str | None, str, str]:
+    """Xid 154 states the recovery the GPU now needs, so its class follows that action (NVIDIA's Xid catalog):
+    a reset or a reboot is the driver's remedy (the fault before it, a GSP or driver failure, is the cause);
+    a drain ('Drain P2P', 'Drain and Reset') takes the GPU out of service: hardware. Asking for none is a record."""
+    asked = asked_recovery(ev)
+    if asked is None:
+        return "driver", "weak", table.hints.get("informational", "")
+    if "drain" in asked.lower():
+        return "hardware", "strong", table.hints.get("hardware", "")
+    return "driver", "strong", table.hints.get("driver", "")
 
 
 def _bursts(events: list[KernelEvent]) -> list[list[KernelEvent]]:
@@ -331,8 +354,7 @@ def unrecovered(ev: KernelEvent, window: list[KernelEvent], gpu_buses: set[str],
         if code == 45:
             return False  # cleanup after a killed process
         if code == 154:
-            asked = _ASKED.search(ev.message)
-            return bool(asked) and asked.group(1).strip().lower() != "none"
+            return asked_recovery(ev) is not None
         return table.get(code).action in ("hardware", "driver")
     if ev.kind in ("gpu-lost", "gpu-init", "gsp"):
         return True
@@ -376,8 +398,42 @@ def standalone(
                 continue  # the application fault's aftermath on its own GPU
             first.setdefault(ev.bus, (i, ev))
         if first:
-            _, ev = min(first.values(), key=lambda f: (_class(f[1], table)[0] != "hardware", f[0]))
-            return _decision(ev, "an unrecovered GPU fault of the current boot", None, table)
+            # a strong statement before a weak one (Xid 154's request over the GSP heartbeat lines it follows),
+            # a hardware fault before a driver one, then the earliest
+            _, ev = min(
+                first.values(),
+                key=lambda f: (_class(f[1], table)[1] == "weak", _class(f[1], table)[0] != "hardware", f[0]),
+            )
+            why = "an unrecovered GPU fault of the current boot"
+            cause = _cause_before(ev, burst, table) if ev.kind == "xid" and ev.code == 154 else None
+            if cause is not None:
+                why += f", after: {cause.message[:160]}"
+            got = _decision(ev, why, None, table)
+            asked = next(
+                (
+                    asked_recovery(e)
+                    for e in burst
+                    if e.kind == "xid" and e.code == 154 and e.bus == ev.bus and e is not ev
+                ),
+                None,
+            )
+            if asked and ev.kind == "xid" and ev.code != 154:  # the driver's request for the fault it follows
+                got.hint = f"the driver asks for: {asked}; {got.hint}"
+            return got
+    return None
+
+
+def _cause_before(ev: KernelEvent, burst: list[KernelEvent], table: XidTable) -> KernelEvent | None:
+    """The fault an Xid 154 request follows in its burst: the first earlier GSP, driver or hardware line on its GPU
+    or on no named GPU (the GSP heartbeat lines name none)."""
+    for e in burst:
+        if e is ev:
+            return None
+        if e.bus not in (None, ev.bus):
+            continue
+        cat, strength, _ = _class(e, table)
+        if e.kind == "gsp" or (cat in ("driver", "hardware") and strength == "strong"):
+            return e
     return None
 
 

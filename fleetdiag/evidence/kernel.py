@@ -19,7 +19,8 @@ from .. import timestamps
 _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _RE_ISO = re.compile(rf"^(?P<t>{_ISO})\s+(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*\d+\.\d+\]\s*)?")
 _RE_ISO_BARE = re.compile(rf"^(?P<t>{_ISO})\s+")  # dmesg --time-format iso
-_RE_TALOS = re.compile(rf"^kern:\s*\w+:\s*\[(?P<t>{_ISO})\]:\s*")
+# Talos: 'kern: warning: [<ISO>]: ', with the node's name or address before it when talosctl asked many nodes
+_RE_TALOS = re.compile(rf"^(?:[\w.:-]+:\s+)?kern:\s*\w+:\s*\[(?P<t>{_ISO})\]:\s*")
 _RE_SYSLOG = re.compile(  # syslog, journalctl -o short and short-precise (fractional seconds)
     r"^(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?\s+"
     r"(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*(?P<boot>\d+\.\d+)\]\s*)?"
