@@ -146,12 +146,7 @@ def probed(sshd, tmp_path_factory):
     inv = tmp / "inventory.yaml"
     inv.write_text("\n".join(lines) + "\n")
     common = [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         "--no-stacks",
         # a loaded CI machine: generous limits, few handshakes at once (one sshd serves every host)
         "--fanout",

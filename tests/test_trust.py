@@ -14,6 +14,7 @@ import pytest
 
 from fleetdiag.ssh.transport import KnownHosts
 
+from .conftest import inventory_file
 from .procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,15 +25,7 @@ DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 def inventory(tmp_path: Path, sshd, names: tuple[str, ...] = ("n0",)) -> Path:
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(
-        "hosts:\n"
-        + "".join(
-            f"  {n}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n    logs:\n      vllm: {log}\n"
-            for n in names
-        )
-    )
-    return inv
+    return inventory_file(tmp_path / "inv.yaml", dict.fromkeys(names, log), sshd)
 
 
 def cli(rt: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -121,12 +114,12 @@ def test_known_hosts_lookup_keeps_revoked_keys_on_every_port(sshd):
 def test_known_hosts_are_parsed_once_until_a_file_changes(sshd, tmp_path, monkeypatch):
     """A fleet's known_hosts holds a line per host: it is parsed once per process, not per
     connection, and parsed again as soon as a file changes (an accepted key, a revocation)."""
-    from fleetdiag.ssh import transport
+    from fleetdiag.ssh import hostkeys
 
     parses = []
     real = asyncssh.import_known_hosts
-    monkeypatch.setattr(transport.asyncssh, "import_known_hosts", lambda text: parses.append(text) or real(text))
-    monkeypatch.setattr(transport, "_PARSED", {})
+    monkeypatch.setattr(hostkeys.asyncssh, "import_known_hosts", lambda text: parses.append(text) or real(text))
+    monkeypatch.setattr(hostkeys, "_PARSED", {})
     key = asyncssh.import_public_key(sshd.host_pub)
     path = tmp_path / "known_hosts"
     path.write_text("".join(f"[h]:{2000 + i} {sshd.host_pub}\n" for i in range(500)))
