@@ -354,15 +354,24 @@ class Lab:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def host_path() -> str | None:
+    """``FLEETDIAG_BENCH_HOST_PATH``: a directory the simulated hosts search first for their tools,
+    sent as the probe's own ``path_prepend`` by every tool (scale_device.sh puts the nvidia-smi
+    stand-in there: bench/_simhost_nvidia_smi.sh)."""
+    return os.environ.get("FLEETDIAG_BENCH_HOST_PATH") or None
+
+
 def write_inventory(path: Path, lab: Lab, hosts: Sequence[tuple[str, int]], log: Path) -> Path:
     """A native fleetdiag inventory: each host is 127.0.0.1 on its own proxy port."""
     lines = ["hosts:"]
+    extra = [f"    path_prepend: {json.dumps(host_path())}"] if host_path() else []
     for name, port in hosts:
         lines += [
             f"  {name}:",
             "    address: 127.0.0.1",
             f"    port: {port}",
             f"    user: {lab.sshd.user}",
+            *extra,
             "    logs:",
             f"      vllm: {json.dumps(str(log))}",
         ]
@@ -507,7 +516,7 @@ def funnel_command(log: str, facts: bool = True) -> tuple[str, str]:
     from fleetdiag.inventory.model import LogSource
     from fleetdiag.probe import ProbeSettings, probe_command
 
-    settings = ProbeSettings(facts=facts, kernel=facts)
+    settings = ProbeSettings(facts=facts, kernel=facts, path_prepend=host_path())
     return probe_command(Host(name="bench"), LogSource("file", log), log, settings, load_rules())
 
 

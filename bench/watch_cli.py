@@ -58,6 +58,68 @@ finally:
 """
 
 
+# the CLI with its garbage collections, the follower records that end a burst (sync marks, heartbeats)
+# and its analyses logged to a file, line by line (the CLI ends with os._exit: nothing may wait for the
+# end): "gc START END GEN", "rec TIME HOST KIND", "an START END HOST"
+TRACED = """
+import gc, sys, time
+from fleetdiag.cli import run
+from fleetdiag.remote import follow
+from fleetdiag.watch import host
+out = open(sys.argv.pop(1), "w", buffering=1)
+t = [0.0]
+def cb(phase, info):
+    if phase == "start":
+        t[0] = time.time()
+    else:
+        out.write(f"gc {t[0]:.6f} {time.time():.6f} {info['generation']}\\n")
+gc.callbacks.append(cb)
+record, analyze = host.HostWatcher._record, host.HostWatcher._analyze
+def _record(self, rec):
+    if isinstance(rec, (follow.Sync, follow.Heartbeat)):
+        out.write(f"rec {time.time():.6f} {self.host.name} {type(rec).__name__}\\n")
+    return record(self, rec)
+def _analyze(self):
+    t0 = time.time()
+    try:
+        return analyze(self)
+    finally:
+        out.write(f"an {t0:.6f} {time.time():.6f} {self.host.name}\\n")
+host.HostWatcher._record, host.HostWatcher._analyze = _record, _analyze
+sys.argv[0] = "fleetdiag"
+run()
+"""
+
+
+def traced(path: str, trials: list[tuple[str, float, float]]) -> dict:
+    """Where each detection's time went: until the burst's sync mark reached the controller (the host, the
+    network), and after it (the controller: its analyses and collections meanwhile)."""
+    gcs, recs, ans = [], [], []
+    for ln in Path(path).read_text().splitlines():
+        f = ln.split()
+        if f[0] == "gc":
+            gcs.append((float(f[1]), float(f[2]), int(f[3])))
+        elif f[0] == "rec":
+            recs.append((float(f[1]), f[2], f[3]))
+        elif f[0] == "an":
+            ans.append((float(f[1]), float(f[2]), f[3]))
+    sync_ms, after_ms, gc_ms, an_ms = [], [], [], []
+    for name, t0, t1 in trials:
+        syncs = [t for t, h, k in recs if h == name and k == "Sync" and t0 <= t <= t1]
+        ts = syncs[-1] if syncs else t1  # the sync the failure was decided on: the last one before the event
+        sync_ms.append(round((ts - t0) * 1000))
+        after_ms.append(round((t1 - ts) * 1000, 1))
+        gc_ms.append(round(sum(max(0.0, min(e, t1) - max(s, t0)) for s, e, _ in gcs) * 1000, 1))
+        an_ms.append(round(sum(max(0.0, min(e, t1) - max(s, t0)) for s, e, _ in ans) * 1000, 1))
+    return {
+        "to_sync_ms": sync_ms,
+        "after_sync_ms": after_ms,
+        "gc_in_detection_ms": gc_ms,
+        "analyses_in_detection_ms": an_ms,
+        "gen2_ms": sorted(round((e - s) * 1000, 1) for s, e, g in gcs if g == 2)[-10:],
+    }
+
+
 def healthy_line(i: int) -> str:
     return f"(APIServer pid=6412) INFO 05-09 15:14:{i % 60:02d} [loggers.py:123] Engine 000: step {i}\n"
 
@@ -167,6 +229,7 @@ def run(
     floor: bool = False,
     profile: str | None = None,
     settle: float = 25.0,
+    trace: str | None = None,
 ) -> dict:
     logs = [workdir / f"n{n}-h{i:02d}.log" for i in range(n)]
     for p in logs:
@@ -197,6 +260,8 @@ def run(
     exe = [str(Path(sys.executable).parent / "fleetdiag")]
     if profile:
         exe = [sys.executable, "-c", PROFILED, f"{profile}.{n}"]
+    elif trace:
+        exe = [sys.executable, "-c", TRACED, f"{trace}.{n}"]
     argv = [*exe, "-i", str(inv), "watch", "all", "--jsonl", "--known-hosts", str(server.known_hosts)]
     argv += ["--identity", str(server.client_key), "--ssh-config", str(server.ssh_config)]
     watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -210,6 +275,7 @@ def run(
     grower = threading.Thread(target=grow, daemon=True)
     grower.start()
     latencies: list[float] = []
+    spans: list[tuple[str, float, float]] = []  # (host, append, failed event) of each trial
     seen_ms: list[float] = []
     wrong: list[str] = []
     misses = 0
@@ -237,6 +303,7 @@ def run(
                     continue
                 d = failed()
                 latencies.append((d["time"] - t0) * 1000)
+                spans.append((name, t0, d["time"]))
                 seen_ms.append((d["_seen"] - t0) * 1000)
                 if DECISIVE not in (d.get("decisive") or {}).get("line", ""):
                     wrong.append((d.get("decisive") or {}).get("line", ""))
@@ -254,6 +321,7 @@ def run(
     down = [d["reason"][:60] for d in ev.lines if d.get("event") == "state" and d["state"] == "unreachable"]
     unreachable = len(down)
     final = ev.state()
+    extra = traced(f"{trace}.{n}", spans) if trace else {}
     return {
         "hosts": n,
         "what": "fleetdiag watch --jsonl",
@@ -274,6 +342,7 @@ def run(
         "unreachable_why": sorted(set(down))[:5],
         "final_states": {st: list(final.values()).count(st) for st in sorted(set(final.values()))},
         "latencies_ms": [round(x) for x in latencies],
+        **extra,
     }
 
 
@@ -339,6 +408,7 @@ def main() -> None:
     ap.add_argument("--rtt", type=float, default=240.0)
     ap.add_argument("--floor", action="store_true", help="bare ssh tail -F over the same proxies (no fleetdiag)")
     ap.add_argument("--profile", metavar="FILE", help="run the watch under cProfile, stats to FILE.<hosts>")
+    ap.add_argument("--trace", metavar="FILE", help="trace the CLI's bursts, analyses and collections to FILE.<hosts>")
     ap.add_argument("--settle", type=float, default=25.0, help="seconds watched after the last round (1-3 hosts)")
     args = ap.parse_args()
     os.environ.setdefault("FLEETDIAG_PERSIST", "0")
@@ -346,7 +416,9 @@ def main() -> None:
         server = start_sshd(Path(tmp) / "sshd")
         try:
             for n in (int(x) for x in args.hosts.split(",")):
-                res = run(n, args.rounds, args.rtt, Path(tmp), server, args.floor, args.profile, args.settle)
+                res = run(
+                    n, args.rounds, args.rtt, Path(tmp), server, args.floor, args.profile, args.settle, args.trace
+                )
                 print(json.dumps(res), flush=True)
         finally:
             server.stop()

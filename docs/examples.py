@@ -61,8 +61,8 @@ def job_view() -> str:
         res = finish(host, fr, rules, timing=Timing(rtt_ms=2.0, round_trips=1))
         kept = job_mod.job_facts(res, [ln.text for ln in fr.lines()])
         if kept is not None:
-            res.facts["job"] = kept
-        res.facts["log_mtime"] = fr.mtime
+            res.job = kept
+        res.log_mtime = fr.mtime
         results.append(res)
     roots = job_mod.root_causes(results)
     return _print(render.fleet_view(results, root_causes=roots))

@@ -318,7 +318,7 @@ async def preflight_host(host: HostLike, launch: Launch, settings: ProbeSettings
             res.status = FAIL if any(c.status == FAIL for c in res.checks) else PASS
     except HostError as exc:
         res.error = str(exc)
-        res.facts["error_kind"] = exc.kind
+        res.facts["error_kind"] = exc.kind  # PreflightResult: its facts are its own record
     finally:
         if conn is not None:
             conn.close()

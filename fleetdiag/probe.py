@@ -35,6 +35,8 @@ from .records import (
     UNREACHABLE,
     FunnelResult,
     HostResult,
+    JobFacts,
+    LogSilence,
     Timing,
 )
 from .remote import funnel as funnel_mod
@@ -73,7 +75,7 @@ class ProbeSettings:
     pyspy: str | None = None  # py-spy's path on the hosts when not on PATH ("none": do not use py-spy)
     # Held around every SSH handshake (the scheduler's per-address MaxStartups limit).
     connect_gate: Callable[[Any], AsyncContextManager[Any]] | None = None
-    # Kept connections (fleetdiag/ssh/keeper.py): seconds a host's connection stays open after use; 0: direct.
+    # Kept connections (fleetdiag/ssh/keeper/): seconds a host's connection stays open after use; 0: direct.
     persist: float = 0.0
     keeper_dir: Path | None = None  # None: the user's runtime directory
 
@@ -150,7 +152,7 @@ def _finish_log(
     diag = analyze(lines, rules=rules, facts=res.facts)
     res.decisive = diag.decisive
     if diag.decisive is not None:  # put the host's numbers into the hint
-        diag.decisive.time_iso = timestamps.iso(diag.decisive.time, fr.mtime, res.facts.get("tz_offset"))
+        diag.decisive.time_iso = timestamps.iso(diag.decisive.time, fr.mtime)  # zone-less as the host wrote it
         diag.decisive.hint = facts_mod.refine_hint(diag.decisive, res.facts) or diag.decisive.hint
     res.secondary = diag.secondary
     res.summary = diag.summary
@@ -167,7 +169,7 @@ def _finish_log(
             stall_after,
             alive=hang_mod.alive_from_facts(res.facts),
         )
-        res.facts["silence"] = hang_mod.silence_fact(sil)
+        res.silence = LogSilence.from_json(hang_mod.silence_fact(sil))
         if sil.stalled:
             res.verdict = STALLED
             res.summary = hang_mod.stall_summary(sil, diag.summary if diag.verdict == STARTING else None)
@@ -398,14 +400,14 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Runner | Non
             res.verdict = UNREACHABLE
             res.error = partial
             res.markers = []
-            res.facts["error_kind"] = partial_kind
+            res.error_kind = partial_kind
         elif fr.status != "error" and funnel_mod.CUT in fr.markers:
             _never_a_verdict(res, partial, partial_kind)
         if settings.stacks and res.verdict == STALLED and not partial:  # the analysis asks: where does it wait?
             await _stacks(conn, host.name, settings, res, exec_ms)
     except HostError as exc:
         res = HostResult(host=host.name, verdict=UNREACHABLE, error=str(exc), timing=timing)
-        res.facts["error_kind"] = exc.kind
+        res.error_kind = exc.kind
     finally:
         if own and conn is not None:
             conn.close()
@@ -422,7 +424,7 @@ def _never_a_verdict(res: HostResult, partial: str | None, kind: str | None) -> 
     seen = res.decisive.line if res.decisive is not None else None
     res.verdict = UNREACHABLE
     res.error = partial or "the funnel's output ended before its end marker: the log was not read to its end"
-    res.facts["error_kind"] = kind or NETWORK
+    res.error_kind = kind or NETWORK
     res.decisive, res.secondary, res.summary = None, [], ""
     res.markers = [m for m in res.markers if m != partial]
     if seen:
@@ -497,28 +499,25 @@ CLOCK_SNIPPET = remote.load("clock.sh")
 
 def add_job_facts(res: HostResult, fr: FunnelResult, received: float | None = None) -> None:
     """What the job-level analysis (fleetdiag.job) needs from this probe, kept on the result so a
-    sweep report or the history can name a job's root cause later: ``facts["clock"]`` (the remote
-    clock against ours), ``facts["zone"]``, ``facts["log_mtime"]`` and, for a host with a decisive
-    error, ``facts["job"]`` (its peer-caused kind and the few log lines with ranks, times, watchdog
-    SeqNums and endpoints)."""
+    sweep report or the history can name a job's root cause later: ``clock`` (the remote clock
+    against ours, its zone), ``log_mtime`` and, for a host with a decisive error, ``job`` (its
+    peer-caused kind and the few log lines with ranks, times, watchdog SeqNums and endpoints)."""
     rtt = res.timing.rtt_ms / 1000.0 if res.timing.rtt_ms is not None else None
     raw = (fr.facts.get("remote") or {}).get("clock")
     clock = job_mod.clock_sample(raw, received, rtt) if raw and received is not None else None
     if clock is not None:
-        res.facts["clock"] = clock
-        if clock.get("zone"):
-            res.facts["zone"] = clock["zone"]
+        res.clock = clock
     if fr.mtime is not None:
-        res.facts["log_mtime"] = fr.mtime
+        res.log_mtime = fr.mtime
     node = node_mod.parse_node(fr.facts.get("node_raw"))
     if node is not None and (node["procs"] or node["error_files"] or node["flight_recorder"] or node["notes"]):
         res.facts["node"] = node
     if res.decisive is not None:
         kept = job_mod.job_facts(res, [ln.text for ln in fr.lines()])
         if kept is not None:
-            res.facts["job"] = kept
+            res.job = kept
     elif res.verdict == STALLED:  # a straggler candidate: its last lines say the step it is stuck in
-        res.facts["job"] = {"kind": "", "lines": [job_mod.clip(ln.text) for ln in fr.lines()[-job_mod.QUIET_LINES :]]}
+        res.job = JobFacts(lines=[job_mod.clip(ln.text) for ln in fr.lines()[-job_mod.QUIET_LINES :]])
 
 
 def save_evidence(directory: Path, name: str, raw: bytes, stage: str = "funnel") -> Path:

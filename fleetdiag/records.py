@@ -62,7 +62,7 @@ class LogStatus(StrEnum):
 
 
 class ErrorKind(StrEnum):
-    """Why a host has no diagnosis (``facts["error_kind"]``): how it could not be reached, or what cut it short."""
+    """Why a host has no diagnosis (``HostResult.error_kind``, ``facts["error_kind"]`` in the JSON): how it could not be reached, or what cut it short."""
 
     REFUSED = "refused"
     DNS = "dns"
@@ -247,8 +247,122 @@ class JobRole:
 
 
 @dataclass
+class Clock:
+    """A host's clock against ours, read last in the funnel (``job.clock_sample`` makes it).
+
+    ``offset`` is what the job analysis adds to the host's log times; ``zone`` is its ``date +%z``.
+    The JSON keeps it as ``facts["clock"]`` (and the zone again as ``facts["zone"]``).
+    """
+
+    local_receive: float | None = None
+    remote_now: float | None = None
+    rtt: float | None = None
+    measured: float | None = None
+    offset: float | None = None
+    zone: str | None = None
+
+    def to_json(self) -> dict[str, Any] | None:
+        if self.remote_now is None:  # no reading, only what a record carried (an offset)
+            return None if self.offset is None else {"offset": self.offset}
+        out: dict[str, Any] = {
+            "local_receive": self.local_receive,
+            "remote_now": self.remote_now,
+            "rtt": self.rtt,
+            "measured": self.measured,
+            "offset": self.offset,
+        }
+        if self.zone:
+            out["zone"] = self.zone
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any, zone: Any = None) -> Clock | None:
+        """From ``facts["clock"]`` (and ``facts["zone"]``); None when neither says anything."""
+        d = data if isinstance(data, dict) else {}
+
+        def num(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        z = d.get("zone") or zone
+        c = cls(num("local_receive"), num("remote_now"), num("rtt"), num("measured"), num("offset"), z or None)
+        return None if c == cls() else c
+
+
+@dataclass
+class LogSilence:
+    """The numbers behind a verdict on a quiet log (``evidence.hang``'s judgement): ``facts["silence"]``."""
+
+    phase: str | None = None
+    stalled: bool = False
+    cadence_s: float | None = None
+    median_s: float | None = None
+    silent_s: float | None = None
+    threshold_s: float | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> LogSilence | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class JobFacts:
+    """What a probe keeps for the job analysis (``job.job_facts``): the host's error's peer-caused
+    ``kind`` ("" when local-origin) and the few log lines with ranks, times and endpoints; ``line``
+    and ``chosen`` when another line than the decisive one speaks for the host, ``signal`` when it
+    was killed. The JSON keeps it as ``facts["job"]``, with the host's ``JobRole`` merged in."""
+
+    kind: str = ""
+    lines: list[str] = field(default_factory=list)
+    line: str | None = None
+    chosen: str = ""
+    signal: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "lines": list(self.lines)}
+        if self.chosen:
+            out["line"], out["chosen"] = self.line, self.chosen
+        if self.signal:
+            out["signal"] = self.signal
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> JobFacts | None:
+        if not isinstance(data, dict) or not (set(data) - set(JobRole.KEYS)):
+            return None
+        return cls(
+            kind=str(data.get("kind") or ""),
+            lines=[str(x) for x in data.get("lines") or []],
+            line=data.get("line"),
+            chosen=str(data.get("chosen") or ""),
+            signal=data.get("signal"),
+        )
+
+
+# The facts that are typed fields of HostResult, in the order the JSON's ``facts`` has always listed them
+# among the descriptive ones (``_LATE``: those that come after ``silence``).
+TYPED_FACTS = ("silence", "clock", "zone", "log_mtime", "job", "error_kind")
+_LATE = ("kernel_log", "clock", "zone", "log_mtime", "node", "job", "stacks", "error_kind")
+
+
+@dataclass
 class HostResult:
-    """Everything fleetdiag knows about one host after a probe."""
+    """Everything fleetdiag knows about one host after a probe.
+
+    ``facts`` holds what the host told about itself, descriptive and read by the analyzer and the
+    cards, a documented dict because its shapes are the remote scripts': ``nvidia_smi``, ``gpus``,
+    ``serving``, ``cuda_visible_devices`` (``_source``), ``parallel`` (``_source``) (``fleetdiag.facts``),
+    ``kernel_log`` (``evidence.host``), ``node`` (``facts.node``), ``stacks`` (``evidence.hang``). What
+    other modules decide on is typed: ``clock`` (zone included), ``log_mtime``, ``silence``, ``job``
+    and ``job_role``, ``error_kind``. ``to_json`` puts them back into ``facts``, where the schema has them;
+    a ``facts`` given with those keys (a record read back, a test's) has them lifted into the fields.
+    """
 
     host: str
     verdict: str
@@ -267,13 +381,59 @@ class HostResult:
     # Where the log was read: {kind: file|journal|docker|cri|slurm|command, detail, found_by}.
     log_source: dict[str, str] | None = None
     job_role: JobRole | None = None  # set by job.mark, never while serialising
+    error_kind: str | None = None  # why there is no diagnosis (ErrorKind, ssh.reach's kinds): set with the verdict
+    clock: Clock | None = None  # the host's clock against ours (probe.add_job_facts, watch's heartbeats)
+    log_mtime: float | None = None  # the log's modification time on the host's clock
+    silence: LogSilence | None = None  # probe's judgement of a quiet log
+    job: JobFacts | None = None  # what the job analysis reads later (job.job_facts)
+
+    def __post_init__(self) -> None:
+        if any(k in self.facts for k in TYPED_FACTS):
+            self.facts = dict(self.facts)
+            self._lift(self.facts)
+
+    def _lift(self, facts: dict[str, Any]) -> None:
+        clock, zone = facts.pop("clock", None), facts.pop("zone", None)
+        self.clock = self.clock or Clock.from_json(clock, zone)
+        mtime = facts.pop("log_mtime", None)
+        if self.log_mtime is None and isinstance(mtime, (int, float)) and not isinstance(mtime, bool):
+            self.log_mtime = float(mtime)
+        self.silence = self.silence or LogSilence.from_json(facts.pop("silence", None))
+        job = facts.pop("job", None)
+        self.job = self.job or JobFacts.from_json(job)
+        self.job_role = self.job_role or JobRole.from_json(job)
+        kind = facts.pop("error_kind", None)
+        self.error_kind = self.error_kind or kind
+
+    def facts_json(self) -> dict[str, Any]:
+        """``facts`` as the JSON has it: the descriptive ones, then the typed ones in their places."""
+        out = {k: v for k, v in self.facts.items() if k not in _LATE}
+        if self.silence is not None:
+            out["silence"] = self.silence.to_json()
+        clock = self.clock.to_json() if self.clock is not None else None
+        typed: dict[str, Any] = {
+            "clock": clock,
+            "zone": self.clock.zone if self.clock is not None else None,
+            "log_mtime": self.log_mtime,
+            "job": self._job_json(),
+            "error_kind": self.error_kind,
+        }
+        for key in _LATE:
+            value = typed[key] if key in typed else self.facts.get(key)
+            if key in typed and value is not None or key not in typed and key in self.facts:
+                out[key] = value
+        return out
+
+    def _job_json(self) -> dict[str, Any] | None:
+        if self.job is None and self.job_role is None:
+            return None
+        return {**(self.job.to_json() if self.job else {}), **(self.job_role.to_json() if self.job_role else {})}
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        del out["job_role"]
-        if self.job_role is not None:
-            job = out["facts"].get("job")
-            out["facts"]["job"] = {**(job if isinstance(job, dict) else {}), **self.job_role.to_json()}
+        for key in ("job_role", *TYPED_FACTS):
+            out.pop(key, None)
+        out["facts"] = self.facts_json()
         return out
 
 
@@ -299,16 +459,10 @@ def host_result_from_json(data: dict[str, Any]) -> HostResult:
     data = dict(data)
     dec = data.pop("decisive", None)
     timing = data.pop("timing", None) or {}
-    known = set(HostResult.__dataclass_fields__) - {"job_role"}
+    known = set(HostResult.__dataclass_fields__) - {"job_role", *TYPED_FACTS}
     facts = data.get("facts")
-    role = None
-    if isinstance(facts, dict) and isinstance(facts.get("job"), dict):
-        role = JobRole.from_json(facts["job"])
-        if role is not None:
-            rest = {k: v for k, v in facts["job"].items() if k not in JobRole.KEYS}
-            data["facts"] = {**facts, "job": rest} if rest else {k: v for k, v in facts.items() if k != "job"}
+    data["facts"] = dict(facts) if isinstance(facts, dict) else {}
     res = HostResult(**{k: v for k, v in data.items() if k in known})
-    res.job_role = role
     res.timing = Timing(**{k: v for k, v in timing.items() if k in Timing.__dataclass_fields__})
     if dec:
         res.decisive = Decisive(**{k: v for k, v in dec.items() if k in Decisive.__dataclass_fields__})

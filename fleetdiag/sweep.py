@@ -128,7 +128,7 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
                         selector=job.selector,
                         report=str(out.report) if out.report else None,
                         interrupted=interrupted,
-                        unknown=[r.host for r in results if r.facts.get("error_kind") == INTERRUPTED],
+                        unknown=[r.host for r in results if r.error_kind == INTERRUPTED],
                         costs=memory.pairs(),
                         keep_days=job.keep_days,
                         root_causes=rcs,

@@ -20,13 +20,17 @@ from .sshd import Sshd, start_sshd
 
 # Hermetic. The tests' sshd is this machine: discovery (a host with no log, or a configured log that is
 # missing) would see every process on it and read another user's vllm logs; and the CLI would read this
-# user's ~/.config rules and history. So discovery sees only the processes this test session started
-# (its descendants: the fake jobs, sshd's sessions), and config, data and state live in a session dir.
-# (The CLI subprocesses the tests spawn inherit both.)
+# user's ~/.config rules and history, ~/.ssh/config, known_hosts and keys, and offer its agent's keys. So
+# discovery sees only the processes this test session started (its descendants: the fake jobs, sshd's
+# sessions); home, config, data and state live in a session dir, and no agent is inherited. (The CLI
+# subprocesses the tests spawn inherit all of it; sshd's sessions get the account's own home, as a host's do.)
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="fleetdiag-tests-"))
 os.environ["FLEETDIAG_DISCOVER_UNDER"] = str(os.getpid())
 for _var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
     os.environ[_var] = str(_SESSION_DIR / _var.lower())
+(_SESSION_DIR / "home" / ".ssh").mkdir(parents=True, mode=0o700)
+os.environ["HOME"] = str(_SESSION_DIR / "home")
+os.environ.pop("SSH_AUTH_SOCK", None)
 
 ROOT = Path(__file__).resolve().parent
 CORPUS = ROOT / "corpus"
@@ -50,29 +54,37 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
+def inventory_file(path: Path, hosts: dict[str, Any], server: Sshd, **top: Any) -> Path:
+    """Write a native inventory of ``hosts`` on ``server`` to ``path``: the one writer of test inventories.
+
+    A string (or path) is the host's log; a mapping holds inventory keys (``log`` is short for
+    ``logs: {app: LOG}``; ``address``, ``port`` and ``user`` default to the server's); ``top``: other
+    top-level keys (``defaults``, ``groups``). Module-scoped fixtures call it directly; tests use the
+    ``write_inventory`` fixture.
+    """
+    out: dict[str, Any] = {}
+    for host, spec in hosts.items():
+        entry = {"log": str(spec)} if isinstance(spec, (str, Path)) else dict(spec)
+        h: dict[str, Any] = {"address": "127.0.0.1", "port": server.port, "user": server.user}
+        if "log" in entry:
+            h["logs"] = {"app": str(entry.pop("log"))}
+        h.update(entry)
+        out[host] = h
+    path.write_text(json.dumps({**top, "hosts": out}, indent=1) + "\n")  # JSON is YAML: every value quoted
+    return path
+
+
 @pytest.fixture
 def write_inventory(tmp_path: Path, sshd: Sshd) -> Callable[..., Path]:
-    """Writes a native inventory of hosts on the tests' sshd and returns its path: the one helper for it.
+    """Writes a native inventory of hosts on the tests' sshd (``inventory_file``) and returns its path.
 
     ``write_inventory({"gpu01": "/path/train.log", "gpu02": {"logs": {"app": {"command": "cat x"}},
-    "funnel": {"timeout": 2}}})``: a string is the host's log; a mapping holds inventory keys
-    (``log`` is short for ``logs: {app: LOG}``; ``address``, ``port`` and ``user`` default to the sshd's).
-    ``server``: another ``Sshd``; ``name``: the file's name in the test's tmp dir.
+    "funnel": {"timeout": 2}}})``. ``server``: another ``Sshd``; ``name``: the file's name in the
+    test's tmp dir.
     """
 
-    def write(hosts: dict[str, Any], name: str = "inventory.yaml", server: Sshd | None = None) -> Path:
-        srv = server or sshd
-        out: dict[str, Any] = {}
-        for host, spec in hosts.items():
-            entry = {"log": str(spec)} if isinstance(spec, (str, Path)) else dict(spec)
-            h: dict[str, Any] = {"address": "127.0.0.1", "port": srv.port, "user": srv.user}
-            if "log" in entry:
-                h["logs"] = {"app": str(entry.pop("log"))}
-            h.update(entry)
-            out[host] = h
-        path = tmp_path / name
-        path.write_text(json.dumps({"hosts": out}, indent=1) + "\n")  # JSON is YAML: every value quoted
-        return path
+    def write(hosts: dict[str, Any], name: str = "inventory.yaml", server: Sshd | None = None, **top: Any) -> Path:
+        return inventory_file(tmp_path / name, hosts, server or sshd, **top)
 
     return write
 

@@ -42,6 +42,17 @@ class Sshd:
     host_pub: str
     proc: subprocess.Popen | None = None
 
+    def cli_args(self) -> list[str]:
+        """The options that point a fleetdiag command at this server's known_hosts, key and ssh config."""
+        return [
+            "--known-hosts",
+            str(self.known_hosts),
+            "--identity",
+            str(self.client_key),
+            "--ssh-config",
+            str(self.ssh_config),
+        ]
+
     def opts(self, **kw) -> TransportOptions:
         base = dict(
             known_hosts=str(self.known_hosts),

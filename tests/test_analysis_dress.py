@@ -162,3 +162,37 @@ def test_a_removed_prefix_keeps_the_year_a_klog_stamp_lacks() -> None:
     assert d.decisive.time == "2024-08-09T13:32:51.873588972Z"
     plain = analyze_text(log.replace("2024-08-09T13:32:51.873588972Z ", ""), rules=load_rules(user_default=False))
     assert plain.decisive is not None and plain.decisive.time.startswith("0809 13:32:51")
+
+
+def test_a_collectors_stream_marker_and_a_runners_labels_go_with_the_stamp() -> None:
+    """What a collector or job runner puts between its stamp and the program's line carries no meaning of its
+    own: CRI's ``stdout F``, a sidecar's ``1 stdout:``, a runner's ``[step/task (pid N)] [run id]`` labels."""
+    rules = load_rules(user_default=False)
+    cri = "".join(f"2024-05-01T10:00:0{s}.1Z stderr F INFO step {s}\n" for s in range(5))
+    cri += "2024-05-01T10:00:06.1Z stderr F RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    sidecar = "".join(f"[Side a1]: 2024-05-01T10:00:0{s}.1Z 1 stdout: INFO step {s}\n" for s in range(5))
+    sidecar += "[Side a1]: 2024-05-01T10:00:06.1Z 1 stdout: CRITICAL 05-01 10:00:06 launcher.py:99] boom\n"
+    runner = "".join(f"2024-05-01 10:00:0{s}.1 [7/train/9 (pid 4)] [0c1-ab] INFO step {s}\n" for s in range(5))
+    runner += "2024-05-01 10:00:06.1 [7/train/9 (pid 4)] [0c1-ab] OSError: [Errno 28] No space left on device\n"
+    for log, line, kind in (
+        (cri, "RuntimeError: CUDA error: an illegal memory access was encountered", "RuntimeError"),
+        (sidecar, "CRITICAL 05-01 10:00:06 launcher.py:99] boom", None),
+        (runner, "OSError: [Errno 28] No space left on device", "OSError"),
+    ):
+        norm = normalise(split_text(log))
+        assert norm.lines[-1].text == line, norm.steps
+        if kind is not None:
+            d = analyze_text(log, rules=rules)
+            assert d.decisive is not None and d.decisive.exception_type == kind
+    # a clock in brackets is the program's own stamp, not a label, even when it is the same on every line
+    same_second = "".join(f"[10:00:06] step {s}\n" for s in range(5))
+    assert normalise(split_text(same_second)).steps == []
+
+
+def test_one_record_repeated_at_the_widest_length_is_not_a_terminals_wrap() -> None:
+    """Lines of one template that differ only in their stamps all have one length: that is not a terminal's width
+    (a supervisor relaying one worker error per rank, as in the held-back dynamo case)."""
+    rec = "2025-04-23T03:35:4{s}.39{s}Z  INFO worker: VLLM: Failed: /w/csrc/ar.cuh:368 'invalid argument'\n"
+    log = "also reduce the `max_num_seqs` as needed.\n" + "".join(rec.format(s=s) for s in range(4))
+    log += "Capturing CUDA graph shapes: 100%|██████████| 35/35\n" + "".join(rec.format(s=s) for s in range(4, 7))
+    assert normalise(split_text(log)).steps == []

@@ -24,8 +24,11 @@ def plant(directory: Path, canaries: Path) -> None:
     (directory / "hashlib.py").write_text(code)
     (directory / "fleetdiag").mkdir(exist_ok=True)
     (directory / "fleetdiag" / "__init__.py").write_text(code)
-    (directory / "fleetdiag" / "spread.py").write_text(code)
-    (directory / "fleetdiag" / "keeper.py").write_text(code)
+    for sub in ("ssh", "ssh/keeper"):
+        (directory / "fleetdiag" / sub).mkdir(parents=True, exist_ok=True)
+        (directory / "fleetdiag" / sub / "__init__.py").write_text(code)
+    (directory / "fleetdiag" / "ssh" / "spread.py").write_text(code)
+    (directory / "fleetdiag" / "ssh" / "keeper" / "start.py").write_text(code)
 
 
 def run_cli(cwd: Path, rt: Path, *args: str) -> subprocess.CompletedProcess:

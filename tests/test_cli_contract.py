@@ -42,33 +42,6 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-c", "from fleetdiag.cli import main; main()", *args]
 
 
-def ssh_args(sshd) -> list[str]:
-    return [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
-    ]
-
-
-def write_inventory(tmp_path: Path, sshd, hosts: dict[str, dict]) -> Path:
-    lines = ["hosts:"]
-    for name, h in hosts.items():
-        lines += [
-            f"  {name}:",
-            "    address: 127.0.0.1",
-            f"    port: {h.get('port', sshd.port)}",
-            f"    user: {sshd.user}",
-            "    logs:",
-            f"      vllm: {json.dumps(str(h['log']))}",
-        ]
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text("\n".join(lines) + "\n")
-    return inv
-
-
 def healthy_log(tmp_path: Path, name: str = "vllm.log") -> Path:
     log = tmp_path / name
     log.write_text(HEALTHY_LOG)
@@ -128,10 +101,10 @@ def closed_pipe_run(argv: list[str], timeout: float = 60) -> subprocess.Complete
     return proc
 
 
-def test_probe_jsonl_into_a_closed_pipe_ends_quietly(sshd, tmp_path):
+def test_probe_jsonl_into_a_closed_pipe_ends_quietly(sshd, tmp_path, write_inventory):
     log = healthy_log(tmp_path)
-    inv = write_inventory(tmp_path, sshd, {"a": {"log": log}, "b": {"log": log}})
-    proc = closed_pipe_run(["-i", str(inv), "probe", "all", "--jsonl", *ssh_args(sshd)])
+    inv = write_inventory({"a": log, "b": log})
+    proc = closed_pipe_run(["-i", str(inv), "probe", "all", "--jsonl", *sshd.cli_args()])
     assert proc.returncode in (0, 141), proc.stderr
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
     assert "BrokenPipe" not in proc.stderr and "Exception ignored" not in proc.stderr
@@ -199,15 +172,13 @@ def read_rest(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("fmt", ["--jsonl", "--json"])
-def test_ctrl_c_on_probe_keeps_the_hosts_that_answered(sshd, tmp_path, fmt):
+def test_ctrl_c_on_probe_keeps_the_hosts_that_answered(sshd, tmp_path, fmt, write_inventory):
     log = healthy_log(tmp_path)
     hole = black_hole()
     try:
-        inv = write_inventory(
-            tmp_path, sshd, {"fast": {"log": log}, "hung": {"log": log, "port": hole.getsockname()[1]}}
-        )
+        inv = write_inventory({"fast": log, "hung": {"log": log, "port": hole.getsockname()[1]}})
         proc = subprocess.Popen(
-            command("-i", str(inv), "probe", "all", fmt, *ssh_args(sshd), "--connect-timeout", "60"),
+            command("-i", str(inv), "probe", "all", fmt, *sshd.cli_args(), "--connect-timeout", "60"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -239,11 +210,11 @@ def test_ctrl_c_on_probe_keeps_the_hosts_that_answered(sshd, tmp_path, fmt):
     assert "interrupted" in err and "hung" in err
 
 
-def test_sigterm_on_watch_jsonl_writes_the_summary(sshd, tmp_path):
+def test_sigterm_on_watch_jsonl_writes_the_summary(sshd, tmp_path, write_inventory):
     log = healthy_log(tmp_path)
-    inv = write_inventory(tmp_path, sshd, {"node": {"log": log}})
+    inv = write_inventory({"node": log})
     proc = subprocess.Popen(
-        command("-i", str(inv), "watch", "node", "--jsonl", "--no-facts", *ssh_args(sshd)),
+        command("-i", str(inv), "watch", "node", "--jsonl", "--no-facts", *sshd.cli_args()),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -394,12 +365,12 @@ def test_check_says_what_each_host_will_read(tmp_path):
     assert "ok:" in res.output and "3 hosts, 0 groups" in res.output
 
 
-def test_sweep_report_dash_writes_the_report_to_stdout(sshd, tmp_path, monkeypatch):
+def test_sweep_report_dash_writes_the_report_to_stdout(sshd, tmp_path, monkeypatch, write_inventory):
     log = healthy_log(tmp_path)
-    inv = write_inventory(tmp_path, sshd, {"a": {"log": log}})
+    inv = write_inventory({"a": log})
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(
-        main, ["-i", str(inv), "sweep", "all", "--report", "-", "--db", str(tmp_path / "h.db"), *ssh_args(sshd)]
+        main, ["-i", str(inv), "sweep", "all", "--report", "-", "--db", str(tmp_path / "h.db"), *sshd.cli_args()]
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -486,12 +457,12 @@ def test_hosts_never_splits_an_address_or_a_path(columns):
     assert "…" not in res.output
 
 
-def test_history_at_80_columns_keeps_cause_and_count(sshd, tmp_path):
+def test_history_at_80_columns_keeps_cause_and_count(sshd, tmp_path, write_inventory):
     log = tmp_path / "vllm.log"
     log.write_text((DEMO / "dp_rank.log").read_text())
-    inv = write_inventory(tmp_path, sshd, {"uk-node": {"log": log}, "cn-node-with-a-long-name": {"log": log}})
+    inv = write_inventory({"uk-node": log, "cn-node-with-a-long-name": log})
     db = str(tmp_path / "h.db")
-    res = cli("-i", str(inv), "sweep", "all", "--db", db, "--report", str(tmp_path / "r.json"), *ssh_args(sshd))
+    res = cli("-i", str(inv), "sweep", "all", "--db", db, "--report", str(tmp_path / "r.json"), *sshd.cli_args())
     assert res.exit_code == 1, res.output
     for columns in ("80", "60"):
         res = cli("-i", str(inv), "history", "--db", db, env={"COLUMNS": columns})

@@ -16,8 +16,6 @@ from click.testing import CliRunner
 from fleetdiag.cli import main
 from fleetdiag.exitcodes import Exit
 
-from .test_watch import _ssh_args
-
 SEED = (Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text()
 DECISIVE = "DP adjusted local rank 3 is out of bounds"
 
@@ -37,7 +35,7 @@ def _inventory(write_inventory, tmp: Path) -> Path:
 
 def test_probe_reads_a_finished_command_and_names_one_that_does_not_end(sshd, tmp_path: Path, write_inventory) -> None:
     inv = _inventory(write_inventory, tmp_path)
-    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *_ssh_args(sshd)])
+    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *sshd.cli_args()])
     hosts = {h["host"]: h for h in json.loads(r.output)["hosts"]}
     assert hosts["done"]["verdict"] == "failed" and DECISIVE in hosts["done"]["decisive"]["line"]
     endless = hosts["endless"]
@@ -50,7 +48,7 @@ def test_watch_reads_a_finished_command_once_and_a_cut_one_is_no_log(sshd, tmp_p
     inv = _inventory(write_inventory, tmp_path)
     r = CliRunner().invoke(
         main,
-        ["-i", str(inv), "watch", "all", "--jsonl", "--duration", "10", "--heartbeat", "0.5s"] + _ssh_args(sshd),
+        ["-i", str(inv), "watch", "all", "--jsonl", "--duration", "10", "--heartbeat", "0.5s"] + sshd.cli_args(),
     )
     docs = [json.loads(ln) for ln in r.output.splitlines() if ln.startswith("{")]
     states = [(d["host"], d["state"]) for d in docs if d.get("event") == "state"]

@@ -113,7 +113,7 @@ def test_two_node_job_needs_the_log_lines_around_an_unstamped_error() -> None:
                 host=n,
                 verdict=d.verdict,
                 decisive=d.decisive,
-                facts={"clock": {"offset": 0.0, "mtime": MTIME}, "zone": "UTC"},
+                facts={"clock": {"offset": 0.0}, "zone": "UTC", "log_mtime": MTIME},
             )
         )
     assert results[1].decisive is not None and results[1].decisive.time is None

@@ -423,12 +423,7 @@ def test_adhoc_probe_with_no_inventory_anywhere(sshd, tmp_path, monkeypatch):
     monkeypatch.delenv("FLEETDIAG_INVENTORY")
     common = [
         "--json",
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
     ]
     r = CliRunner().invoke(main, ["probe", f"{sshd.user}@127.0.0.1:{sshd.port}", "--log", str(log), *common])
     assert r.exit_code == 1, r.output

@@ -656,12 +656,7 @@ def test_probe_cli_json_and_card_carry_facts(sshd, tmp_path, serving):
         f"    logs:\n      vllm: {log}\n"
     )
     ssh_args = [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
     ]
     ssh_args += ["--path-prepend", str(bindir)]
     result = CliRunner().invoke(main, ["-i", str(inv), "probe", "uk-node", "--json", *ssh_args])

@@ -36,6 +36,7 @@ from fleetdiag.render import FleetProgress, fleet_view
 from fleetdiag.ssh.scheduler import CostMemory, Progress, probe_many
 from fleetdiag.store import Store
 
+from .conftest import inventory_file
 from .sshd import SSHD, free_port, start_sshd
 
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"
@@ -119,21 +120,6 @@ async def _hung_exec_server(known_hosts: Path) -> asyncssh.SSHAcceptor:
     with open(known_hosts, "a") as fh:
         fh.write(f"[127.0.0.1]:{port} {key.export_public_key().decode().strip()}\n")
     return server
-
-
-def write_inventory(path: Path, sshd, hosts: dict[str, dict]) -> Path:
-    lines = ["hosts:"]
-    for name, h in hosts.items():
-        lines += [
-            f"  {name}:",
-            "    address: 127.0.0.1",
-            f"    port: {h.get('port', sshd.port)}",
-            f"    user: {sshd.user}",
-            "    logs:",
-            f"      vllm: {json.dumps(str(h['log']))}",
-        ]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def ssh_args(sshd, known_hosts: Path | None = None) -> list[str]:
@@ -227,7 +213,7 @@ def test_a_bug_on_one_host_keeps_the_others_and_progress_is_reported():
     seen: list[Progress] = []
     res = {r.host: r for r in collect(hosts, fake_probe({"ok1": 0, "buggy": -1, "ok2": 0}), progress=seen.append)}
     assert res["ok1"].verdict == HEALTHY and res["ok2"].verdict == HEALTHY
-    assert res["buggy"].verdict == NO_LOG and res["buggy"].facts["error_kind"] == "internal"
+    assert res["buggy"].verdict == NO_LOG and res["buggy"].error_kind == "internal"
     assert "KeyError" in res["buggy"].error and "please report" in res["buggy"].error
     assert [p.event for p in seen].count("start") == 3 and seen[-1].done == 3
     assert sum(seen[-1].counts.values()) == 3
@@ -348,15 +334,15 @@ def test_hung_hosts_hit_their_deadline_while_the_others_report_on_time(sshd, tmp
     hung = bg.run(_hung_exec_server(known))
     try:
         failing = log(tmp_path, "f", DP_RANK)
-        inv = write_inventory(
+        inv = inventory_file(
             tmp_path / "inv.yaml",
-            sshd,
             {
                 "fast": {"log": failing},
                 "near": {"log": log(tmp_path, "h", HEALTHY_LOG), "port": near.port},
                 "wedged": {"log": failing, "port": wedged.sockets[0].getsockname()[1]},
                 "stuck": {"log": failing, "port": hung.sockets[0].getsockname()[1]},
             },
+            sshd,
         )
         from fleetdiag.inventory import load_inventory
 
@@ -380,7 +366,7 @@ def test_hung_hosts_hit_their_deadline_while_the_others_report_on_time(sshd, tmp
         for name, where in (("wedged", "handshake"), ("stuck", "funnel")):
             r, t = got[name]
             assert r.verdict == UNREACHABLE and r.error == "no answer within 2s (deadline)", r
-            assert r.facts["error_kind"] == "deadline" and where in " ".join(r.markers)
+            assert r.error_kind == "deadline" and where in " ".join(r.markers)
             assert 1.95 < t < 4.0  # at the deadline, not at the 10 s connect or 30 s command timeout
     finally:
         bg.run(near.stop())
@@ -401,9 +387,8 @@ def test_sweep_groups_root_causes_records_history_then_reports_only_changes(sshd
             "gpu04": log(tmp_path, "gpu04", BROKEN_PIPE),
             "gpu05": log(tmp_path, "gpu05", HEALTHY_LOG),
         }
-        inv = write_inventory(
+        inv = inventory_file(
             tmp_path / "inventory.yaml",
-            sshd,
             {
                 "gpu01": {"log": logs["gpu01"], "port": proxies[0].port},
                 "gpu02": {"log": logs["gpu02"], "port": proxies[1].port},
@@ -412,6 +397,7 @@ def test_sweep_groups_root_causes_records_history_then_reports_only_changes(sshd
                 "gpu05": {"log": logs["gpu05"]},
                 "gpu06": {"log": logs["gpu05"], "port": free_port()},  # nothing listens: unreachable
             },
+            sshd,
         )
         db, report, notified = (
             tmp_path / "state" / "history.sqlite3",
@@ -510,13 +496,13 @@ def test_second_concurrent_sweep_is_refused_and_ctrl_c_keeps_results(sshd, tmp_p
     wedged = bg.run(_wedged_server())
     watch = proxy(bg, sshd, 0)  # to see when the fast host's probe is over (its connection closes)
     try:
-        inv = write_inventory(
+        inv = inventory_file(
             tmp_path / "inventory.yaml",
-            sshd,
             {
                 "fast": {"log": log(tmp_path, "f", DP_RANK), "port": watch.port},
                 "wedged": {"log": log(tmp_path, "w", DP_RANK), "port": wedged.sockets[0].getsockname()[1]},
             },
+            sshd,
         )
         db, report = tmp_path / "history.sqlite3", tmp_path / "report.json"
         args = [
@@ -567,7 +553,7 @@ def test_second_concurrent_sweep_is_refused_and_ctrl_c_keeps_results(sshd, tmp_p
 
 
 def test_broken_history_keeps_the_report_and_says_what_to_do(sshd, tmp_path):
-    inv = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}})
+    inv = inventory_file(tmp_path / "inventory.yaml", {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}}, sshd)
     db, report = tmp_path / "history.sqlite3", tmp_path / "report.json"
     db.write_bytes(b"garbage, not sqlite " * 500)
     res = CliRunner().invoke(
@@ -580,9 +566,8 @@ def test_broken_history_keeps_the_report_and_says_what_to_do(sshd, tmp_path):
 
 
 def test_probe_prints_one_card_per_root_cause_and_the_fleet_view(sshd, tmp_path):
-    inv = write_inventory(
+    inv = inventory_file(
         tmp_path / "inventory.yaml",
-        sshd,
         {
             **{
                 f"gpu0{i}": {"log": log(tmp_path, f"gpu0{i}", DP_RANK if i != 2 else DP_RANK_OTHER_HOST)}
@@ -590,6 +575,7 @@ def test_probe_prints_one_card_per_root_cause_and_the_fleet_view(sshd, tmp_path)
             },
             "gpu04": {"log": log(tmp_path, "gpu04", HEALTHY_LOG)},
         },
+        sshd,
     )
     res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", *ssh_args(sshd)], env={"COLUMNS": "160"})
     assert res.exit_code == 1, res.output

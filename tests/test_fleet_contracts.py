@@ -18,8 +18,9 @@ from fleetdiag.cli import main
 from fleetdiag.demo import default_nodes
 from fleetdiag.store import Store
 
+from .conftest import inventory_file
 from .sshd import free_port
-from .test_fleet import HEALTHY_LOG, log, ssh_args, write_inventory
+from .test_fleet import HEALTHY_LOG, log, ssh_args
 from .test_preflight import checks, raw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +149,7 @@ def test_ansible_ini_json_valued_logs_and_warnings_said_once(tmp_path):
 
 
 def test_small_words(sshd, tmp_path):
-    one = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "h", HEALTHY_LOG)}})
+    one = inventory_file(tmp_path / "inventory.yaml", {"gpu01": {"log": log(tmp_path, "h", HEALTHY_LOG)}}, sshd)
     res = CliRunner().invoke(main, ["-i", str(one), "check"])
     assert "1 host, 0 groups" in res.stdout
     assert CliRunner().invoke(main, ["-i", str(one), "hosts"]).stdout.startswith("1 host from")
@@ -252,10 +253,10 @@ def test_a_handshake_dropped_past_maxstartups_is_retried_once_and_named(sshd, tm
     ports = {"once": once.sockets[0].getsockname()[1], "always": full.sockets[0].getsockname()[1]}
     sshd.trust(ports["once"])
     try:
-        inv = write_inventory(
+        inv = inventory_file(
             tmp_path / "inventory.yaml",
-            sshd,
             {name: {"log": log(tmp_path, name, HEALTHY_LOG), "port": port} for name, port in ports.items()},
+            sshd,
         )
         res = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *ssh_args(sshd)])
         hosts = {h["host"]: h for h in json.loads(res.stdout)["hosts"]}
@@ -314,10 +315,10 @@ def test_history_lemons_recur_or_survive_a_reboot(tmp_path):
 def test_sweep_summary_and_probe_only_json(sshd, tmp_path):
     from .test_fleet import DP_RANK
 
-    inv = write_inventory(
+    inv = inventory_file(
         tmp_path / "inventory.yaml",
-        sshd,
         {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}, "gpu02": {"log": log(tmp_path, "h", HEALTHY_LOG)}},
+        sshd,
     )
     args = ["--db", str(tmp_path / "h.db"), "--report", str(tmp_path / "r.json"), *ssh_args(sshd)]
     res = CliRunner().invoke(main, ["-i", str(inv), "sweep", "all", "--summary", "--hide", "healthy", *args])

@@ -20,10 +20,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.cells import cell_len
 
+from .conftest import inventory_file
 from .sshd import free_port
 
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"
@@ -51,32 +53,20 @@ def write_fleet(tmp: Path, sshd, closed_port: int) -> Path:
         **dict.fromkeys(HOSTILE, HOSTILE_LOG),
     }
     healthy = (DEMO / "healthy.log").read_text()
-    lines = ["hosts:"]
+    hosts: dict[str, Any] = {}
     for name in NAMES:
         log = tmp / f"{name}.log"
         log.write_text(texts.get(name, healthy))
         down = name in DOWN
-        lines += [
-            f"  {name}:",
-            f"    address: 127.0.0.{2 + DOWN.index(name) if down else 1}",
-            f"    port: {closed_port if down else sshd.port}",
-            f"    user: {sshd.user}",
-            "    logs:",
-            f"      train: {json.dumps(str(log))}",
-        ]
-    path = tmp / "inventory.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+        hosts[name] = {"log": log}
+        if down:
+            hosts[name].update(address=f"127.0.0.{2 + DOWN.index(name)}", port=closed_port)
+    return inventory_file(tmp / "inventory.yaml", hosts, sshd)
 
 
 def ssh_args(sshd) -> list[str]:
     return [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         "--connect-timeout",
         "60",
         "--timeout",

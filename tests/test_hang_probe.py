@@ -62,15 +62,6 @@ def _training_log(path: Path, idle: float, every: float = 1.0, n: int = 60) -> P
     return path
 
 
-def _inventory(sshd: Any, tmp: Path, log: Path, funnel_yaml: str = "") -> Path:
-    inv = tmp / "inventory.yaml"
-    inv.write_text(
-        f"hosts:\n  node:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-        f"    logs:\n      app: {json.dumps(str(log))}\n" + funnel_yaml
-    )
-    return inv
-
-
 def _cli(*args: str) -> tuple[int, str]:
     r = CliRunner().invoke(main, ["--no-color", *args], env={"COLUMNS": "220", "NO_COLOR": "1"})
     return r.exit_code, r.output
@@ -82,12 +73,7 @@ def _probe(sshd: Any, inv: Path, *extra: str) -> tuple[int, str]:
         str(inv),
         "probe",
         "all",
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         *extra,
     )
 
@@ -104,7 +90,7 @@ def _watcher(log: Path, clock: list[float], **kw: Any) -> HostWatcher:
 # ------------------------------------------------------------------ probe, analyze and watch agree
 
 
-def test_idle_serving_node_is_healthy_for_probe_analyze_and_watch(sshd, tmp_path: Path) -> None:
+def test_idle_serving_node_is_healthy_for_probe_analyze_and_watch(sshd, tmp_path: Path, write_inventory) -> None:
     """A vLLM server that served its last request an hour ago is idle, not stalled: for every command."""
     log = _serving_log(tmp_path / "vllm.log", idle=3600)
     code, out = _cli("analyze", str(log), "--json")
@@ -112,7 +98,7 @@ def test_idle_serving_node_is_healthy_for_probe_analyze_and_watch(sshd, tmp_path
     assert (doc["verdict"], code) == (HEALTHY, 0), doc
     assert doc["facts"]["silence"]["phase"] == "serving" and doc["facts"]["silence"]["silent_s"] >= 3600
 
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), "--json")
+    code, out = _probe(sshd, write_inventory({"node": log}), "--json")
     (host,) = json.loads(out)["hosts"]
     assert (host["verdict"], code) == (HEALTHY, 0), host
     assert host["facts"]["silence"]["phase"] == "serving" and host["idle_seconds"] >= 3600
@@ -126,7 +112,7 @@ def test_idle_serving_node_is_healthy_for_probe_analyze_and_watch(sshd, tmp_path
     assert w.view.state == HEALTHY, w.view.reason
 
     async def go() -> str:  # the real watch over sshd: its first verdict too
-        inv = parse_inventory(_inventory(sshd, tmp_path, log).read_text())
+        inv = parse_inventory(write_inventory({"node": log}).read_text())
         async with Run(Watch(list(inv.hosts.values()), watch_settings(sshd, stall_after=600.0))) as run:
             await run.state("node", HEALTHY, STALLED)
             await asyncio.sleep(1.0)  # a few heartbeats, each with the log's age
@@ -135,7 +121,9 @@ def test_idle_serving_node_is_healthy_for_probe_analyze_and_watch(sshd, tmp_path
     assert asyncio.run(go()) == HEALTHY
 
 
-def test_training_log_silent_past_its_cadence_is_stalled_for_probe_analyze_and_watch(sshd, tmp_path: Path) -> None:
+def test_training_log_silent_past_its_cadence_is_stalled_for_probe_analyze_and_watch(
+    sshd, tmp_path: Path, write_inventory
+) -> None:
     """Steps every second, then five minutes of silence: stalled everywhere, with the same reason."""
     log = _training_log(tmp_path / "train.log", idle=300)
     want = "training, it wrote every ~1 s; silent for 5 min (limit 60 s = the 60 s floor)"
@@ -145,7 +133,7 @@ def test_training_log_silent_past_its_cadence_is_stalled_for_probe_analyze_and_w
     assert doc["summary"] == want, doc["summary"]
     assert doc["facts"]["silence"]["cadence_s"] == 1.0 and doc["facts"]["silence"]["threshold_s"] == 60.0
 
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), "--json", "--no-stacks")
+    code, out = _probe(sshd, write_inventory({"node": log}), "--json", "--no-stacks")
     (host,) = json.loads(out)["hosts"]
     assert (host["verdict"], code) == (STALLED, 1), host
     assert host["summary"] == want and host["timing"]["round_trips"] == 1  # --no-stacks: one trip
@@ -228,7 +216,7 @@ def hanging_job(tmp_path_factory: pytest.TempPathFactory):
         proc.wait()
 
 
-QUICK = "    funnel:\n      stall_after: 1s\n"  # the host's own limit: a quick stall, for a test of seconds
+QUICK = {"stall_after": "1s"}  # the host's own limit: a quick stall, for a test of seconds
 
 
 def _stalled_host(doc: dict, proc: subprocess.Popen) -> dict:
@@ -244,9 +232,9 @@ def _stalled_host(doc: dict, proc: subprocess.Popen) -> dict:
     return host
 
 
-def test_real_hang_probe_names_the_function_it_waits_in(sshd, hanging_job) -> None:
+def test_real_hang_probe_names_the_function_it_waits_in(sshd, hanging_job, write_inventory) -> None:
     proc, log, tmp = hanging_job
-    inv = _inventory(sshd, tmp, log, QUICK)
+    inv = write_inventory({"node": {"log": log, "funnel": QUICK}})
     code, out = _probe(sshd, inv, "--json", "--path-prepend", str(VENV_BIN))  # py-spy lives in the venv
     assert code == 1
     host = _stalled_host(json.loads(out), proc)
@@ -263,10 +251,10 @@ def test_real_hang_probe_names_the_function_it_waits_in(sshd, hanging_job) -> No
     assert "training, it wrote every ~0.2 s" in card
 
 
-def test_real_hang_without_pyspy_names_the_proc_fallback(sshd, hanging_job) -> None:
+def test_real_hang_without_pyspy_names_the_proc_fallback(sshd, hanging_job, write_inventory) -> None:
     proc, log, tmp = hanging_job
     assert shutil.which("py-spy", path=SSHD_PATH) is None and not Path("~/.local/bin/py-spy").expanduser().exists()
-    inv = _inventory(sshd, tmp, log, QUICK)
+    inv = write_inventory({"node": {"log": log, "funnel": QUICK}})
     code, out = _probe(sshd, inv, "--json")  # the session's PATH has no py-spy
     host = _stalled_host(json.loads(out), proc)
     (ev,) = [e for e in host["evidence"] if e["source"] == "stack"]
@@ -279,10 +267,10 @@ def test_real_hang_without_pyspy_names_the_proc_fallback(sshd, hanging_job) -> N
     assert "py-spy is not installed on this host" in card and "wchan and thread states" in card
 
 
-def test_pyspy_turned_off_by_the_caller_falls_back_the_same(sshd, hanging_job) -> None:
+def test_pyspy_turned_off_by_the_caller_falls_back_the_same(sshd, hanging_job, write_inventory) -> None:
     """py-spy on the host's PATH but turned off (FD_STACKS_PYSPY=none): the /proc view alone, said so."""
     proc, log, tmp = hanging_job
-    inv = parse_inventory(_inventory(sshd, tmp, log, QUICK).read_text())
+    inv = parse_inventory(write_inventory({"node": {"log": log, "funnel": QUICK}}).read_text())
     settings = ProbeSettings(
         rules=RULES, transport=sshd.opts(), path_prepend=str(VENV_BIN), pyspy="none", save_dir=tmp / "evidence"
     )

@@ -18,8 +18,6 @@ from click.testing import CliRunner
 
 from fleetdiag.cli import main
 
-from .test_watch import _ssh_args
-
 FAILURE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 
 
@@ -39,7 +37,7 @@ def _stray_job(work: Path) -> int:
 
 
 def _probe(inv: Path, sshd) -> dict:
-    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *_ssh_args(sshd)])
+    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json", *sshd.cli_args()])
     (host,) = json.loads(r.output)["hosts"]
     return host
 
@@ -66,3 +64,15 @@ def test_the_cli_reads_no_users_own_rules(tmp_path, write_inventory):
     path = Path(user_rules_path())
     assert str(path).startswith(os.environ["XDG_CONFIG_HOME"]) and not path.exists()
     assert load_rules().run_start == load_rules(user_default=False).run_start
+
+
+def test_the_session_has_its_own_home_and_no_agent(sshd, tmp_path, write_inventory):
+    """~/.ssh (config, known_hosts, default keys) is the session's empty one and no agent is offered: a
+    probe that names none of them cannot log in, whatever this user's own ~/.ssh and agent would allow."""
+    home = Path.home()
+    assert str(home).startswith(os.environ["XDG_CONFIG_HOME"].rsplit("/", 1)[0]) and not any((home / ".ssh").iterdir())
+    assert "SSH_AUTH_SOCK" not in os.environ
+    inv = write_inventory({"gpu01": str(tmp_path / "train.log")})
+    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "all", "--json"])
+    (host,) = json.loads(r.output)["hosts"]
+    assert host["verdict"] == "unreachable" and host["facts"]["error_kind"] == "hostkey-unknown", host

@@ -179,12 +179,7 @@ def probe(sshd, inv: Path, *extra: str) -> tuple[int, str]:
             "all",
             *extra,
             "--no-stacks",
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
         ],
     )
     return r.exit_code, r.output

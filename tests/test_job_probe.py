@@ -22,7 +22,7 @@ from fleetdiag.analysis import analyze_text
 from fleetdiag.cli import main
 from fleetdiag.job import clock_sample, evidence_from_result, keep_lines, root_causes
 from fleetdiag.probe import add_job_facts
-from fleetdiag.records import FunnelResult, HostResult, Line, Timing, report_json
+from fleetdiag.records import FunnelResult, HostResult, JobFacts, Line, Timing, report_json
 from fleetdiag.remote.funnel import FunnelSpec
 from fleetdiag.store import Store
 
@@ -35,24 +35,15 @@ def label(case: str) -> dict:
     return json.loads((MULTI / f"{case}.json").read_text())
 
 
-def write_inventory(sshd, tmp_path: Path, hosts: dict[str, str]) -> Path:
-    """hosts: name -> log text; each host is the session sshd with its own log file."""
-    lines = ["hosts:"]
+def job_inventory(write_inventory, tmp_path: Path, hosts: dict[str, str], sub: str = "") -> Path:
+    """hosts: name -> log text; each host is the session sshd with its own log file (under ``sub``)."""
+    logs = {}
     for name, text in hosts.items():
-        log = tmp_path / name / "train.log"
+        log = tmp_path / sub / name / "train.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(text)
-        lines += [
-            f"  {name}:",
-            "    address: 127.0.0.1",
-            f"    port: {sshd.port}",
-            f"    user: {sshd.user}",
-            "    logs:",
-            f"      train: {json.dumps(str(log))}",
-        ]
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text("\n".join(lines) + "\n")
-    return inv
+        logs[name] = log
+    return write_inventory(logs, name=f"{sub}/inventory.yaml" if sub else "inventory.yaml")
 
 
 def cli(sshd, inv: Path, *args: str):
@@ -62,12 +53,7 @@ def cli(sshd, inv: Path, *args: str):
             "-i",
             str(inv),
             *args,
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
         ],
     )
 
@@ -87,11 +73,11 @@ def probe_json(sshd, inv: Path, *extra: str) -> dict:
 
 @pytest.mark.parametrize("swap", [False, True], ids=["node0-first", "node1-first"])
 @pytest.mark.parametrize("case", CASES)
-def test_probe_json_names_root_host_and_rank(sshd, tmp_path, case, swap):
+def test_probe_json_names_root_host_and_rank(sshd, tmp_path, case, swap, write_inventory):
     assert CASES, "no multinode corpus"
     want = label(case)
     order = ["node1", "node0"] if swap else ["node0", "node1"]
-    inv = write_inventory(sshd, tmp_path, {n: corpus(case, n) for n in order})
+    inv = job_inventory(write_inventory, tmp_path, {n: corpus(case, n) for n in order})
     doc = probe_json(sshd, inv)
     assert [h["host"] for h in doc["hosts"]] == order
     (rc,) = doc["root_causes"]
@@ -117,8 +103,10 @@ def test_probe_json_names_root_host_and_rank(sshd, tmp_path, case, swap):
         assert 0 < len(h["facts"]["job"]["lines"]) <= 80
 
 
-def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path):
-    inv = write_inventory(sshd, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")})
+def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path, write_inventory):
+    inv = job_inventory(
+        write_inventory, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")}
+    )
     r = cli(sshd, inv, "probe", "all")
     assert r.exit_code == 1, r.output
     out = r.output
@@ -138,19 +126,16 @@ def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path):
             str(inv),
             "probe",
             "all",
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
         ],
     )
     assert "job root cause: " in r.output and "node1" not in r.output, r.output
 
 
-def test_probe_jsonl_ends_with_a_root_cause_summary(sshd, tmp_path):
-    inv = write_inventory(sshd, tmp_path, {"node0": corpus("m2_oom", "node0"), "node1": corpus("m2_oom", "node1")})
+def test_probe_jsonl_ends_with_a_root_cause_summary(sshd, tmp_path, write_inventory):
+    inv = job_inventory(
+        write_inventory, tmp_path, {"node0": corpus("m2_oom", "node0"), "node1": corpus("m2_oom", "node1")}
+    )
     r = cli(sshd, inv, "probe", "all", "--jsonl")
     assert r.exit_code == 1, r.output
     lines = [json.loads(x) for x in r.output.splitlines()]
@@ -179,13 +164,16 @@ def skewed_date(bindir: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_clock_skew_30s_each_way_same_root(sshd, tmp_path, case):
+def test_clock_skew_30s_each_way_same_root(sshd, tmp_path, case, write_inventory):
     plain = probe_json(
-        sshd, write_inventory(sshd, tmp_path / "plain", {n: corpus(case, n) for n in ("node0", "node1")})
+        sshd,
+        job_inventory(write_inventory, tmp_path, sub="plain", hosts={n: corpus(case, n) for n in ("node0", "node1")}),
     )
     skew = {"node1": 30.0, "node0": -30.0}
     order = ["node1", "node0"]  # the host that is ahead first
-    inv = write_inventory(sshd, tmp_path / "skew", {n: shift(corpus(case, n), skew[n]) for n in order})
+    inv = job_inventory(
+        write_inventory, tmp_path, sub="skew", hosts={n: shift(corpus(case, n), skew[n]) for n in order}
+    )
     doc = probe_json(sshd, inv, "--path-prepend", str(skewed_date(tmp_path / "bin")))
     for h in doc["hosts"]:
         assert h["facts"]["clock"]["offset"] == pytest.approx(-skew[h["host"]], abs=2), h["facts"]["clock"]
@@ -216,13 +204,13 @@ def test_probe_to_job_step_applies_the_clock_sample():
                 result(n, shift(corpus(case, n), 30.0) if n == node else corpus(case, n), 30.0 if n == node else 0)
                 for n in ("node1", "node0")
             ]
-            assert res[0].facts["clock"]["offset"] in (0.0, -30.0)
+            assert res[0].clock.offset in (0.0, -30.0)
             got = root_causes(res)
             assert [r.to_json() for r in got] == [r.to_json() for r in same], (case, node)
 
 
 def test_clock_sample_deadband_and_busybox_date():
-    assert clock_sample("1000.5 +0100", 1000.6, 0.002) == {
+    assert clock_sample("1000.5 +0100", 1000.6, 0.002).to_json() == {
         "local_receive": 1000.6,
         "remote_now": 1000.5,
         "rtt": 0.002,
@@ -231,7 +219,7 @@ def test_clock_sample_deadband_and_busybox_date():
         "zone": "+0100",
     }
     s = clock_sample("1000.%N +0000", 1030.0, 0.2)  # busybox date: no %N, whole seconds
-    assert s is not None and s["offset"] == pytest.approx(29.9)
+    assert s is not None and s.offset == pytest.approx(29.9)
     assert clock_sample("", 1.0, 0.1) is None and clock_sample("garbage", 1.0, 0.1) is None
 
 
@@ -262,24 +250,31 @@ def test_kept_lines_give_the_same_root_causes_as_every_line():
 # --------------------------------------------------------------------------- membership
 
 
-def test_two_independent_jobs_two_root_causes(sshd, tmp_path):
+def test_two_independent_jobs_two_root_causes(sshd, tmp_path, write_inventory):
     hosts = {
         "a0": corpus("m1_exc", "node0"),
         "a1": corpus("m1_exc", "node1"),
         "b0": shift(corpus("m2_oom", "node0"), 3600),
         "b1": shift(corpus("m2_oom", "node1"), 3600),
     }
-    doc = probe_json(sshd, write_inventory(sshd, tmp_path, hosts))
+    doc = probe_json(sshd, job_inventory(write_inventory, tmp_path, hosts))
     got = sorted((rc["host"], rc["rank"], tuple(rc["affected"])) for rc in doc["root_causes"])
     assert got == [("a1", 1, ("a0",)), ("b1", 1, ("b0",))]
 
 
-def test_single_failed_host_makes_no_job_claim(sshd, tmp_path):
+def test_single_failed_host_makes_no_job_claim(sshd, tmp_path, write_inventory):
     healthy = (Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo" / "healthy.log").read_text()
-    doc = probe_json(sshd, write_inventory(sshd, tmp_path, {"node1": corpus("m1_exc", "node1"), "ok": healthy}))
+    doc = probe_json(
+        sshd, job_inventory(write_inventory, tmp_path, {"node1": corpus("m1_exc", "node1"), "ok": healthy})
+    )
     assert doc["root_causes"] == []
     assert "role" not in doc["hosts"][0]["facts"]["job"]
-    r = cli(sshd, write_inventory(sshd, tmp_path / "one", {"node1": corpus("m1_exc", "node1")}), "probe", "all")
+    r = cli(
+        sshd,
+        job_inventory(write_inventory, tmp_path, sub="one", hosts={"node1": corpus("m1_exc", "node1")}),
+        "probe",
+        "all",
+    )
     assert "job root cause" not in r.output and "node1  FAILED" in r.output
 
 
@@ -291,8 +286,10 @@ def test_report_json_shape_without_failures():
 # --------------------------------------------------------------------------- sweep and history
 
 
-def test_sweep_report_and_history_keep_one_incident_for_the_job(sshd, tmp_path):
-    inv = write_inventory(sshd, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")})
+def test_sweep_report_and_history_keep_one_incident_for_the_job(sshd, tmp_path, write_inventory):
+    inv = job_inventory(
+        write_inventory, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")}
+    )
     db, report = tmp_path / "h.db", tmp_path / "report.json"
     r = cli(sshd, inv, "sweep", "all", "--db", str(db), "--report", str(report))
     assert r.exit_code == 1, r.output
@@ -321,8 +318,10 @@ def test_sweep_report_and_history_keep_one_incident_for_the_job(sshd, tmp_path):
 # --------------------------------------------------------------------------- watch
 
 
-def test_watch_names_the_job_root_as_the_evidence_arrives(sshd, tmp_path):
-    inv = write_inventory(sshd, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")})
+def test_watch_names_the_job_root_as_the_evidence_arrives(sshd, tmp_path, write_inventory):
+    inv = job_inventory(
+        write_inventory, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")}
+    )
     r = cli(sshd, inv, "watch", "all", "--duration", "4", "--grace", "0", "--no-facts", "--jsonl")
     assert r.exit_code == 1, r.output
     events = [json.loads(x) for x in r.output.splitlines()]
@@ -356,7 +355,7 @@ def test_a_job_of_many_hosts_is_named_in_reasonable_time():
             t = t.replace("[rank0]", f"[rank{i}]").replace("Rank 0]", f"Rank {i}]").replace("rank 0/2", f"rank {i}/300")
             t = t.replace("rank      : 0 (", f"rank      : {i} (")
         hr = HostResult(host=f"gpu{i:03d}", verdict="failed", decisive=analyze_text(t).decisive)
-        hr.facts["job"] = {"lines": keep_lines(evidence_from_result(hr, lines=t.splitlines()))}
+        hr.job = JobFacts(lines=keep_lines(evidence_from_result(hr, lines=t.splitlines())))
         results.append(hr)
     t0 = time.perf_counter()
     (rc,) = root_causes(results)
@@ -366,8 +365,10 @@ def test_a_job_of_many_hosts_is_named_in_reasonable_time():
     assert took < 20, took  # about 0.2 s here; the cubic version took minutes
 
 
-def test_watch_table_view_prints_the_job_line_once(sshd, tmp_path):
-    inv = write_inventory(sshd, tmp_path, {"node1": corpus("m2_oom", "node1"), "node0": corpus("m2_oom", "node0")})
+def test_watch_table_view_prints_the_job_line_once(sshd, tmp_path, write_inventory):
+    inv = job_inventory(
+        write_inventory, tmp_path, {"node1": corpus("m2_oom", "node1"), "node0": corpus("m2_oom", "node0")}
+    )
     r = cli(sshd, inv, "watch", "all", "--duration", "3", "--grace", "0", "--no-facts")
     assert r.exit_code == 1, r.output
     assert r.output.count("job root cause: node1 · rank 1 · torch.OutOfMemoryError: CUDA out of memory") == 1, r.output
@@ -445,7 +446,7 @@ def test_funnel_head_pass_brings_back_the_endpoint(tmp_path):
     assert want not in [ln.text for ln in fr.lines()]
 
 
-def test_two_jobs_in_one_time_window_told_apart_by_endpoint(sshd, tmp_path):
+def test_two_jobs_in_one_time_window_told_apart_by_endpoint(sshd, tmp_path, write_inventory):
     """Two independent two-node jobs (the real recording, twice) failing in the same seconds: only their
     rendezvous, read from each log's head through the funnel, tells them apart."""
     hosts = {
@@ -454,7 +455,7 @@ def test_two_jobs_in_one_time_window_told_apart_by_endpoint(sshd, tmp_path):
         "b0": launched("node0", "10.7.0.1"),
         "b1": launched("node1", "10.7.0.1"),
     }
-    doc = probe_json(sshd, write_inventory(sshd, tmp_path, hosts))
+    doc = probe_json(sshd, job_inventory(write_inventory, tmp_path, hosts))
     got = sorted((rc["host"], rc["rank"], tuple(rc["affected"])) for rc in doc["root_causes"])
     assert got == [("a1", 1, ("a0",)), ("b1", 1, ("b0",))], doc["root_causes"]
     for rc in doc["root_causes"]:
@@ -464,7 +465,7 @@ def test_two_jobs_in_one_time_window_told_apart_by_endpoint(sshd, tmp_path):
     # Without the endpoints (the same logs, their command line left out) time alone joins all four:
     # one root, the other job's root demoted to "affected" (the shape the endpoints fix).
     plain = {n: t.split("\n", 1)[1] for n, t in hosts.items()}
-    doc = probe_json(sshd, write_inventory(sshd, tmp_path / "plain", plain))
+    doc = probe_json(sshd, job_inventory(write_inventory, tmp_path, sub="plain", hosts=plain))
     (rc,) = doc["root_causes"]
     assert len(rc["affected"]) == 3, rc
 
@@ -473,30 +474,30 @@ def test_two_jobs_in_one_time_window_told_apart_by_endpoint(sshd, tmp_path):
 
 
 @pytest.mark.parametrize("order", [["node0", "node1"], ["node1", "node0"]])
-def test_device_job_recording_names_rank1_through_sshd(sshd, tmp_path, order):
+def test_device_job_recording_names_rank1_through_sshd(sshd, tmp_path, order, write_inventory):
     """The real two-node torchrun failure (H200 host): node1's RuntimeError is the root, node0's watchdog
     timeout 30 s later and its SIGABRT are the consequence."""
     texts = {n: (DEVICE / "job" / f"{n}.log").read_text() for n in order}
-    doc = probe_json(sshd, write_inventory(sshd, tmp_path, texts))
+    doc = probe_json(sshd, job_inventory(write_inventory, tmp_path, texts))
     (rc,) = doc["root_causes"]
     assert (rc["host"], rc["rank"], rc["affected"]) == ("node1", 1, ["node0"])
     assert "mat1 and mat2 shapes cannot be multiplied" in rc["line"]
     assert rc["time"].startswith("2026-11-30T19:34:5")
-    r = cli(sshd, write_inventory(sshd, tmp_path / "text", texts), "probe", "all")
+    r = cli(sshd, job_inventory(write_inventory, tmp_path, sub="text", hosts=texts), "probe", "all")
     flat = " ".join(r.output.split())  # node0's first consequence-kind line: the watchdog, 30 s after the root's
     assert "failed as a consequence: node0 (collective timeout, 29." in flat or "(collective timeout, 30." in flat, flat
 
 
-def test_device_hang_recording_makes_no_claim_through_sshd(sshd, tmp_path):
+def test_device_hang_recording_makes_no_claim_through_sshd(sshd, tmp_path, write_inventory):
     """The real hang was ended by a SIGTERM to both agents before any watchdog fired: both hosts show
     only the agent's SIGTERM, so nothing names the straggler (by design, docs/job.md)."""
     texts = {n: (DEVICE / "hang" / f"{n}.log").read_text() for n in ("node0", "node1")}
-    doc = probe_json(sshd, write_inventory(sshd, tmp_path, texts))
+    doc = probe_json(sshd, job_inventory(write_inventory, tmp_path, texts))
     assert doc["root_causes"] == []
 
 
 @pytest.mark.parametrize("order", [["node0", "node1"], ["node1", "node0"]])
-def test_straggler_named_from_real_watchdog_lines_through_sshd(sshd, tmp_path, order):
+def test_straggler_named_from_real_watchdog_lines_through_sshd(sshd, tmp_path, order, write_inventory):
     """A hang whose NCCL timeout fired: node0 is the real recording's watchdog side (SeqNum=2 timed out,
     last completed work 1, the abort), node1 the real hang recording's silent rank (step 0 done, then only
     the agent's SIGTERM when the job was torn down, restamped to node0's abort). node1 never reached
@@ -504,7 +505,7 @@ def test_straggler_named_from_real_watchdog_lines_through_sshd(sshd, tmp_path, o
     n0 = (DEVICE / "job" / "node0.log").read_text()
     n1 = (DEVICE / "hang" / "node1.log").read_text().replace("W1130 19:36:57.13", "W1130 19:36:35.73")
     texts = {"node0": n0, "node1": n1}
-    doc = probe_json(sshd, write_inventory(sshd, tmp_path, {n: texts[n] for n in order}))
+    doc = probe_json(sshd, job_inventory(write_inventory, tmp_path, {n: texts[n] for n in order}))
     (rc,) = doc["root_causes"]
     assert (rc["host"], rc["rank"], rc["affected"]) == ("node1", 1, ["node0"]), rc
     assert "SeqNum=2" in rc["why"] and "never reached" in rc["why"], rc["why"]

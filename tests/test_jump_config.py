@@ -61,7 +61,7 @@ def test_proxyjump_chain_from_the_config_option_names_the_failing_hop(sshd, tmp_
     host = Host(name="behind", address="gpu-behind", logs={"vllm": str(log)})
     res = asyncio.run(probe_host(host, ProbeSettings(transport=sshd.opts(ssh_config=[str(cfg)]), rules=RULES)))
     assert res.verdict == UNREACHABLE
-    assert res.facts.get("error_kind") == JUMP and "jump host 127.0.0.1:1" in (res.error or ""), res.error
+    assert res.error_kind == JUMP and "jump host 127.0.0.1:1" in (res.error or ""), res.error
 
 
 def test_config_jump_reads_the_chain_with_the_one_parser(tmp_path):

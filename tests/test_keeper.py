@@ -1,4 +1,4 @@
-"""Kept connections (fleetdiag/ssh/keeper.py) through a real OpenSSH sshd whose log shows every login."""
+"""Kept connections (fleetdiag/ssh/keeper/) through a real OpenSSH sshd whose log shows every login."""
 
 from __future__ import annotations
 
@@ -22,7 +22,10 @@ import pytest
 from fleetdiag.delayproxy import DelayProxy
 from fleetdiag.ssh import keeper as keeper_mod
 from fleetdiag.ssh import sshfast
+from fleetdiag.ssh.keeper import client as keeper_client
+from fleetdiag.ssh.keeper import wire as keeper_wire
 
+from .conftest import inventory_file
 from .procs import pids_with
 from .sshd import SSHD, start_sshd
 
@@ -101,15 +104,9 @@ def write_inv(
     log = tmp_path / "vllm.log"
     if not log.exists():
         log.write_text(SEED)
-    inv = tmp_path / "inventory.yaml"
-    head = f"defaults:\n  persist: {persist}\n" if persist else ""
-    inv.write_text(
-        f"{head}hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port or server.port}\n"
-        f"    user: {user or server.user}\n"
-        + (f"    jump: {jump}\n" if jump else "")
-        + f"    logs:\n      vllm: {log}\n"
-    )
-    return inv
+    host = {"log": log, "port": port or server.port, "user": user or server.user, **({"jump": jump} if jump else {})}
+    top = {"defaults": {"persist": persist}} if persist else {}
+    return inventory_file(tmp_path / "inventory.yaml", {name: host}, server, **top)
 
 
 def cli(
@@ -145,12 +142,7 @@ def probe(server, rt: Path, inv: Path, *extra: str, env_extra: dict | None = Non
         "probe",
         "uk-node",
         "--json",
-        "--known-hosts",
-        str(server.known_hosts),
-        "--identity",
-        str(server.client_key),
-        "--ssh-config",
-        str(server.ssh_config),
+        *server.cli_args(),
         *extra,
         env_extra=env_extra,
     )
@@ -206,12 +198,7 @@ def test_concurrent_commands_share_one_keeper_and_one_login(loud_sshd, rt, tmp_p
         "--json",
         "--persist",
         "1m",
-        "--known-hosts",
-        str(loud_sshd.known_hosts),
-        "--identity",
-        str(loud_sshd.client_key),
-        "--ssh-config",
-        str(loud_sshd.ssh_config),
+        *loud_sshd.cli_args(),
     ]
     procs = [
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)
@@ -366,7 +353,7 @@ def test_keeper_refuses_a_peer_of_another_uid(loud_sshd, tmp_path):
         # our own user still gets an answer, but a client refuses a socket others can reach
         os.chmod(rt, 0o700)
         with pytest.raises(keeper_mod.KeeperUnavailable):
-            asyncio.run(keeper_mod._ask(rt, {"op": "list"}, 5.0))
+            asyncio.run(keeper_client._ask(rt, {"op": "list"}, 5.0))
         os.chmod(sock, 0o600)
         assert keeper_mod.list_kept(rt) is not None
     finally:
@@ -541,19 +528,19 @@ def test_a_busy_keeper_gets_longer_for_a_run_than_for_an_open(tmp_path, monkeypa
     async def go() -> tuple[bytes, int | None, bool]:
         async def serve(reader, writer):
             await asyncio.sleep(0.6)  # busy: the hello comes late
-            await keeper_mod._send(writer, json.dumps({"hello": 1, "pid": os.getpid()}).encode())
-            req = json.loads(await keeper_mod._recv(reader))
+            await keeper_wire.send(writer, json.dumps({"hello": 1, "pid": os.getpid()}).encode())
+            req = json.loads(await keeper_wire.recv(reader))
             if req["op"] == "run":
-                await keeper_mod._send(writer, b"Ook\n")
+                await keeper_wire.send(writer, b"Ook\n")
                 end = {"status": 0, "open_ms": 1.0, "total_ms": 2.0, "rtt_ms": 1.0, "reused": True}
-                await keeper_mod._send(writer, b"X" + json.dumps(end).encode())
+                await keeper_wire.send(writer, b"X" + json.dumps(end).encode())
             writer.close()
 
         server = await asyncio.start_unix_server(serve, str(rt / "keeper.sock"))
         os.chmod(rt / "keeper.sock", 0o600)
         try:
             with pytest.raises(keeper_mod.KeeperUnavailable):  # an open: 200 ms, then direct
-                await keeper_mod._request(rt, {"op": "open"})
+                await keeper_client._request(rt, {"op": "open"})
             conn = keeper_mod.KeptConnection(rt, "k", {"target": "h", "port": 22}, "h", 60.0, 1.0, True)
             out, status, _o, _t = await conn.run("true", 10)
             return out, status, True

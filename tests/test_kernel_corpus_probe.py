@@ -34,6 +34,7 @@ from click.testing import CliRunner
 from fleetdiag.cli import main
 from fleetdiag.evidence.kernel import Clock, split_time
 
+from .conftest import inventory_file
 from .test_kernel_evidence import BY_KIND, CORPUS, OTHER, STANDINS, _smi_spec
 
 HERE = Path(__file__).resolve().parent
@@ -239,16 +240,8 @@ def fleet(sshd, tmp_path_factory: pytest.TempPathFactory) -> dict:
         hosts.append(_host_setup(case, "idle", root, uptime, smi=turn[k] % 2 == 1))
     for case in NATIVE:
         hosts.append(_host_setup(case, "job", root, uptime, smi=False))
-    inv = root / "inventory.yaml"
-    inv.write_text(
-        "defaults:\n"
-        f"  address: 127.0.0.1\n  port: {sshd.port}\n  user: {sshd.user}\n"
-        "hosts:\n"
-        + "".join(
-            f"  {h['name']}:\n    path_prepend: {json.dumps(str(h['bindir']))}\n"
-            f"    logs:\n      app: {json.dumps(str(h['log']))}\n"
-            for h in hosts
-        )
+    inv = inventory_file(
+        root / "inventory.yaml", {h["name"]: {"path_prepend": str(h["bindir"]), "log": h["log"]} for h in hosts}, sshd
     )
     args = [
         "--no-color",
@@ -256,12 +249,7 @@ def fleet(sshd, tmp_path_factory: pytest.TempPathFactory) -> dict:
         str(inv),
         "probe",
         "all",
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         "--timeout",
         "120s",
         "--all-cards",

@@ -52,15 +52,6 @@ def _standin_bin(d: Path, *, mode: str, kern: Path | None, smi: Path | None) -> 
     return d
 
 
-def _inventory(sshd, tmp: Path, log: Path, name: str = "node") -> Path:
-    inv = tmp / "inventory.yaml"
-    inv.write_text(
-        f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
-        f"    logs:\n      app: {json.dumps(str(log))}\n"
-    )
-    return inv
-
-
 def _probe(sshd, inv: Path, bindir: Path, *extra: str) -> tuple[int, str]:
     r = CliRunner().invoke(
         main,
@@ -72,12 +63,7 @@ def _probe(sshd, inv: Path, bindir: Path, *extra: str) -> tuple[int, str]:
             "all",
             "--path-prepend",
             str(bindir),
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
             *extra,
         ],
         env={"COLUMNS": "200", "NO_COLOR": "1"},
@@ -100,7 +86,7 @@ def _kernel_time(case: dict, mode: str) -> float:
     return t
 
 
-def test_probe_card_shows_the_kernel_cause_and_the_consequence(sshd, tmp_path: Path) -> None:
+def test_probe_card_shows_the_kernel_cause_and_the_consequence(sshd, tmp_path: Path, write_inventory) -> None:
     """sirzzang: Xid 48 on the failing GPU; the card puts the app's ECC error under it."""
     case = json.loads((CORPUS / "sirzzang-rtxpro6000-xid48-dbe.json").read_text(encoding="utf-8"))
     kern = CORPUS / case["files"]["kern"]
@@ -109,7 +95,7 @@ def test_probe_card_shows_the_kernel_cause_and_the_consequence(sshd, tmp_path: P
     log.write_bytes((CORPUS / case["files"]["app"]).read_bytes())
     t = _kernel_time(case, "journal") + 30
     os.utime(log, (t, t))
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log, "gpu-node-a"), bindir)
+    code, out = _probe(sshd, write_inventory({"gpu-node-a": log}), bindir)
     assert code == Exit.FAILED, out
     assert "kernel line" in out and "Xid (PCI:0000:55:00): 48" in out
     assert "kernel log (journalctl)" in out and "Xid 48 · hardware" in out
@@ -125,7 +111,7 @@ def _benign_bin(tmp: Path, smi_rows: dict) -> Path:
     return _standin_bin(tmp / "bin", mode="dmesg", kern=kern, smi=smi)
 
 
-def test_benign_h200_lines_next_to_an_app_error_leave_it_decisive(sshd, tmp_path: Path) -> None:
+def test_benign_h200_lines_next_to_an_app_error_leave_it_decisive(sshd, tmp_path: Path, write_inventory) -> None:
     bindir = _benign_bin(tmp_path, {"gpus": [H200_ROW]})
     log = tmp_path / "app.log"
     log.write_text(
@@ -133,7 +119,7 @@ def test_benign_h200_lines_next_to_an_app_error_leave_it_decisive(sshd, tmp_path
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
         "capacity of 139.81 GiB of which 1.00 GiB is free.\n"
     )
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
+    code, out = _probe(sshd, write_inventory({"node": log}), bindir, "--json")
     (host,) = json.loads(out)["hosts"]
     assert host["verdict"] == "failed" and code == Exit.FAILED
     d = host["decisive"]
@@ -142,7 +128,7 @@ def test_benign_h200_lines_next_to_an_app_error_leave_it_decisive(sshd, tmp_path
     assert [e["source"] for e in host["evidence"]] == ["log"]  # benign lines are never evidence
 
 
-def test_lost_gpu_with_a_healthy_log_is_degraded(sshd, tmp_path: Path) -> None:
+def test_lost_gpu_with_a_healthy_log_is_degraded(sshd, tmp_path: Path, write_inventory) -> None:
     lost = (CORPUS / "pubsum-k80-xid79.smi.txt").read_text(encoding="utf-8").splitlines()[0]
     bindir = _benign_bin(
         tmp_path, {"gpus": [{**H200_ROW, "index": 1, "pci.bus_id": "00000000:2A:00.0"}], "lost": [lost]}
@@ -153,27 +139,27 @@ def test_lost_gpu_with_a_healthy_log_is_degraded(sshd, tmp_path: Path) -> None:
             encoding="utf-8"
         )
     )
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
+    code, out = _probe(sshd, write_inventory({"node": log}), bindir, "--json")
     (host,) = json.loads(out)["hosts"]
     assert code == Exit.FAILED and host["verdict"] == "degraded", host
     assert host["decisive"] is None
     assert "GPU lost: nvidia-smi cannot reach it" in host["summary"]
     assert any(e["source"] == "gpu" and e["kind"] == "lost" for e in host["evidence"])
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir)
+    code, out = _probe(sshd, write_inventory({"node": log}), bindir)
     assert code == Exit.FAILED
     assert "DEGRADED" in out and "GPU health" in out and "GPU lost" in out
 
 
-def test_unreadable_kernel_log_is_a_fact_with_its_fix_on_the_card(sshd, tmp_path: Path) -> None:
+def test_unreadable_kernel_log_is_a_fact_with_its_fix_on_the_card(sshd, tmp_path: Path, write_inventory) -> None:
     bindir = _standin_bin(tmp_path / "bin", mode="denied", kern=None, smi=None)
     log = tmp_path / "app.log"
     log.write_text("RuntimeError: shapes mismatch\n")
-    code, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir, "--json")
+    code, out = _probe(sshd, write_inventory({"node": log}), bindir, "--json")
     (host,) = json.loads(out)["hosts"]
     fact = host["facts"]["kernel_log"]
     assert fact["kernel_log"] == "unreadable" and "systemd-journal" in fact["fix"]
     assert host["decisive"]["source"] == "log" and code == Exit.FAILED
-    _, out = _probe(sshd, _inventory(sshd, tmp_path, log), bindir)
+    _, out = _probe(sshd, write_inventory({"node": log}), bindir)
     assert "kernel log" in out and "unreadable" in out
     fix = next(ln for ln in out.splitlines() if re.search(r"│ fix\b", ln))
     assert "usermod -aG adm,systemd-journal" in fix

@@ -7,6 +7,7 @@ is still a cycle). The layers are docs/architecture.md's "What each folder may i
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fleetdiag"
@@ -22,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("one log", ("analysis",)),
     ("below the log", ("evidence", "job.rules")),
     ("across hosts", ("job",)),
-    ("connections", ("ssh.transport", "ssh.keeper")),
+    ("connections", ("ssh.transport", "ssh.hostkeys", "ssh.sshconfig", "ssh.trust", "ssh.failures", "ssh.keeper")),
     ("history", ("store", "prometheus")),
     ("one host", ("probe",)),
     ("a fleet", ("ssh.scheduler", "ssh.spread", "plan", "watch", "preflight", "demo")),
@@ -137,3 +138,14 @@ def test_the_walk_sees_function_level_and_relative_imports(tmp_path: Path) -> No
     (tmp_path / "p" / "q.py").write_text("from ..a import f\nfrom fleetdiag.b import y\n")
     known["p.q"] = tmp_path / "p" / "q.py"
     assert imports("p.q", known["p.q"], known) == {"a", "b"}
+
+
+def test_docs_list_the_same_layers() -> None:
+    """docs/architecture.md's "What each folder may import" is this file's LAYERS, row for row."""
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    section = text.split("## What each folder may import", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    documented = [
+        (name.strip(), tuple(m.rstrip("/") for m in re.findall(r"`([^`]+)`", mods))) for name, mods in rows[1:]
+    ]
+    assert documented == [(name, tuple(prefixes)) for name, prefixes in LAYERS]

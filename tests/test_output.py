@@ -61,17 +61,6 @@ def write_hostile(path: Path) -> Path:
     return path
 
 
-def _ssh(sshd) -> list[str]:
-    return [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
-    ]
-
-
 def _run(*args: str) -> object:
     return CliRunner().invoke(main, ["--no-color", *args], env={"COLUMNS": "200", "NO_COLOR": "1"})
 
@@ -121,17 +110,17 @@ def test_hostile_log_through_every_command(sshd, tmp_path):
     r = _run("analyze", str(log))
     assert r.exit_code == 1, r.output
     outputs["analyze"] = r.output
-    r = _run(*base, "probe", "gpu01", *_ssh(sshd))
+    r = _run(*base, "probe", "gpu01", *sshd.cli_args())
     assert r.exit_code == 1, r.output
     outputs["probe"] = r.output
     db, report = tmp_path / "h.db", tmp_path / "report.json"
-    r = _run(*base, "sweep", "all", "--db", str(db), "--report", str(report), *_ssh(sshd))
+    r = _run(*base, "sweep", "all", "--db", str(db), "--report", str(report), *sshd.cli_args())
     assert r.exit_code == 1, r.output
     outputs["sweep"] = r.output
     r = _run(*base, "history", "--db", str(db))
     assert r.exit_code == 0, r.output
     outputs["history"] = r.output
-    r = _run(*base, "watch", "gpu01", "--duration", "3", "--no-facts", *_ssh(sshd))
+    r = _run(*base, "watch", "gpu01", "--duration", "3", "--no-facts", *sshd.cli_args())
     assert r.exit_code == 1, r.output
     outputs["watch"] = r.output
     for name, text in outputs.items():
@@ -142,13 +131,13 @@ def test_hostile_log_through_every_command(sshd, tmp_path):
     # JSON keeps the raw text, escaped by JSON: nothing raw on the wire, the record intact after parsing
     for args in (
         ["analyze", str(log), "--json"],
-        [*base, "probe", "gpu01", "--json", *_ssh(sshd)],
+        [*base, "probe", "gpu01", "--json", *sshd.cli_args()],
         [*base, "history", "--db", str(db), "--json"],
     ):
         r = _run(*args)
         assert_inert(r.output, " ".join(args[:3]))
         assert "\x1b" in strings(json.loads(r.output)), args[:3]
-    r = _run(*base, "watch", "gpu01", "--duration", "3", "--no-facts", "--jsonl", *_ssh(sshd))
+    r = _run(*base, "watch", "gpu01", "--duration", "3", "--no-facts", "--jsonl", *sshd.cli_args())
     assert_inert(r.output, "watch --jsonl")
     events = [json.loads(ln) for ln in r.output.splitlines()]
     assert "\x1b" in strings(events), events
@@ -168,7 +157,7 @@ def test_hostile_gpu_name_and_model_through_preflight(sshd, tmp_path):
         "uk-node",
         "--path-prepend",
         str(bindir),
-        *_ssh(sshd),
+        *sshd.cli_args(),
         "--",
         "vllm",
         "serve",
@@ -241,7 +230,7 @@ def test_redact_hides_names_addresses_and_tokens_in_every_command(sshd, tmp_path
         f"  gpu-prod-18:\n    address: 198.51.100.23\n    port: 1\n    jump: prod-bastion\n    logs: {{vllm: {log}}}\n"
     )
     base = ["--redact", "-i", str(inv)]
-    ssh = [*_ssh(sshd), "--connect-timeout", "2"]
+    ssh = [*sshd.cli_args(), "--connect-timeout", "2"]
     db, report, payload = tmp_path / "h.db", tmp_path / "report.json", tmp_path / "notify.json"
     bindir = fake_nvidia_smi(tmp_path / "bin")
     runs = {

@@ -16,6 +16,7 @@ from fleetdiag.facts import parse_launch
 from fleetdiag.inventory import parse_inventory
 from fleetdiag.probe import ProbeSettings
 
+from .conftest import inventory_file
 from .sshd import free_port
 from .test_facts import SMI, fake_nvidia_smi
 
@@ -151,12 +152,7 @@ def test_script_quotes_every_value():
 
 
 def _inventory_file(tmp_path: Path, sshd, hosts: dict[str, int]) -> Path:
-    lines = ["hosts:"]
-    for name, port in hosts.items():
-        lines += [f"  {name}:", "    address: 127.0.0.1", f"    port: {port}", f"    user: {sshd.user}"]
-    path = tmp_path / "inventory.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return inventory_file(tmp_path / "inventory.yaml", {name: {"port": port} for name, port in hosts.items()}, sshd)
 
 
 def _run(
@@ -178,12 +174,7 @@ def _run(
         *(selectors or [",".join(hosts or {"uk-node": 0})]),
         "--path-prepend",
         str(bindir),
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         *opts,
         "--",
         *launch,

@@ -195,12 +195,7 @@ def test_cli_probe_json_and_exit_code(sshd, tmp_path):
         "probe",
         "uk-node",
         "--json",
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
@@ -229,12 +224,7 @@ def test_installed_console_script_runs(sshd, tmp_path):
             str(inv),
             "probe",
             "us-node",
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
         ],
         capture_output=True,
         text=True,

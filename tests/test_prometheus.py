@@ -18,7 +18,8 @@ from fleetdiag.cli import main
 from fleetdiag.prometheus import SweepMetrics, escape_label, render, write_textfile
 from fleetdiag.records import HostResult, Timing
 
-from .test_fleet import DP_RANK, HEALTHY_LOG, log, ssh_args, write_inventory
+from .conftest import inventory_file
+from .test_fleet import DP_RANK, HEALTHY_LOG, log, ssh_args
 
 
 def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -38,13 +39,13 @@ def value(got: dict, name: str, **labels: str) -> float:
 
 
 def _sweep(tmp_path: Path, sshd, *extra: str, prom: Path | None = None, gpu01: str = DP_RANK):
-    inv = write_inventory(
+    inv = inventory_file(
         tmp_path / "inventory.yaml",
-        sshd,
         {
             "gpu01": {"log": log(tmp_path, "f", gpu01)},
             "gpu02": {"log": log(tmp_path, "h", HEALTHY_LOG)},
         },
+        sshd,
     )
     if prom is None:
         prom = tmp_path / "textfile" / "fleetdiag.prom"

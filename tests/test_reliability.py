@@ -130,7 +130,7 @@ needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="busybox not installe
 def test_connection_refused(sshd, tmp_path):
     res = probe(make_host(free_port(), tmp_path / "x.log"), sshd.opts())
     assert res.verdict == UNREACHABLE
-    assert res.facts["error_kind"] == REFUSED
+    assert res.error_kind == REFUSED
     assert "connection refused" in res.error and "is sshd listening" in res.error
 
 
@@ -148,7 +148,7 @@ def test_name_does_not_resolve(sshd, tmp_path, monkeypatch):
     h = Host(name="ghost", address="gpu-ghost.invalid", port=22, logs={"vllm": "/x.log"})
     res = probe(h, sshd.opts())
     assert res.verdict == UNREACHABLE
-    assert res.facts["error_kind"] == DNS
+    assert res.error_kind == DNS
     assert "'gpu-ghost.invalid' does not resolve" in res.error and "Name or service not known" in res.error
 
 
@@ -160,7 +160,7 @@ def test_connect_timeout_port_that_accepts_nothing(sshd, tmp_path):
         took = time.monotonic() - t0
     finally:
         port.close()
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == TIMEOUT
+    assert res.verdict == UNREACHABLE and res.error_kind == TIMEOUT
     assert "timed out after 1s" in res.error
     assert took < 6, took
 
@@ -173,7 +173,7 @@ def test_connect_timeout_tcp_open_but_no_ssh_banner(sshd, tmp_path):
         took = time.monotonic() - t0
     finally:
         mute.close()
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == TIMEOUT
+    assert res.verdict == UNREACHABLE and res.error_kind == TIMEOUT
     assert took < 6, took
 
 
@@ -197,7 +197,7 @@ def test_host_hangs_after_auth(sshd, tmp_path):
 
     res, took = asyncio.run(go())
     assert res.verdict == UNREACHABLE
-    assert res.facts["error_kind"] == TIMEOUT
+    assert res.error_kind == TIMEOUT
     assert "no answer within 1.5s" in res.error and "stopped answering" in res.error
     assert took < 6, took
 
@@ -216,7 +216,7 @@ def test_connection_dropped_mid_output_is_the_hosts_error_not_a_verdict(tmp_path
     # the first 3 KB held the decisive worker's lines, but the funnel never reached its end marker:
     # half a log is never a verdict (the part that never came may hold the error); what it showed is a note
     assert res.verdict == UNREACHABLE and res.decisive is None
-    assert res.facts["error_kind"] == "closed"
+    assert res.error_kind == "closed"
     assert "lost after 2.9 KB of output" in res.error, res.error
     assert any(m.startswith("before the cut the log showed: ") and DECISIVE in m for m in res.markers), res.markers
 
@@ -248,7 +248,7 @@ def test_jump_host_down(sshd, tmp_path):
     log = write_log(tmp_path / "vllm.log", SEED)
     dead = free_port()
     res = probe(make_host(sshd.port, log, user=sshd.user, jump=f"{sshd.user}@127.0.0.1:{dead}"), sshd.opts())
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == JUMP
+    assert res.verdict == UNREACHABLE and res.error_kind == JUMP
     assert res.error.startswith(f"jump host 127.0.0.1:{dead}: connection refused")
 
 
@@ -256,7 +256,7 @@ def test_jump_host_up_but_target_refused(sshd, tmp_path):
     log = write_log(tmp_path / "vllm.log", SEED)
     dead = free_port()
     res = probe(make_host(dead, log, user=sshd.user, jump=f"{sshd.user}@127.0.0.1:{sshd.port}"), sshd.opts())
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == REFUSED
+    assert res.verdict == UNREACHABLE and res.error_kind == REFUSED
     assert f"jump host 127.0.0.1:{sshd.port} could not reach 127.0.0.1:{dead}" in res.error
 
 
@@ -273,7 +273,7 @@ def test_jump_host_works(sshd, tmp_path):
 def test_key_refused(sshd, tmp_path):
     stranger = keygen(tmp_path / "stranger_ed25519")
     res = probe(make_host(sshd.port, tmp_path / "x.log", user=sshd.user), sshd.opts(client_keys=[str(stranger)]))
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == AUTH
+    assert res.verdict == UNREACHABLE and res.error_kind == AUTH
     assert "authentication refused" in res.error and str(stranger) in res.error
 
 
@@ -283,7 +283,7 @@ def test_host_key_unknown_is_a_status_and_accept_new_trusts_it(sshd, tmp_path):
     known.write_text("")
     h = make_host(sshd.port, log, user=sshd.user)
     res = probe(h, sshd.opts(known_hosts=str(known)))
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == HOSTKEY_UNKNOWN
+    assert res.verdict == UNREACHABLE and res.error_kind == HOSTKEY_UNKNOWN
     assert "host key unknown" in res.error and "--accept-new" in res.error and "SHA256:" in res.error
     assert known.read_text() == ""  # nothing trusted behind the user's back
     res = probe(h, sshd.opts(known_hosts=str(known), accept_new=True))
@@ -308,7 +308,7 @@ def test_host_key_changed_is_refused_loudly_even_with_accept_new(sshd, tmp_path)
             make_host(sshd.port, tmp_path / "x.log", user=sshd.user),
             sshd.opts(known_hosts=str(known), accept_new=accept_new),
         )
-        assert res.verdict == UNREACHABLE and res.facts["error_kind"] == HOSTKEY_CHANGED
+        assert res.verdict == UNREACHABLE and res.error_kind == HOSTKEY_CHANGED
         assert res.error.startswith("HOST KEY CHANGED for 127.0.0.1:")
         assert "never accepted" in res.error and str(known) in res.error
     assert known.read_bytes() == before
@@ -350,12 +350,12 @@ def test_agent_missing_says_so(sshd, tmp_path, monkeypatch):
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     h = make_host(sshd.port, tmp_path / "x.log", user=sshd.user)
     res = probe(h, sshd.opts(client_keys=None, ssh_config=[]))
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == AUTH
+    assert res.verdict == UNREACHABLE and res.error_kind == AUTH
     assert "no ssh-agent (SSH_AUTH_SOCK is not set)" in res.error
     assert "no default key" in res.error and "--identity KEYFILE" in res.error
     monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "gone.sock"))
     res = probe(h, sshd.opts(client_keys=None, ssh_config=[]))
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == AUTH
+    assert res.verdict == UNREACHABLE and res.error_kind == AUTH
     assert f"SSH_AUTH_SOCK={tmp_path / 'gone.sock'} does not exist" in res.error
 
 
@@ -386,7 +386,7 @@ def test_encrypted_key_without_passphrase(sshd, tmp_path):
     key = tmp_path / "locked_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "s3cret-phrase", "-f", str(key)], check=True)
     res = probe(make_host(sshd.port, tmp_path / "x.log", user=sshd.user), sshd.opts(client_keys=[str(key)]))
-    assert res.verdict == UNREACHABLE and res.facts["error_kind"] == KEY
+    assert res.verdict == UNREACHABLE and res.error_kind == KEY
     assert "cannot load a client key" in res.error and "FLEETDIAG_PASSPHRASE" in res.error
 
 
@@ -744,12 +744,7 @@ def test_every_host_is_reported_with_a_plain_reason_and_the_exit_code(sshd, tmp_
         "probe",
         "all",
         "--json",
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
         "--connect-timeout",
         "3",
     ]
@@ -829,12 +824,7 @@ def _sweep_setup(sshd, tmp_path: Path) -> tuple[Path, list[str]]:
         f"    logs: {{vllm: {log}}}\n"
     )
     ssh = [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
+        *sshd.cli_args(),
     ]
     return inv, ssh
 
@@ -919,7 +909,7 @@ def test_report_write_fails_with_enospc_simulated(sshd, tmp_path, monkeypatch):
     """The same fault without mount privileges: the report's write raises ENOSPC."""
     import errno
 
-    from fleetdiag import store as store_mod
+    from fleetdiag.store import files as store_mod  # write_atomic opens the temp file
 
     real_open = open
     report = tmp_path / "out" / "report.json"

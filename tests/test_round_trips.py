@@ -115,7 +115,7 @@ def test_only_refused_keys_is_an_auth_status(sshd, tmp_path):
     stranger = keygen(tmp_path / "stranger")
     _, res = asyncio.run(_count(sshd, log, sshd.opts(client_keys=[str(stranger)])))
     assert res.verdict == UNREACHABLE
-    assert res.facts["error_kind"] == AUTH, res.error
+    assert res.error_kind == AUTH, res.error
 
 
 def test_rsa_key_logs_in_with_a_sha2_signature(sshd, tmp_path):

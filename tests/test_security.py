@@ -35,6 +35,7 @@ from fleetdiag.redact import Redactor, redact_result, redact_text
 from fleetdiag.remote import funnel as funnel_mod
 from fleetdiag.ssh.transport import TransportOptions, connect
 
+from .conftest import inventory_file
 from .faults import Behaviour, FaultServer, ServerThread
 from .test_reliability import DECISIVE, SEED, make_host, toolbox, write_log
 
@@ -157,11 +158,8 @@ def test_hostile_log_name_that_exists_is_read_literally(sshd, tmp_path):
 
 
 def _inventory(path: Path, sshd, log: str, funnel: dict | None = None) -> Path:
-    doc = {"hosts": {"gpu01": {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user, "logs": {"vllm": log}}}}
-    if funnel:
-        doc["hosts"]["gpu01"]["funnel"] = funnel
-    path.write_text(json.dumps(doc))  # JSON is YAML: every byte of the value survives quoting
-    return path
+    # JSON is YAML: every byte of the value survives quoting
+    return inventory_file(path, {"gpu01": {"log": log, **({"funnel": funnel} if funnel else {})}}, sshd)
 
 
 def _cli(sshd, inv: Path, *args: str, extra: tuple[str, ...] = ()) -> object:
@@ -172,12 +170,7 @@ def _cli(sshd, inv: Path, *args: str, extra: tuple[str, ...] = ()) -> object:
             "-i",
             str(inv),
             *args,
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
         ],
     )
 
@@ -486,12 +479,7 @@ def test_redact_every_output_format(sshd, tmp_path):
             str(db),
             "--report",
             str(report),
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--identity",
-            str(sshd.client_key),
-            "--ssh-config",
-            str(sshd.ssh_config),
+            *sshd.cli_args(),
             "--connect-timeout",
             "2",
         ],

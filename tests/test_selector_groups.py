@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from fleetdiag.cli import main
 from fleetdiag.inventory import InventoryError, SelectorError, select, select_names
 
+from .conftest import inventory_file
 from .test_inventory import FLEET, names, parse
 
 ALL_HOSTS = ["uk-node", "uk-node2", "cn-node", "gpu01", "gpu02", "gpu03", "gpu04", "gpu05", "gpu06"]
@@ -93,13 +94,8 @@ def test_host_list_errors_name_file_and_line(fleet, tmp_path):
 
 
 def cli_inventory(sshd, tmp_path: Path, log: Path) -> Path:
-    hosts = "".join(
-        f"  {n}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n    logs:\n      app: {log}\n"
-        for n in ("web1", "web2", "db1")
-    )
-    p = tmp_path / "inv.yaml"
-    p.write_text(f"hosts:\n{hosts}groups:\n  serving: [web1, web2]\n  db: [db1]\n")
-    return p
+    hosts = dict.fromkeys(("web1", "web2", "db1"), log)
+    return inventory_file(tmp_path / "inv.yaml", hosts, sshd, groups={"serving": ["web1", "web2"], "db": ["db1"]})
 
 
 def test_probe_at_group_and_stdin_list_with_an_inventory(sshd, tmp_path):

@@ -142,7 +142,7 @@ def test_a_worker_that_dies_leaves_its_hosts_a_result(sshd, tmp_path):
     results = asyncio.run(go())
     assert killed
     assert sorted(r.host for r in results) == ["h0", "h1", "h2", "h3"]
-    lost = [r for r in results if r.facts.get("error_kind") == INTERNAL]
+    lost = [r for r in results if r.error_kind == INTERNAL]
     assert len(lost) == 2
     assert all("worker process ended" in r.error for r in lost)
     assert all(r.verdict == FAILED for r in results if r not in lost)
@@ -191,3 +191,14 @@ def test_sweep_with_workers_through_the_cli(sshd, tmp_path):
     doc = json.loads(report.read_text())
     assert sorted(h["host"] for h in doc["hosts"]) == [f"gpu{i:02d}" for i in range(6)]
     assert sorted(h["verdict"] for h in doc["hosts"]).count("failed") == 2
+
+
+def test_probe_fleet_takes_probe_manys_options_and_no_others():
+    """``FanoutOptions`` is the one list: an option probe_many does not share is refused, as a signature would."""
+
+    async def first(**kw):
+        return [r async for r in probe_fleet([], ProbeSettings(), 4, **kw)]
+
+    assert asyncio.run(first(deadline=1.0, per_address=2, memory=None, progress=None)) == []
+    with pytest.raises(TypeError, match="handshakes"):
+        asyncio.run(first(handshakes=3))

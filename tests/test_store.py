@@ -44,7 +44,7 @@ def failed(host: str, fp: str, message: str | None = None, rtt: float | None = N
 
 def unreachable(host: str, kind: str = "refused", error: str | None = None) -> HostResult:
     r = HostResult(host=host, verdict=UNREACHABLE, error=error or f"connection refused by {host}:22")
-    r.facts["error_kind"] = kind
+    r.error_kind = kind
     return r
 
 

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from fleetdiag.cli import main
 from fleetdiag.records import FAILED
 
-from .test_fleet import DP_RANK, HEALTHY_LOG, log, ssh_args, write_inventory
+from .conftest import inventory_file
+from .test_fleet import DP_RANK, HEALTHY_LOG, log, ssh_args
 
 
 def _mode(p: Path) -> int:
@@ -27,7 +28,7 @@ def _mode(p: Path) -> int:
 
 
 def test_unusable_history_directory_keeps_the_report_and_says_so(sshd, tmp_path):
-    inv = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}})
+    inv = inventory_file(tmp_path / "inventory.yaml", {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}}, sshd)
     not_a_dir = tmp_path / "ro"
     not_a_dir.write_text("a file where the history directory should be\n")  # fails for root too
     report = tmp_path / "report.json"
@@ -55,7 +56,7 @@ def test_unusable_history_directory_keeps_the_report_and_says_so(sshd, tmp_path)
 
 
 def test_a_symlinked_lock_file_is_never_followed(sshd, tmp_path):
-    inv = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "h", HEALTHY_LOG)}})
+    inv = inventory_file(tmp_path / "inventory.yaml", {"gpu01": {"log": log(tmp_path, "h", HEALTHY_LOG)}}, sshd)
     victim = tmp_path / "bashrc"
     victim.write_text("export PATH=/usr/bin\n")
     db, report = tmp_path / "h.db", tmp_path / "report.json"
@@ -70,7 +71,7 @@ def test_a_symlinked_lock_file_is_never_followed(sshd, tmp_path):
 
 
 def test_report_history_and_evidence_are_private(sshd, tmp_path):
-    inv = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}})
+    inv = inventory_file(tmp_path / "inventory.yaml", {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}}, sshd)
     old = os.umask(0o022)
     try:
         db, report, saved = tmp_path / "state" / "h.db", tmp_path / "out" / "report.json", tmp_path / "ev" / "x"
@@ -90,7 +91,7 @@ def test_report_history_and_evidence_are_private(sshd, tmp_path):
 
 
 def test_notify_command_does_not_inherit_the_passphrase(sshd, tmp_path):
-    inv = write_inventory(tmp_path / "inventory.yaml", sshd, {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}})
+    inv = inventory_file(tmp_path / "inventory.yaml", {"gpu01": {"log": log(tmp_path, "f", DP_RANK)}}, sshd)
     seen = tmp_path / "env.txt"
     res = CliRunner().invoke(
         main,
@@ -121,13 +122,13 @@ def test_sighup_keeps_the_report_and_history(sshd, tmp_path):
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts TCP in the backlog, never says a word: that host hangs
     try:
-        inv = write_inventory(
+        inv = inventory_file(
             tmp_path / "inventory.yaml",
-            sshd,
             {
                 "gpu01": {"log": log(tmp_path, "f", DP_RANK)},
                 "gpu02": {"log": log(tmp_path, "f", DP_RANK), "port": silent.getsockname()[1]},
             },
+            sshd,
         )
         db, report = tmp_path / "h.db", tmp_path / "report.json"
         proc = subprocess.Popen(

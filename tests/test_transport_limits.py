@@ -40,7 +40,7 @@ def test_probe_of_a_host_that_prints_without_end_is_capped(spam_sshd, tmp_path):
     res = probe(make_host(spam_sshd.port, log), spam_sshd.opts(command_timeout=60))
     grown = _rss_mib() - before
     assert res.verdict == UNREACHABLE
-    assert res.facts["error_kind"] == OVERSIZE
+    assert res.error_kind == OVERSIZE
     assert "MiB of output" in (res.error or "") and "reading stopped" in (res.error or "")
     assert grown < 8 * MAX_OUTPUT / (1024 * 1024), f"peak RSS grew {grown:.0f} MiB"
 
@@ -124,7 +124,7 @@ opts = TransportOptions(known_hosts="/dev/null", client_keys=[], ssh_config=[], 
 async def go():
     return [r async for r in probe_many(hosts, ProbeSettings(transport=opts), fanout=2000, per_address=2000)]
 res = asyncio.run(go())
-print(json.dumps([[r.host, r.facts.get("error_kind"), r.error] for r in res]))
+print(json.dumps([[r.host, r.error_kind, r.error] for r in res]))
 """
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from fleetdiag.ssh.transport import KnownHosts
 
+from .conftest import inventory_file
 from .procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,15 +25,7 @@ DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 def inventory(tmp_path: Path, sshd, names: tuple[str, ...] = ("n0",)) -> Path:
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(
-        "hosts:\n"
-        + "".join(
-            f"  {n}:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n    logs:\n      vllm: {log}\n"
-            for n in names
-        )
-    )
-    return inv
+    return inventory_file(tmp_path / "inv.yaml", dict.fromkeys(names, log), sshd)
 
 
 def cli(rt: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -116,6 +109,32 @@ def test_known_hosts_lookup_keeps_revoked_keys_on_every_port(sshd):
             assert got_trusted == trusted, text
         assert got_revoked == revoked, text
     assert KnownHosts([])("h", "10.0.0.1", 22) == ([], [], [])  # UserKnownHostsFile none: nothing known
+
+
+def test_known_hosts_are_parsed_once_until_a_file_changes(sshd, tmp_path, monkeypatch):
+    """A fleet's known_hosts holds a line per host: it is parsed once per process, not per
+    connection, and parsed again as soon as a file changes (an accepted key, a revocation)."""
+    from fleetdiag.ssh import hostkeys
+
+    parses = []
+    real = asyncssh.import_known_hosts
+    monkeypatch.setattr(hostkeys.asyncssh, "import_known_hosts", lambda text: parses.append(text) or real(text))
+    monkeypatch.setattr(hostkeys, "_PARSED", {})
+    key = asyncssh.import_public_key(sshd.host_pub)
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(f"[h]:{2000 + i} {sshd.host_pub}\n" for i in range(500)))
+    for port in (2000, 2001, 2499):  # three connections, two lookups objects: one parse
+        assert KnownHosts([str(path)])("h", "10.0.0.1", port)[0] == [key]
+    assert len(parses) == 1
+    assert KnownHosts([str(path)])("h", "10.0.0.1", 2500)[0] == []
+    with open(path, "a") as fh:  # the file changes: read again, the new lines hold at once
+        fh.write(f"[h]:2500 {sshd.host_pub}\n@revoked [h]:2001 {sshd.host_pub}\n")
+    lookup = KnownHosts([str(path)])
+    assert lookup("h", "10.0.0.1", 2500)[0] == [key]
+    assert lookup("h", "10.0.0.1", 2001)[0] == [] and lookup.revoked == {key}
+    assert len(parses) == 3  # the whole file and its revoked lines, once each
+    path.unlink()  # gone: nothing known, as ssh treats a missing file
+    assert KnownHosts([str(path)])("h", "10.0.0.1", 2500) == ([], [], [])
 
 
 def test_relative_paths_work_through_the_keeper(sshd, tmp_path, rt):

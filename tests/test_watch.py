@@ -460,17 +460,6 @@ def _cli_inventory(sshd: Any, tmp_path: Path, log: Path, extra: str = "") -> Pat
     return inv
 
 
-def _ssh_args(sshd: Any) -> list[str]:
-    return [
-        "--known-hosts",
-        str(sshd.known_hosts),
-        "--identity",
-        str(sshd.client_key),
-        "--ssh-config",
-        str(sshd.ssh_config),
-    ]
-
-
 def _spawn_watch(inv: Path, *args: str) -> subprocess.Popen:
     """The installed console script, as a user runs it (so Ctrl-C is a real SIGINT)."""
     exe = str(Path(sys.executable).parent / "fleetdiag")
@@ -514,7 +503,7 @@ def test_cli_jsonl_events_are_parseable_and_ordered_and_ctrl_c_summarises(sshd, 
         f"  nowhere:\n    address: 127.0.0.1\n    port: {free_port()}\n"
         f"    user: {sshd.user}\n    logs:\n      vllm: {log}\n",
     )
-    proc = _spawn_watch(inv, "all", "--jsonl", "--heartbeat", "0.5", "--grace", "1", *_ssh_args(sshd))
+    proc = _spawn_watch(inv, "all", "--jsonl", "--heartbeat", "0.5", "--grace", "1", *sshd.cli_args())
 
     def seen(lines: list[str], host: str, state: str) -> bool:
         return any(json.loads(ln).get("host") == host and json.loads(ln).get("state") == state for ln in lines)
@@ -550,7 +539,7 @@ def test_cli_jsonl_events_are_parseable_and_ordered_and_ctrl_c_summarises(sshd, 
 def test_cli_table_prints_changes_and_the_card_and_a_summary(sshd, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(SEED_HEAD + SEED_FAILURE)
-    proc = _spawn_watch(_cli_inventory(sshd, tmp_path, log), "uk-node", "--no-facts", *_ssh_args(sshd))
+    proc = _spawn_watch(_cli_inventory(sshd, tmp_path, log), "uk-node", "--no-facts", *sshd.cli_args())
     try:
         _lines_until(proc, lambda got: any("✗ failed" in ln for ln in got))
         proc.send_signal(signal.SIGINT)
@@ -573,7 +562,7 @@ def test_cli_duration_and_exit_code_for_an_unreachable_host(sshd, tmp_path):
         f"    logs:\n      vllm: {log}\n"
     )
     result = CliRunner().invoke(
-        main, ["-i", str(inv), "watch", "gone", "--jsonl", "--grace", "0", "--duration", "1", *_ssh_args(sshd)]
+        main, ["-i", str(inv), "watch", "gone", "--jsonl", "--grace", "0", "--duration", "1", *sshd.cli_args()]
     )
     assert result.exit_code == 3, result.output  # nothing failed, a host unreachable
     first, summary = (json.loads(ln) for ln in result.output.splitlines())

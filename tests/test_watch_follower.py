@@ -10,16 +10,35 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
 
+import pytest
+
+from fleetdiag import remote
 from fleetdiag.records import Decisive, HostResult, Verdict
-from fleetdiag.watch import FAILED, HEALTHY, UNREACHABLE, Watch
+from fleetdiag.remote import follow
+from fleetdiag.watch import FAILED, HEALTHY, RECOVERED, UNREACHABLE, Watch
 from fleetdiag.watch import host as host_mod
 
 from .slack import slack
-from .test_watch import SEED_FAILURE, SEED_HEAD, Run, inventory, settings
+from .sshd import start_sshd
+from .test_watch import (
+    SEED_FAILURE,
+    SEED_HEAD,
+    SLOW,
+    Run,
+    _lines_until,
+    _local_follower,
+    _records_until,
+    _spawn_watch,
+    _ssh_args,
+    append,
+    inventory,
+    settings,
+)
 
 DECISIVE = "DP adjusted local rank 3 is out of bounds"
 
@@ -133,3 +152,119 @@ def test_unfinished_is_a_traceback_line_without_an_exception_type() -> None:
     assert not host_mod._unfinished(res("AssertionError: DP adjusted local rank 3 is out of bounds", "AssertionError"))
     assert not host_mod._unfinished(res("CUDA error: out of memory"))
     assert not host_mod._unfinished(res('  File "/x/train.py", line 3', source="kernel"))
+
+
+# ------------------------------------------------------------------ the channel's stdin ending late
+#
+# asyncssh's stdin=DEVNULL sends EOF one round trip after the exec: on a fast host at 240 ms RTT that is
+# after the follow loop chose its naps (bash: `read -t` on the channel's stdin), and that EOF ended the
+# follower ("the remote follower ended", the host unreachable, detection only with the next snapshot).
+
+
+@pytest.mark.parametrize("mode", ["auto", "poll"])
+def test_a_follower_goes_on_when_its_stdin_ends_after_it_started(tmp_path, mode):
+    log = tmp_path / "a.log"
+    log.write_text("INFO up\n")
+    proc, _ = _local_follower(log, mode)
+    try:
+        assert proc.stdin is not None
+        _records_until(proc, lambda r: isinstance(r, follow.Heartbeat))  # the loop runs: its naps are chosen
+        proc.stdin.close()  # the client's EOF arrives now
+        for i in range(3):
+            time.sleep(0.3)
+            append(log, f"RuntimeError: boom {i}\n")
+            _records_until(proc, lambda r, i=i: isinstance(r, follow.Line) and r.text == f"RuntimeError: boom {i}")
+        _records_until(proc, lambda r: isinstance(r, follow.Heartbeat))
+        assert proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_cli_watch_keeps_its_follower_when_the_channel_stdin_ends_late(tmp_path):
+    """Through the CLI over a real sshd whose exec requests get their stdin's EOF only when the test says
+    (a wrapper in front of the command, as a slow client's EOF): the first follower keeps following, the
+    host is never unreachable, and a failure is seen by that follower, not by a new one's snapshot."""
+    d = tmp_path / "ctl"
+    d.mkdir()
+    wrap = d / "wrap.sh"
+    wrap.write_text(
+        f'echo "$SSH_ORIGINAL_COMMAND" >>{d}/execs\n'
+        f"n=0\nwhile [ ! -e {d}/eof ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done |\n"
+        '  sh -c "$SSH_ORIGINAL_COMMAND"\n'
+    )
+    server = start_sshd(tmp_path / "sshd", extra_config=f"\nForceCommand sh {wrap}\n")
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED_HEAD)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        f"hosts:\n  gpu01:\n    address: 127.0.0.1\n    port: {server.port}\n    user: {server.user}\n"
+        f"    logs:\n      vllm: {json.dumps(str(log))}\n"
+    )
+    tag = remote.encoded_prefix("# fleetdiag follow")  # the start of every follower's payload
+    proc = _spawn_watch(inv, "all", "--jsonl", "--heartbeat", "0.5", "--grace", "0", "--no-facts", *_ssh_args(server))
+
+    def seen(lines: list[str], *states: str) -> bool:
+        return any(json.loads(ln).get("state") in states for ln in lines)
+
+    try:  # (with --grace 0 the host is unreachable until its first connection is up)
+        lines = _lines_until(proc, lambda got: seen(got, HEALTHY, RECOVERED))
+        time.sleep(1.0)  # heartbeats flow: the loop chose its naps
+        (d / "eof").touch()
+        time.sleep(1.5)  # the EOF has arrived (the wrapper looks every 0.05 s)
+        append(log, SEED_FAILURE)
+        lines += _lines_until(proc, lambda got: seen(got, FAILED))
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=SLOW)
+    finally:
+        (d / "eof").touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.stop()
+    events = [json.loads(ln) for ln in lines + rest.splitlines() if ln.strip()]
+    states = [(e["state"], e["reason"]) for e in events if e.get("event") == "state"]
+    up = next(i for i, (st, _) in enumerate(states) if st in (HEALTHY, RECOVERED))
+    assert UNREACHABLE not in [st for st, _ in states[up:]], states
+    failed = next(e for e in events if e.get("state") == FAILED)
+    assert DECISIVE in failed["decisive"]["line"]
+    followers = [ln for ln in (d / "execs").read_text().splitlines() if tag in ln]
+    assert len(followers) == 1, f"{len(followers)} follower execs: the first one ended"
+
+
+# ------------------------------------------------------------------ pacing the reads of a busy log
+
+
+def test_a_line_right_after_a_read_is_read_at_once_and_a_spamming_log_is_still_paced(tmp_path):
+    """The follower reads a busy log at most once a poll in the long run, but not by a nap after every
+    read: a failure written just after a routine line's read (the p90 of #25, up to one poll late) is read
+    at once. Poll 3 s here, so a nap would show whatever the load."""
+    log = tmp_path / "a.log"
+    log.write_text("INFO up\n")
+    proc, _ = _local_follower(log, "auto", poll=3.0)  # heartbeat 0.5 s (the ticks read nothing: no pacing)
+    try:
+        _records_until(proc, lambda r: isinstance(r, follow.Heartbeat))
+        append(log, "INFO routine\n")
+        _records_until(proc, lambda r: isinstance(r, follow.Tail) and r.line.text == "INFO routine")
+        t0 = time.monotonic()
+        append(log, "RuntimeError: right after\n")
+        _records_until(proc, lambda r: isinstance(r, follow.Line) and r.text == "RuntimeError: right after")
+        assert time.monotonic() - t0 < 2.0, "held for a nap"
+        time.sleep(3.0)  # the budget refills
+        start, t0 = log.stat().st_size, time.monotonic()
+        for i in range(60):  # 3 s of a line every 0.05 s
+            append(log, f"INFO spam {i}\n")
+            time.sleep(0.05)
+
+        def last(r: object) -> bool:
+            line = r.line if isinstance(r, follow.Tail) else r
+            return isinstance(line, follow.Line) and line.text == "INFO spam 59"
+
+        recs = _records_until(proc, last, timeout=10 * slack())
+        bursts = sum(isinstance(r, follow.Sync) and r.pos > start for r in recs)
+        took = time.monotonic() - t0
+        assert 2 <= bursts <= took / 3.0 + 2 + 1, (bursts, took)  # one a poll, plus the budget's two
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

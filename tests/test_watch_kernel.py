@@ -15,9 +15,10 @@ import signal
 import time
 from pathlib import Path
 
+from .conftest import inventory_file
 from .test_kernel_evidence import CORPUS, _smi_spec
-from .test_kernel_probe import _inventory, _kernel_time, _probe, _standin_bin
-from .test_watch import _lines_until, _spawn_watch, _ssh_args
+from .test_kernel_probe import _kernel_time, _probe, _standin_bin
+from .test_watch import _lines_until, _spawn_watch
 
 CASE = json.loads((CORPUS / "sirzzang-rtxpro6000-xid48-dbe.json").read_text(encoding="utf-8"))
 XID = "Xid (PCI:0000:55:00): 48"
@@ -28,7 +29,7 @@ def _node(sshd, tmp: Path) -> tuple[Path, Path, Path]:
     kern = CORPUS / CASE["files"]["kern"]
     bindir = _standin_bin(tmp / "bin", mode="journal", kern=kern, smi=_smi_spec(CASE, tmp))
     log = tmp / "app.log"
-    return _inventory(sshd, tmp, log, "gpu-node-a"), bindir, log
+    return inventory_file(tmp / "inventory.yaml", {"gpu-node-a": log}, sshd), bindir, log
 
 
 def _events(proc) -> tuple[list[dict], dict]:
@@ -48,7 +49,7 @@ def test_watch_names_the_kernel_cause_probe_names(sshd, tmp_path: Path) -> None:
     log.write_bytes((CORPUS / CASE["files"]["app"]).read_bytes())
     t = _kernel_time(CASE, "journal") + 30
     os.utime(log, (t, t))
-    proc = _spawn_watch(inv, "all", "--jsonl", "--path-prepend", str(bindir), *_ssh_args(sshd))
+    proc = _spawn_watch(inv, "all", "--jsonl", "--path-prepend", str(bindir), *sshd.cli_args())
     states, summary = _events(proc)
     failed = next(e for e in states if e["state"] == "failed")
     d = failed["decisive"]
@@ -80,7 +81,7 @@ def test_a_failure_written_during_the_watch_gets_the_kernel_cause(sshd, tmp_path
     bindir = _standin_bin(tmp_path / "bin2", mode="journal", kern=kern, smi=_smi_spec(CASE, tmp_path))
     app = (CORPUS / CASE["files"]["app"]).read_text(encoding="utf-8").splitlines(keepends=True)
     log.write_text("INFO starting training\nINFO step 1 loss 2.5\n")
-    proc = _spawn_watch(inv, "all", "--jsonl", "--path-prepend", str(bindir), *_ssh_args(sshd))
+    proc = _spawn_watch(inv, "all", "--jsonl", "--path-prepend", str(bindir), *sshd.cli_args())
     _lines_until(proc, lambda ls: any('"state": "healthy"' in ln for ln in ls))
     with open(kern, "a", encoding="utf-8") as fh:  # the fault, then the app's error: both now
         fh.writelines(_now_stamped([ln for ln in recorded if "Xid" in ln], "%b %e %H:%M:%S", r"^\w{3}\s+\d+ [\d:]{8}"))

@@ -410,7 +410,7 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
         for ln in j.ev.block:
             in_block.add(ln.index)
     for k, j in enumerate(judged):
-        if j.role != "primary" or j.tier == INCOMPLETE or j.tier > REPORTER:
+        if j.role != "primary" or j.tier == INCOMPLETE:
             continue
         ev = j.ev
         end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])

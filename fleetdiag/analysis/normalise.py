@@ -25,12 +25,23 @@ _SEV = (
     r"(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|ALERT|EMERGENCY|FATAL"
     r"|debug|info|notice|warning|warn|error|critical|fatal|[IWEDF])"
 )
-# a service's prefix: [severity] timestamp [severity], in a table cell, quoted (CSV) or tab-separated;
-# or epoch milliseconds
+# the stream a container runtime or collector read the line from, after its stamp: CRI's "stdout F",
+# a sidecar's "1 stdout:" (the fd and the stream)
+_STREAM = r"(?:[\t ]+(?:\d[\t ]+)?(?:stdout|stderr)(?:[\t ]+[FP](?=[\t ])|:)?)?"
+# a service's prefix: [severity] timestamp [severity] [stream], in a table cell, quoted (CSV) or
+# tab-separated; or epoch milliseconds
 _PREFIXES = (
     re.compile(r"^\s*\|?\s*(?P<ts>" + _TS + r")\s*\|\s?"),
     re.compile(
-        r'^(?:"?' + _SEV + r'"?[\t ,]+)?"?(?P<ts>' + _TS + r')"?(?:[\t ,]+"?\[?' + _SEV + r'\]?"?)?(?:\t|,|\s+)"?'
+        r'^(?:"?'
+        + _SEV
+        + r'"?[\t ,]+)?"?(?P<ts>'
+        + _TS
+        + r')"?(?:[\t ,]+"?\[?'
+        + _SEV
+        + r'\]?"?)?'
+        + _STREAM
+        + r'(?:\t|,|\s+)"?'
     ),
     re.compile(r"^(?P<epoch>1\d{9}(?:\d{3})?(?:\.\d+)?)[\t ,]+"),
 )
@@ -43,16 +54,21 @@ _OWN_HEADER = re.compile(
 _RULE = re.compile(r"^\s*([-=~_*#+])\1{3,}")  # a separator line is a line of its own
 _TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
 _FRAME = re.compile(r'^\s+File "')
+_DIGITS = re.compile(r"\d+")
 _TIME_KEY = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
 
 SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the service's
 # a sidecar's or a log collector's own label before every line: "[pod-name] ", "[VllmSidecar id]: ",
 # "[pod/name/container] " (kubectl logs --prefix). One literal label on (nearly) every line says only
 # which stream the lines came from, so it goes; a label that varies is a process tag the line model peels.
-_LABEL = re.compile(r"^\[(?P<label>[A-Za-z][^\[\]]{0,100})\]:? ")
+# A label may start with a digit when it has a letter and no clock in it: a job runner's
+# "[177/train/578 (pid 28936)] [09c561ee-…] " after its own stamp.
+_LABEL = re.compile(r"^\[(?P<label>[A-Za-z0-9][^\[\]]{0,100})\]:? ")
 _NOT_LABEL = re.compile(
     r"^(?:rank|default)\d+$|^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
+    r"|^[^A-Za-z]*$|\d:\d\d"
 )
+LABELS = 3  # constant labels in a row, at most (a runner's step label, then its run id)
 
 
 @dataclass
@@ -96,6 +112,22 @@ def _constant_label(texts: list[str]) -> str | None:
     if sum(1 for t in lines if t.startswith(head) or t == bare or t == bare.rstrip(":")) < SHARE * len(lines):
         return None
     return head
+
+
+def _without_labels(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], bool]:
+    """The lines without the constant labels (up to LABELS in a row) nearly every one starts with."""
+    done = False
+    for _ in range(LABELS):
+        head = _constant_label([t for t, _, _ in work])
+        if head is None:
+            break
+        bare = head.rstrip()
+        work = [
+            (t[len(head) :] if t.startswith(head) else "" if t in (bare, bare.rstrip(":")) else t, k, st)
+            for t, k, st in work
+        ]
+        done = True
+    return work, done
 
 
 def _unprefixed(text: str, rx: re.Pattern[str]) -> str:
@@ -166,8 +198,8 @@ def _wrap_width(lines: list[Line]) -> int | None:
         return None
     if n < 2 or n < 0.05 * len(lens):
         return None
-    if len({ln.text for ln in lines if len(ln.text) == width}) < 2:
-        return None  # one line repeated: a template, not a terminal's cuts
+    if len({_DIGITS.sub("", ln.text) for ln in lines if len(ln.text) == width}) < 2:
+        return None  # one line repeated (its stamps or counters aside): a template, not a terminal's cuts
     # a terminal cuts wherever the width falls, so some cut lands between two printed characters
     for a, b in zip(lines, lines[1:]):
         if len(a.text) == width and not a.text[-1].isspace() and b.text[:1] and not b.text[0].isspace():
@@ -190,15 +222,7 @@ def normalise(lines: list[Line]) -> Normalised:
     # (text, index of the original line, the export's own time) in the order being built
     work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
     changed = False
-    head = _constant_label([t for t, _, _ in work])
-    if head is not None:
-        bare = head.rstrip()
-        work = [
-            (t[len(head) :] if t.startswith(head) else "" if t in (bare, bare.rstrip(":")) else t, k, st)
-            for t, k, st in work
-        ]
-        out.steps.append("line label removed")
-        changed = True
+    work, labelled = _without_labels(work)
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if rx is not None:
         new = [(_unprefixed(t, rx), k, st) for t, k, st in work]
@@ -206,6 +230,11 @@ def normalise(lines: list[Line]) -> Normalised:
             work = new
             out.steps.append("service prefix removed")
             changed = True
+            work, after = _without_labels(work)  # a runner's labels behind the service's stamp
+            labelled = labelled or after
+    if labelled:
+        out.steps.insert(0, "line label removed")
+        changed = True
     width = _wrap_width([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if width is not None:
         joined = []

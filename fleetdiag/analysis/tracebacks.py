@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from .lines import SEVERITY, LogLine, adjacent
-from .rules import CAUSE, Rules, Signature
+from .rules import CAUSE, CONSEQUENCE, Rules, Signature
 
 TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
 FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
@@ -105,9 +105,10 @@ def _states_a_cause(sig: Signature) -> bool:
 
     A serving stack that re-logs its workers' stderr ("INFO ... Failed: Cuda error x.cuh:164")
     puts its own level word before the child's words: the level is the relay's, the
-    failure is the child's. Only strong causes pass (an exit code or a consequence does not).
+    failure is the child's. Only strong causes pass (an exit code does not), and the notes a
+    program only ever logs at INFO when it is stuck (role consequence: they lose to any error).
     """
-    return not sig.weak and sig.role == CAUSE
+    return not sig.weak and sig.role in (CAUSE, CONSEQUENCE)
 
 
 def _is_exception_type(name: str) -> bool:

@@ -95,7 +95,7 @@ def print_outcome(
     ):
         env.err.print(Text(f"fleetdiag sweep: {note}", style="bold red"), soft_wrap=True)
     if out.interrupted:
-        unfinished = [r.host for r in out.results if r.facts.get("error_kind") == INTERRUPTED]
+        unfinished = [r.host for r in out.results if r.error_kind == INTERRUPTED]
         env.err.print(
             Text(
                 f"fleetdiag sweep: interrupted; {len(unfinished)} host(s) unfinished: {fold(unfinished)}",
@@ -103,7 +103,7 @@ def print_outcome(
             ),
             soft_wrap=True,
         )
-    bugs = [r.host for r in out.results if r.facts.get("error_kind") == INTERNAL]
+    bugs = [r.host for r in out.results if r.error_kind == INTERNAL]
     if bugs:
         env.err.print(
             Text(

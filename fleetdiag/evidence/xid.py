@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built: ~5x faster
+
 ACTIONS = ("hardware", "driver", "application", "informational")
 
 
@@ -48,7 +50,7 @@ class XidTable:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER) or {}  # noqa: S506 (a safe loader)
     except (OSError, yaml.YAMLError) as exc:
         raise XidTableError(f"{path}: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("xids", {}), dict):

@@ -74,8 +74,8 @@ def _hidden_reason(s: str, allow: str = "") -> str | None:
     return f"contains a control or invisible character {visible(c)} ({name})"
 
 
-def host_problem(v: str) -> str | None:
-    """Why ``v`` is not a host name, IPv4 address, IPv6 address or ``[IPv6]`` (None when it is)."""
+def _argument_problem(v: str) -> str | None:
+    """What makes ``v`` no ssh argument at all: a hidden character, nothing, or a leading '-'."""
     r = _hidden_reason(v)
     if r:
         return r
@@ -83,6 +83,14 @@ def host_problem(v: str) -> str | None:
         return "is empty"
     if v.startswith("-"):
         return "starts with '-' (ssh would read it as an option)"
+    return None
+
+
+def host_problem(v: str) -> str | None:
+    """Why ``v`` is not a host name, IPv4 address, IPv6 address or ``[IPv6]`` (None when it is)."""
+    r = _argument_problem(v)
+    if r:
+        return r
     inner = v[1:-1] if v.startswith("[") and v.endswith("]") else v
     if ":" in inner:
         addr, _, zone = inner.partition("%")
@@ -125,13 +133,9 @@ def source_problem(kind: str, v: str) -> str | None:
 
 def user_problem(v: str) -> str | None:
     """Why ``v`` is not a user name ssh may be given (None when it is)."""
-    r = _hidden_reason(v)
+    r = _argument_problem(v)
     if r:
         return r
-    if not v:
-        return "is empty"
-    if v.startswith("-"):
-        return "starts with '-' (ssh would read it as an option)"
     if len(v) > MAX_USER_LEN:
         return f"is longer than {MAX_USER_LEN} characters"
     if not _USER_RE.fullmatch(v):

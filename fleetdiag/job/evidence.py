@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..records import Clock
 from .clock import clock_offset
 
 WINDOW_S = 120.0  # failures of one job fall within this many seconds (after clock correction)
@@ -93,8 +94,8 @@ def evidence_from_result(
 ) -> HostEvidence | None:
     """HostEvidence from a ``fleetdiag.records.HostResult`` (None when it has no decisive error).
 
-    Clock inputs missing here are read from ``result.facts["clock"]``
-    (``{offset}`` or ``{local_receive, remote_now}``), ``facts["zone"]`` and
+    Clock inputs missing here are read from ``result.clock`` (its ``offset``, else
+    ``local_receive`` and ``remote_now``; its ``zone``), ``result.log_mtime`` and
     ``timing.rtt_ms`` when present.
     """
     dec = getattr(result, "decisive", None)
@@ -104,21 +105,21 @@ def evidence_from_result(
             return None
         dec = _QuietLine(line=str(getattr(result, "summary", "") or "no error of its own"))
         if lines is None:  # its own log lines, not the summary (a straggler's last line is one of them)
-            kept_q = (getattr(result, "facts", None) or {}).get("job")
-            lines = [str(x) for x in kept_q.get("lines") or []] if isinstance(kept_q, dict) else []
+            kept_q = getattr(result, "job", None)
+            lines = [str(x) for x in kept_q.lines] if kept_q is not None else []
     facts = dict(getattr(result, "facts", None) or {})
-    clock = facts.get("clock") if isinstance(facts.get("clock"), dict) else {}
+    clock = getattr(result, "clock", None) or Clock()
     timing = getattr(result, "timing", None)
     if rtt is None and timing is not None and getattr(timing, "rtt_ms", None) is not None:
         rtt = timing.rtt_ms / 1000.0
     if offset is None:
-        if "offset" in clock:
-            offset = float(clock["offset"])
-        elif "local_receive" in clock and "remote_now" in clock:
-            offset = clock_offset(float(clock["local_receive"]), rtt or 0.0, float(clock["remote_now"]))
+        if clock.offset is not None:
+            offset = clock.offset
+        elif clock.local_receive is not None and clock.remote_now is not None:
+            offset = clock_offset(clock.local_receive, rtt or 0.0, clock.remote_now)
     if mtime is None:
-        mtime = clock.get("mtime") or facts.get("log_mtime")
-    kept = facts.get("job") if isinstance(facts.get("job"), dict) else {}
+        mtime = getattr(result, "log_mtime", None)
+    kept = getattr(result, "job", None)
     below = None
     if getattr(dec, "source", "log") not in ("log", None) and not quiet:
         # a cause below the log (a kernel line, the GPU's health): its stamp is the kernel's clock, often boot
@@ -129,8 +130,8 @@ def evidence_from_result(
             rank=dec.rank,
             fingerprint=dec.fingerprint,
         )
-    if lines is None and isinstance(kept.get("lines"), list):
-        lines = [str(x) for x in kept["lines"]]
+    if lines is None and kept is not None:
+        lines = [str(x) for x in kept.lines]
     return HostEvidence(
         host=result.host,
         line=dec.line,
@@ -147,7 +148,7 @@ def evidence_from_result(
         offset=offset or 0.0,
         rtt=rtt,
         mtime=mtime,
-        zone=zone if zone is not None else facts.get("zone"),
+        zone=zone if zone is not None else clock.zone,
         lines=list(lines) if lines is not None else list(dec.traceback or []) or [dec.line],
         kernel=[
             str(e.get("line") or "")

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..records import JobRole
+from ..records import JobFacts, JobRole
 from .evidence import KEEP_WIDTH, HostEvidence, RootCause, evidence_from_result
 from .lines import (
     _ENDPOINT_WORDS,
@@ -137,8 +137,8 @@ def _clip(line: str) -> str:
     return line if len(line) <= KEEP_WIDTH else line[:KEEP_WIDTH] + " …"
 
 
-def job_facts(result: Any, lines: Sequence[str], rules: JobRules | None = None) -> dict[str, Any] | None:
-    """``facts["job"]`` for a host with a decisive error: the lines the job analysis needs
+def job_facts(result: Any, lines: Sequence[str], rules: JobRules | None = None) -> JobFacts | None:
+    """``HostResult.job`` for a host with a decisive error: the lines the job analysis needs
     (so sweeps, reports and the history can name a job's root cause later), and the
     error's peer-caused kind ("" when it is local-origin)."""
     ev = evidence_from_result(result, lines=list(lines))
@@ -147,13 +147,9 @@ def job_facts(result: Any, lines: Sequence[str], rules: JobRules | None = None) 
     rules = rules or default_job_rules()
     kept = keep_lines(ev, rules)
     own_line(ev, rules)
-    out: dict[str, Any] = {"kind": ev.kind, "lines": kept}
-    if ev.chosen:
-        out["line"] = ev.line
-        out["chosen"] = ev.chosen
-    if ev.signal:
-        out["signal"] = ev.signal
-    return out
+    return JobFacts(
+        kind=ev.kind, lines=kept, line=ev.line if ev.chosen else None, chosen=ev.chosen, signal=ev.signal or None
+    )
 
 
 def mark(results: Sequence[Any], rcs: Sequence[RootCause]) -> None:

@@ -18,6 +18,8 @@ import yaml
 
 from ..analysis.rules import RulesError
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built: ~5x faster
+
 SECTIONS = {"peer_caused": "kind", "collective": "name", "killed": "name", "endpoints": "name"}
 
 
@@ -132,7 +134,7 @@ def load_job_rules(extra: Iterable[Path | str] = (), *, user_default: bool = Tru
     """Shipped rules, then the user's peer.yaml (when present), then ``extra`` files."""
     merged: dict[str, Any] = {k: [] for k in SECTIONS}
     shipped = resources.files("fleetdiag").joinpath("data/peer.yaml").read_text(encoding="utf-8")
-    _merge(merged, yaml.safe_load(shipped), "peer.yaml (shipped)")
+    _merge(merged, yaml.load(shipped, Loader=_LOADER), "peer.yaml (shipped)")  # noqa: S506 (a safe loader)
     sources = ["peer.yaml (shipped)"]
     paths = [Path(p) for p in extra]
     if user_default:
@@ -142,7 +144,7 @@ def load_job_rules(extra: Iterable[Path | str] = (), *, user_default: bool = Tru
     merged["_user"] = True
     for p in paths:
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            data = yaml.load(p.read_text(encoding="utf-8"), Loader=_LOADER) or {}  # noqa: S506 (a safe loader)
         except (OSError, yaml.YAMLError) as exc:
             raise RulesError(f"{p}: {exc}") from None
         _merge(merged, data, str(p))

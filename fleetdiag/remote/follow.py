@@ -57,8 +57,10 @@ from . import funnel as funnel_mod
 # into the awk pipe, then a sync mark. Wake mode (GNU tail): a ``tail -F -n0``
 # doorbell (inotify) rings a pipe the reader blocks on, plus a ticker every
 # heartbeat; offsets never come from tail. Poll mode: a stat every ``poll`` s.
-# Under bash, naps are ``read -t`` on the channel's stdin (fd 9): no fork, and
-# an immediate exit when the controller hangs up. The log's size and inode are
+# Under bash, naps are ``read -t`` on the channel's stdin (fd 9) while it is open: no fork. Its EOF
+# never ends the follower (asyncssh's stdin=DEVNULL sends one a round trip after the exec, which a fast
+# host's loop sees after it started: every follower ended there, #25): naps become sleeps, and a
+# hang-up ends the follower at its next write (SIGPIPE). The log's size and inode are
 # taken *before* the funnel reads it, so following from that offset can only
 # repeat lines (merged by pos), never miss one.
 _FUNCS = remote.load("follow_funcs.sh")
@@ -83,6 +85,9 @@ class FollowSpec:
     mode: str = "auto"  # auto: wake on inotify (GNU tail) where possible; poll: stat every `poll` s
     shell: str = "auto"  # auto: bash when present (fork-free naps); sh: plain POSIX sh + sleep
     poll: float = 0.2  # seconds between stats in poll mode; minimum gap between steps in wake mode
+    # wake mode under bash 5: the gap is a budget of this many reads, refilled one per `poll` (a failure
+    # right after a routine line is read at once; a log writing faster is read once a poll, as before)
+    burst_reads: int = 2
     heartbeat: float = 2.0  # seconds between heartbeat records
     context_lines: int = 400  # lines of a process kept after its error line
     batch_lines: int = 2000  # error-shaped lines per burst before a marker says "more"
@@ -119,6 +124,8 @@ def build_script(spec: FollowSpec, mark: str) -> str:
         "FW_READY": spec.ready,
         "FW_KILL": " ".join(str(int(p)) for p in spec.kill),
         "FW_POLL": _fmt_seconds(spec.poll),
+        "FW_POLLUS": max(1, round(spec.poll * 1_000_000)),
+        "FW_BURST": max(1, int(spec.burst_reads)),
         "FW_HBN": max(1, round(spec.heartbeat / max(spec.poll, 0.01))),
         "FW_HB": _fmt_seconds(spec.heartbeat),
         "FW_MODE": spec.mode,

@@ -7,14 +7,45 @@
 
 eval "$FW_FUNCS"
 sl=$FW_POLL
+# Naps: under bash, while fd 9 (the channel's stdin) is open, `read -t` on it (no fork). Its EOF is no
+# reason to stop: a client sends one when it likes (asyncssh's stdin=DEVNULL, one round trip after the
+# exec: after this check whenever the snapshot took less than a round trip), so from then on a nap is
+# a sleep, and a hang-up ends the follower at its next write (SIGPIPE), a heartbeat at the latest.
 if [ -n "$BASH_VERSION" ] && read -r -t 0.01 -u 9 _ 2>/dev/null; [ $? -gt 128 ]; then
-  fw_nap() { read -r -t "$1" -u 9 _; [ $? -ne 1 ]; }
+  fw_nap() {
+    read -r -t "$1" -u 9 _
+    [ $? -ne 1 ] && return 0
+    fw_nap() { sleep "$1" 2>/dev/null || sleep 1; }
+    fw_nap "$1"
+  }
   fw_now() { printf -v fw_t '%(%s)T' -1 2>/dev/null || fw_t=$(date +%s); }
 else
   sleep "$sl" 2>/dev/null || sl=1
   fw_nap() { sleep "$1"; }
   fw_now() { fw_t=$(date +%s); }
 fi
+# The minimum gap between reads of a busy log (wake mode). With a clock that needs no fork (bash 5's
+# EPOCHREALTIME, in microseconds) it is a budget: FW_BURST reads, refilled one per poll. A log writing a
+# line every poll or less often is read at once every time, so a failure written right after a routine
+# line is not held for the nap that line's read began (up to poll: the p90 of #25); a log writing faster
+# is still read at most once a poll in the long run. Without such a clock: a nap of poll after each read.
+fw_clock=
+if [ -n "$BASH_VERSION" ] && [ -n "$EPOCHREALTIME" ] && [ "$FW_POLLUS" -gt 0 ] 2>/dev/null; then fw_clock=1; fi
+fw_us() { fw_u=${EPOCHREALTIME%[.,]*}${EPOCHREALTIME#*[.,]}; }
+fw_cap=$((FW_POLLUS * FW_BURST)); fw_b=$fw_cap; fw_u=0; fw_last=0
+[ -n "$fw_clock" ] && fw_us && fw_last=$fw_u
+fw_pace() {
+  if [ -z "$fw_clock" ]; then fw_nap "$sl"; return; fi
+  fw_us
+  fw_d=$((fw_u - fw_last)); fw_last=$fw_u
+  [ "$fw_d" -lt 0 ] && fw_d=0  # the clock stepped back: the nap stays at most a poll
+  fw_b=$((fw_b + fw_d - FW_POLLUS))
+  [ "$fw_b" -gt $((fw_cap - FW_POLLUS)) ] && fw_b=$((fw_cap - FW_POLLUS))
+  [ "$fw_b" -ge 0 ] && return 0
+  printf -v fw_ns '%d.%06d' $((-fw_b / 1000000)) $((-fw_b % 1000000))
+  fw_nap "$fw_ns" || return 1
+  fw_b=0; fw_us; fw_last=$fw_u
+}
 fw_pid=; fw_mypg=
 if [ -r "/proc/$FW_SELF/stat" ] && read -r st <"/proc/$FW_SELF/stat"; then set -- $st; fw_mypg=$5; fi
 fw_alive() {
@@ -118,15 +149,15 @@ fw_read() {
   echo "$FW_MARK a $off $ln"
   [ -n "$f" ] || { echo "$FW_MARK g missing"; gone=1; }
   if [ "$1" = wake ]; then
-    # The nap after a read is the minimum gap between reads of a busy log; a wake that read nothing (the
-    # heartbeat's tick) takes no nap, so a failure written just after a heartbeat is read at once.
+    # A read is paced (fw_pace: the minimum gap between reads of a busy log); a wake that read nothing
+    # (the heartbeat's tick) is not, so a failure written just after a heartbeat is read at once.
     while w=$(dd bs=65536 count=1 2>/dev/null; echo .); [ "$w" != . ]; do
       case $w in *"$FW_MARK w"*) sw=1 ;; esac
       got=
       fw_step
       while [ -n "$more" ]; do fw_step; done
       case $w in *"$FW_MARK h"*) fw_beat ;; esac
-      if [ -n "$got" ]; then fw_nap "$sl" || exit 0; fi
+      if [ -n "$got" ]; then fw_pace || exit 0; fi
     done
   else
     n=$FW_HBN

@@ -32,14 +32,14 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ..probe import HostLike, ProbeSettings, parse_jump, probe_host
 from ..records import NO_LOG, UNREACHABLE, HostResult
 
 DEFAULT_FANOUT = 64
 DEFAULT_PER_ADDRESS = 8  # concurrent handshakes per address:port, under sshd's MaxStartups=10
-DEADLINE = "deadline"  # facts["error_kind"] of a host that missed its deadline
+DEADLINE = "deadline"  # the error_kind of a host that missed its deadline
 INTERRUPTED = "interrupted"  # ... of a host the user's Ctrl-C left unfinished
 INTERNAL = "internal"  # ... of a host whose diagnosis hit a bug in fleetdiag
 
@@ -84,7 +84,7 @@ class CostMemory:
 
     def learn(self, res: HostResult) -> None:
         """Fold one result in; results the user interrupted say nothing about the host."""
-        if res.facts.get("error_kind") == INTERRUPTED:
+        if res.error_kind == INTERRUPTED:
             return
         old = self.costs.get(res.host) or HostCost()
         self.costs[res.host] = HostCost(
@@ -292,7 +292,7 @@ def placeholder(host: HostLike, error: str, kind: str, log: str | None = None) -
     """A result for a host that gave no answer of its own (deadline, Ctrl-C, a bug)."""
     verdict = NO_LOG if kind == INTERNAL else UNREACHABLE
     res = HostResult(host=host.name, verdict=verdict, address=host.target, error=error, log=log)
-    res.facts["error_kind"] = kind
+    res.error_kind = kind
     return res
 
 
@@ -344,6 +344,15 @@ def deadline_error(seconds: float) -> str:
 # --------------------------------------------------------------------------- the scheduler
 
 
+class FanoutOptions(TypedDict, total=False):
+    """The keyword options of ``probe_many`` that ``spread.probe_fleet`` passes on: one list for both."""
+
+    deadline: float | None
+    per_address: int | None
+    memory: CostMemory | None
+    progress: Callable[[Progress], None] | None
+
+
 async def probe_many(
     hosts: Sequence[HostLike],
     settings: ProbeSettings,
@@ -365,7 +374,7 @@ async def probe_many(
     first-hop address:port (None: no cap). ``progress`` is called on every
     host start and finish. ``handshakes`` caps handshakes in flight fleet-wide (None:
     ``handshake_bound()``, scaled to this machine's CPUs; 0: no cap). A bug while probing one host becomes that host's
-    result (verdict ``no-log``, ``facts.error_kind == "internal"``) rather
+    result (verdict ``no-log``, ``error_kind == "internal"``) rather
     than losing the rest of the fleet.
     """
     if settings.rules_pending is None:

@@ -32,7 +32,7 @@ import struct
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import child
 from ..probe import HostLike, ProbeSettings, _hop_text, parse_jump, probe_host
@@ -42,12 +42,16 @@ from .scheduler import (
     DEFAULT_PER_ADDRESS,
     INTERNAL,
     CostMemory,
+    FanoutOptions,
     HandshakeGate,
     Progress,
     handshake_bound,
     placeholder,
     probe_many,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _BOOT = "from fleetdiag.ssh.spread import main; sys.exit(main())"  # run by child.python_argv
 # One process analyses ~60 hosts a second (~15 ms of CPU each), more than a fanout of 256 at 240 ms
@@ -99,21 +103,24 @@ async def probe_fleet(
     settings: ProbeSettings,
     fanout: int = DEFAULT_FANOUT,
     *,
-    deadline: float | None = None,
-    per_address: int | None = DEFAULT_PER_ADDRESS,
-    memory: CostMemory | None = None,
-    progress: Callable[[Progress], None] | None = None,
     workers: int | None = None,
+    **options: Unpack[FanoutOptions],
 ) -> AsyncIterator[HostResult]:
-    """``probe_many``'s contract (every host yields exactly once, as soon as known), on
-    ``worker_count`` processes; one worker means this process, as ``probe_many``."""
+    """``probe_many``'s contract (every host yields exactly once, as soon as known) and its options
+    (``FanoutOptions``, its defaults), on ``worker_count`` processes; one worker means this process,
+    as ``probe_many``."""
+    unknown = set(options) - set(FanoutOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"probe_fleet() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     n = worker_count(len(hosts), workers)
     if n <= 1:
-        async for res in probe_many(
-            hosts, settings, fanout, deadline=deadline, per_address=per_address, memory=memory, progress=progress
-        ):
+        async for res in probe_many(hosts, settings, fanout, **options):
             yield res
         return
+    deadline = options.get("deadline")
+    per_address = options.get("per_address", DEFAULT_PER_ADDRESS)
+    memory = options.get("memory")
+    progress = options.get("progress")
     rules = await settings.rules_ready()
     ordered = memory.order(hosts) if memory is not None else list(hosts)
     gate = HandshakeGate(per_address, settings.jump_resolver)

@@ -10,23 +10,17 @@ trust-on-first-use and never applies to a key that changed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
-import getpass
-import hashlib
-import os
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import asyncssh
-from asyncssh.config import SSHClientConfig
 
 from . import sshfast
+from .failures import auth_reason, explain, key_reason, known_hosts_reason, scrub_secret  # noqa: F401  (re-exported)
+from .hostkeys import HOSTKEY_REVOKED, HostKeyClient, KnownHosts, remember_key  # noqa: F401  (re-exported)
 from .reach import (  # noqa: F401  (re-exported: the options and errors live without asyncssh)
     AUTH,
     CLOSED,
@@ -60,111 +54,17 @@ from .reach import (  # noqa: F401  (re-exported: the options and errors live wi
     scrub,
     too_much,
 )
-
-
-class _Client(asyncssh.SSHClient):
-    """Decides on keys known_hosts does not vouch for: new ones only with accept_new.
-
-    asyncssh asks only about a key it does not trust. If known_hosts vouches
-    for *other* keys of this host, the key changed: refused, always. Only a
-    host with no known key at all may be trusted on first use.
-    """
-
-    def __init__(self, opts: TransportOptions, known: KnownHosts | None = None):
-        self.opts = opts
-        self.known = known
-        self.verdict: str | None = None
-        self.new_key: asyncssh.SSHKey | None = None
-        self.fingerprint = ""
-        self.conn: Any = None
-        files = known.files if known is not None and known.files else [str(opts.known_hosts_file())]
-        self.known_path: Path = Path(files[0]).expanduser()  # where --accept-new appends, as ssh does
-        self.key_host: str | None = None  # the name known_hosts knows the host by (HostKeyAlias or target)
-        self.key_port: int | None = None
-
-    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
-        self.conn = conn
-        sshfast.shorten(conn)
-
-    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
-        self.fingerprint = key.get_fingerprint()
-        self.key_host, self.key_port = host, port
-        if self.known is not None and key in self.known.revoked:  # asyncssh checks this first; so do we
-            self.verdict = HOSTKEY_REVOKED
-            return False
-        trusted = getattr(self.conn, "_trusted_host_keys", None)
-        if trusted is None and self.known is not None:  # not the asyncssh we know: our own lookup's answer
-            trusted = self.known.trusted
-        if trusted:
-            self.verdict = HOSTKEY_CHANGED
-            return False
-        self.verdict = HOSTKEY_UNKNOWN
-        if self.opts.accept_new:
-            self.new_key = key
-            return True
-        return False
-
-
-HOSTKEY_REVOKED = "revoked"  # a verdict of _Client only: reported as HOSTKEY_CHANGED
-
-
-class KnownHosts:
-    """The known_hosts lookup handed to asyncssh (its documented callable form): revoked keys hold on every port.
-
-    asyncssh's own lookup, when nothing *trusted* matches ``[host]:port``, matches again without
-    the port and keeps that second answer's revoked list only, so ``@revoked [host]:2222 KEY``
-    was dropped and the key looked unknown (then ``--accept-new`` trusted it). Here the revoked
-    keys are every ``@revoked`` entry matching the host with its port or without, and they are
-    taken out of the trusted ones. A missing file is an empty one (as ssh treats it);
-    ``UserKnownHostsFile none`` means no file, so no key is known (asyncssh would check none).
-    """
-
-    def __init__(self, files: list[str]):
-        self.files = files
-        self.revoked: set[Any] = set()
-        self.trusted: list[Any] = []
-
-    def _text(self) -> str:
-        parts = []
-        for name in self.files:
-            try:
-                with open(Path(name).expanduser(), encoding="utf-8", errors="replace") as fh:
-                    parts.append(fh.read(MAX_KNOWN_HOSTS))
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                continue
-        return "\n".join(parts)
-
-    def __call__(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
-        text = self._text()
-        trusted, ca_keys, *_ = asyncssh.import_known_hosts(text).match(host, addr, port)
-        revoked_only = "\n".join(_unmark(line) for line in text.splitlines() if line.lstrip().startswith("@revoked"))
-        if revoked_only:
-            marked = asyncssh.import_known_hosts(revoked_only)
-            for p in {port, None}:  # the port's entries, and the host's without a port
-                self.revoked.update(marked.match(host, addr, p)[0])
-        self.trusted = [k for k in trusted if k not in self.revoked]
-        return self.trusted, [k for k in ca_keys if k not in self.revoked], list(self.revoked)
-
-
-MAX_KNOWN_HOSTS = 16 * 1024 * 1024  # read from each known_hosts file at most
-
-
-def _unmark(line: str) -> str:
-    """``@revoked PATTERN KEY`` as a plain ``PATTERN KEY`` entry (so matching finds it as a host key)."""
-    parts = line.strip()[1:].split(None, 2)
-    return " ".join(parts[1:]) if len(parts) == 3 else ""
-
-
-def known_hosts_files(opts: TransportOptions, config: Any) -> list[str]:
-    """The known_hosts files that decide a host's key, as asyncssh picks them: ``--known-hosts``,
-    else the ssh config's UserKnownHostsFile and GlobalKnownHostsFile, else ``~/.ssh/known_hosts``."""
-    if opts.known_hosts:
-        return [str(Path(opts.known_hosts).expanduser())]
-    user = config.get("UserKnownHostsFile") if config is not None else None
-    if user is not None:
-        glob = config.get("GlobalKnownHostsFile") or []
-        return [str(Path(f).expanduser()) for f in [*user, *glob]]
-    return [str(opts.known_hosts_file())]
+from .sshconfig import (  # noqa: F401  (re-exported)
+    UNREAD,
+    Resolved,
+    config_for,
+    config_jump,
+    dialled,
+    jump_of,
+    known_hosts_files,
+    resolve,
+)
+from .trust import Trust, trust_of  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -393,11 +293,8 @@ class LineStream:
             self._buf += data
 
 
-_UNREAD: Any = object()  # _connect_kwargs reads the ssh config itself
-
-
 def _connect_kwargs(
-    target: str, port: int | None, user: str | None, opts: TransportOptions, config: Any = _UNREAD
+    target: str, port: int | None, user: str | None, opts: TransportOptions, config: Any = UNREAD
 ) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "connect_timeout": opts.connect_timeout,
@@ -416,8 +313,8 @@ def _connect_kwargs(
     secret = opts.secret()
     if secret:
         kw["passphrase"] = secret
-    if config is _UNREAD:
-        config = _ssh_config(target, port, user, opts)
+    if config is UNREAD:
+        config = config_for(target, port, user, opts)
     kw["known_hosts"] = KnownHosts(known_hosts_files(opts, config))
     if config is None or config.get("Ciphers") is None:  # else the user chose, and asyncssh applies it
         kw["encryption_algs"] = _ciphers()
@@ -451,10 +348,10 @@ async def connect(
     gets fleetdiag's options (keys, known_hosts, timeouts) and a failing hop is named.
     """
     opts = opts or TransportOptions()
-    config = _ssh_config(target, port, user, opts)  # read once: the jump chain and the ciphers
+    config = config_for(target, port, user, opts)  # read once: the jump chain and the ciphers
     if jump is None:
         try:
-            jump = [(h.host, h.port, h.user) for h in _jump_of(config)]
+            jump = [(h.host, h.port, h.user) for h in jump_of(config)]
         except ValueError as exc:
             raise HostError(JUMP, f"ProxyJump in ssh config for {target}: {exc}") from None
     hops = [jump] if isinstance(jump, tuple) else list(jump or [])
@@ -464,7 +361,7 @@ async def connect(
     via = None
     try:
         for jt, jp, ju in hops:
-            hop_config = _ssh_config(jt, jp, ju, opts)
+            hop_config = config_for(jt, jp, ju, opts)
             hop = dialled(jt, jp, hop_config)  # the port the hop's ssh config gives it, not 22
             try:
                 tunnel = await _open(jt, jp, ju, opts, tunnel, via=via, config=hop_config)
@@ -493,216 +390,6 @@ async def connect(
     return c
 
 
-def _ssh_config(target: str, port: int | None, user: str | None, opts: TransportOptions) -> Any:
-    """The ssh config asyncssh will apply to ``target`` (``opts.ssh_config``, else ``~/.ssh/config``
-    when readable), or None when there is none or it cannot be read (asyncssh reports that itself)."""
-    paths: list[str] | None = opts.ssh_config
-    if paths is None:
-        default = Path("~", ".ssh", "config").expanduser()
-        paths = [str(default)] if os.access(default, os.R_OK) else []
-    if not paths:
-        return None
-    args = (getpass.getuser(), user or (), target, port or ())
-    try:
-        try:
-            return SSHClientConfig.load(None, paths, False, False, False, *args)  # canonical, final: asyncssh >= 2.19
-        except TypeError:
-            return SSHClientConfig.load(None, paths, False, *args)  # asyncssh 2.18
-    except (OSError, ValueError, TypeError, KeyError, asyncssh.Error):
-        return None
-
-
-@dataclass
-class Resolved:
-    """What one host resolves to, as ``ssh -G`` would print it: the address and port dialled, the
-    login, the jump chain, the keys offered and the known_hosts checked (``hosts --ssh``, messages)."""
-
-    target: str
-    hostname: str
-    port: int
-    user: str
-    jump: list[str]
-    identity_files: list[str]
-    known_hosts: list[str]
-    config_files: list[str]
-
-    @property
-    def where(self) -> str:
-        """The address and port actually dialled, named as the user named the host."""
-        return _named(self.target, self.hostname, self.port)
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def resolve(target: str, port: int | None, user: str | None, opts: TransportOptions, config: Any = _UNREAD) -> Resolved:
-    """``target`` as the connection will see it: the inventory's values first, then the ssh config
-    (HostName, Port, User, ProxyJump, IdentityFile, UserKnownHostsFile), then ssh's defaults."""
-    if config is _UNREAD:
-        config = _ssh_config(target, port, user, opts)
-
-    def get(key: str) -> Any:
-        return config.get(key) if config is not None else None
-
-    hostname = str(get("Hostname") or get("HostName") or target)
-    cport = get("Port")
-    try:
-        jump = [f"{h.user + '@' if h.user else ''}{_hop_where(h, opts)}" for h in _jump_of(config)]
-    except ValueError as exc:
-        jump = [f"(malformed ProxyJump: {exc})"]
-    if opts.client_keys is not None:
-        ids = list(opts.client_keys)
-    else:
-        ids = [str(Path(str(i)).expanduser()) for i in (get("IdentityFile") or ())]
-    known = known_hosts_files(opts, config)  # as the connection checks them
-    files = list(opts.ssh_config) if opts.ssh_config is not None else []
-    if opts.ssh_config is None and config is not None:
-        files = [str(Path("~", ".ssh", "config").expanduser())]
-    return Resolved(
-        target=target,
-        hostname=hostname,
-        port=int(port or cport or 22),
-        user=str(user or get("User") or getpass.getuser()),
-        jump=jump,
-        identity_files=ids,
-        known_hosts=known,
-        config_files=files,
-    )
-
-
-def _named(target: str, hostname: str, port: int) -> str:
-    return f"{target}:{port}" if hostname == target else f"{target} ({hostname}:{port})"
-
-
-def dialled(target: str, port: int | None, config: Any) -> str:
-    """``target`` as dialled under ``config`` (HostName, Port), cheaply: for every message."""
-    name = str((config.get("Hostname") if config is not None else None) or target)
-    return _named(target, name, int(port or (config.get("Port") if config is not None else None) or 22))
-
-
-def _hop_where(hop: JumpHop, opts: TransportOptions) -> str:
-    """A jump hop as dialled: its own ssh config's HostName and Port apply (one level, never a loop)."""
-    return dialled(hop.host, hop.port, _ssh_config(hop.host, hop.port, hop.user, opts))
-
-
-# --------------------------------------------------------------------------- what decided trust
-
-_INCLUDE_DEPTH = 16
-
-
-@dataclass
-class Trust:
-    """What decided a connection's trust, so a kept connection is reused only while it holds.
-
-    ``files``: every file (and Include directory) that took part, by its state on disk, checked
-    cheaply on each reuse; ``digest``: their contents (ssh config and its Includes, known_hosts)
-    or identity (key files), compared when a state changed."""
-
-    files: dict[str, Any]
-    digest: str
-
-    def unchanged(self) -> bool:
-        return all(_stat_sig(p) == sig for p, sig in self.files.items())
-
-
-def _stat_sig(path: str) -> Any:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _config_files(paths: list[str]) -> tuple[list[str], list[str]]:
-    """The ssh config files and every file they Include (recursively, as asyncssh resolves them),
-    and the directories Include patterns look in (a file added there changes what applies)."""
-    files: list[str] = []
-    dirs: list[str] = []
-    todo = [(str(Path(p).expanduser()), 0) for p in paths]
-    while todo:
-        name, depth = todo.pop(0)
-        if name in files:
-            continue
-        files.append(name)
-        try:
-            with open(name, encoding="utf-8", errors="replace") as fh:
-                text = fh.read(1 << 20)
-        except OSError:
-            continue
-        if depth >= _INCLUDE_DEPTH:
-            continue
-        for line in text.splitlines():
-            words = line.replace("=", " ", 1).split()
-            if len(words) < 2 or words[0].lower() != "include":
-                continue
-            for pattern in words[1:]:
-                path = Path(pattern).expanduser()
-                base = Path(path.anchor) if path.anchor else Path("~", ".ssh").expanduser()
-                rel = str(Path(*path.parts[1:])) if path.anchor else pattern
-                dirs.append(str((base / rel).parent))
-                with contextlib.suppress(OSError, ValueError):
-                    todo += [(str(f), depth + 1) for f in sorted(base.glob(rel)) if f.is_file()]
-    return files, dirs
-
-
-def trust_of(target: str, port: int | None, user: str | None, opts: TransportOptions, jump: Any = None) -> Trust:
-    """The :class:`Trust` a connection to ``target`` (through ``jump``) is opened under now."""
-    paths = opts.ssh_config
-    if paths is None:
-        paths = [str(Path("~", ".ssh", "config").expanduser())]
-    configs, include_dirs = _config_files(list(paths))
-    hops: list[tuple[str, int | None, str | None]] = [(target, port, user)]
-    config = _ssh_config(target, port, user, opts)
-    if jump is None:
-        with contextlib.suppress(ValueError):
-            jump = [(h.host, h.port, h.user) for h in _jump_of(config)]
-    hops += [jump] if isinstance(jump, tuple) else list(jump or [])
-    known: list[str] = []
-    keys: list[str] = []
-    for i, (t, p, u) in enumerate(hops):
-        cfg = config if i == 0 else _ssh_config(t, p, u, opts)
-        known += known_hosts_files(opts, cfg)
-        if opts.client_keys is not None:
-            keys += list(opts.client_keys)
-        else:
-            keys += [str(Path.home() / ".ssh" / n) for n in DEFAULT_KEY_FILES]
-            for option in ("IdentityFile", "CertificateFile"):
-                value = cfg.get(option) if cfg is not None else None
-                keys += [value] if isinstance(value, str) else list(value or [])
-    keys = [str(Path(k).expanduser()) for k in keys]
-    keys += [k + suffix for k in keys for suffix in (".pub", "-cert.pub")]
-    digest = hashlib.sha256()
-    files: dict[str, Any] = {}
-    for group, names, by_content in (("config", configs, True), ("known", known, True), ("key", keys, False)):
-        for name in dict.fromkeys(names):
-            files[name] = _stat_sig(name)
-            digest.update(f"{group}\0{name}\0".encode())
-            if by_content:
-                try:
-                    with open(name, "rb") as fh:
-                        digest.update(hashlib.sha256(fh.read(MAX_KNOWN_HOSTS)).digest())
-                except OSError:
-                    digest.update(b"-")
-            else:
-                digest.update(repr(files[name]).encode())
-    for d in dict.fromkeys(include_dirs):
-        files[d] = _stat_sig(d)
-    return Trust(files, digest.hexdigest())
-
-
-def config_jump(target: str, port: int | None, user: str | None, opts: TransportOptions) -> list[JumpHop]:
-    """The ProxyJump chain the ssh config gives ``target``, first hop first ([] for none or ``none``).
-
-    Raises ValueError for a malformed chain.
-    """
-    return _jump_of(_ssh_config(target, port, user, opts))
-
-
-def _jump_of(config: Any) -> list[JumpHop]:
-    value = config.get("ProxyJump") if config is not None else None
-    return parse_jump_chain(value) if isinstance(value, str) and value else []
-
-
 # Ciphers, AES-GCM first: as strong as ChaCha20-Poly1305 (OpenSSH's first choice), hardware-accelerated
 # on server CPUs, and in asyncssh about a third less of the client's CPU per host (it builds a new
 # ChaCha20 context in Python for every packet). The rest of asyncssh's list follows, in its order.
@@ -723,12 +410,12 @@ async def _open(
     opts: TransportOptions,
     tunnel: Any,
     via: str | None = None,
-    config: Any = _UNREAD,
+    config: Any = UNREAD,
 ) -> asyncssh.SSHClientConnection:
-    if config is _UNREAD:
-        config = _ssh_config(target, port, user, opts)
+    if config is UNREAD:
+        config = config_for(target, port, user, opts)
     kw = _connect_kwargs(target, port, user, opts, config)
-    client = _Client(opts, kw["known_hosts"])
+    client = HostKeyClient(opts, kw["known_hosts"])
     if tunnel is not None:
         kw["tunnel"] = tunnel
     where = dialled(target, port, config)  # the address and port the ssh config made of it, as dialled
@@ -772,16 +459,16 @@ async def _open(
             ) from exc
         raise explain(exc, target, port, where) from exc
     except asyncssh.PermissionDenied as exc:
-        raise HostError(AUTH, _auth_reason(where, opts)) from exc
+        raise HostError(AUTH, auth_reason(where, opts)) from exc
     except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as exc:
-        raise HostError(KEY, _key_reason(opts, exc)) from exc
+        raise HostError(KEY, key_reason(opts, exc)) from exc
     except ValueError as exc:
         if "known hosts" in str(exc).lower():  # asyncssh quotes the offending line: never show it
-            raise HostError(HOSTKEY_UNKNOWN, _known_hosts_reason(opts)) from exc
+            raise HostError(HOSTKEY_UNKNOWN, known_hosts_reason(opts)) from exc
         he = explain(exc, target, port, where)
-        raise HostError(he.kind, _scrub(str(he), opts)) from exc
+        raise HostError(he.kind, scrub_secret(str(he), opts)) from exc
     except (asyncssh.Error, OSError) as exc:
-        proxied = config is not None and config is not _UNREAD and bool(config.get("ProxyCommand"))
+        proxied = config is not None and config is not UNREAD and bool(config.get("ProxyCommand"))
         if client.conn is not None and not client.conn.get_extra_info("server_version") and not proxied:
             # TCP accepted, then closed before sshd said a word: what sshd does to a handshake past MaxStartups
             raise Dropped(
@@ -789,102 +476,7 @@ async def _open(
                 "sshd drops handshakes past its MaxStartups limit: lower --per-address"
             ) from exc
         he = explain(exc, target, port, where)
-        raise HostError(he.kind, _scrub(str(he), opts)) from exc
+        raise HostError(he.kind, scrub_secret(str(he), opts)) from exc
     if client.new_key is not None:
-        _remember(client, target, port)
+        remember_key(client, target, port)
     return conn
-
-
-def _known_hosts_reason(opts: TransportOptions) -> str:
-    """A known_hosts file that does not parse, named but never quoted (it may not be a known_hosts file at all)."""
-    name = opts.known_hosts or "the known_hosts file of your ssh config"
-    return f"{name} is not a valid known_hosts file (its contents are not shown); pass the right file to --known-hosts"
-
-
-def _key_reason(opts: TransportOptions, exc: BaseException) -> str:
-    """A client key that does not load, named but never quoted (the file may hold anything)."""
-    files = ", ".join(opts.client_keys) if opts.client_keys else "a key from the agent, ~/.ssh or IdentityFile"
-    locked = isinstance(exc, asyncssh.KeyEncryptionError) or "passphrase" in str(exc).lower()
-    if locked:
-        return (
-            f"cannot load a client key ({files}): it is encrypted and the passphrase is missing or wrong "
-            f"(put it in ${PASSPHRASE_ENV}, or use an ssh-agent)"
-        )
-    return (
-        f"cannot load a client key ({files}): not a valid private key file (its contents are not shown); "
-        f"an encrypted key needs its passphrase in ${PASSPHRASE_ENV}, or an ssh-agent"
-    )
-
-
-def _auth_reason(where: str, opts: TransportOptions) -> str:
-    """Key refused, in plain words; says when there was nothing to offer (no agent, no key)."""
-    text = f"authentication refused by {where}: no offered key"
-    if opts.client_keys is not None:
-        return f"{text} was accepted ({', '.join(opts.client_keys)})"
-    sock = os.environ.get("SSH_AUTH_SOCK")
-    if not sock:
-        agent = "no ssh-agent (SSH_AUTH_SOCK is not set)"
-    elif not os.path.exists(sock):
-        agent = f"no ssh-agent (SSH_AUTH_SOCK={sock} does not exist)"
-    else:
-        agent = None
-    ssh_dir = Path.home() / ".ssh"
-    has_keys = any((ssh_dir / n).exists() for n in DEFAULT_KEY_FILES)
-    if agent and not has_keys:
-        return (
-            f"{text}: {agent} and no default key in {ssh_dir}; start ssh-agent and ssh-add, or pass --identity KEYFILE"
-        )
-    if agent:
-        return f"{text} was accepted: {agent}; tried the default keys in {ssh_dir}"
-    return f"{text} or agent identity was accepted"
-
-
-def _remember(client: _Client, target: str, port: int | None) -> None:
-    """Append a newly accepted key (trust on first use) to the known_hosts asyncssh reads, as ssh's accept-new does."""
-    assert client.new_key is not None
-    path = client.known_path
-    host = client.key_host or target
-    kport = client.key_port if client.key_port is not None else port
-    name = host if not kport or kport == 22 else f"[{host}]:{kport}"
-    line = f"{name} {client.new_key.export_public_key('openssh').decode().strip()}\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
-
-
-def explain(exc: BaseException, target: str = "", port: int | None = None, where: str | None = None) -> HostError:
-    """Map a connection exception to a HostError with a plain-words reason (``where``: the address and
-    port dialled, when known; else ``target:port``)."""
-    where = where or (f"{target}:{port or 22}" if target else "host")
-    if isinstance(exc, HostError):
-        return exc
-    if isinstance(exc, ConnectionRefusedError):
-        return HostError(REFUSED, f"connection refused by {where} (is sshd listening on that port?)")
-    if isinstance(exc, socket.gaierror):
-        return HostError(DNS, f"name '{target}' does not resolve ({exc.strerror or exc})")
-    if isinstance(exc, asyncssh.PermissionDenied):
-        return HostError(AUTH, f"authentication refused by {where}: no offered key or agent identity was accepted")
-    if isinstance(exc, (asyncssh.KeyImportError, asyncssh.KeyEncryptionError)):
-        return HostError(KEY, _key_reason(TransportOptions(), exc))
-    if isinstance(exc, asyncssh.ConnectionLost):
-        return HostError(CLOSED, f"connection to {where} lost: {exc}")
-    if isinstance(exc, asyncssh.DisconnectError):
-        return HostError(CLOSED, f"{where} closed the connection: {exc.reason or exc}")
-    if isinstance(exc, asyncssh.ChannelOpenError):
-        return HostError(CLOSED, f"{where} refused a session channel: {exc.reason or exc}")
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
-        return HostError(TIMEOUT, f"{where} timed out")
-    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
-        return HostError(
-            LOCAL,
-            f"this machine ran out of file descriptors ({exc.strerror}); "
-            "not the host's fault: raise `ulimit -n` or lower --fanout",
-        )
-    if isinstance(exc, OSError):
-        return HostError(NETWORK, f"{where}: {exc.strerror or exc}")
-    return HostError(NETWORK, f"{where}: {type(exc).__name__}: {_scrub(str(exc))}")
-
-
-def _scrub(text: str, opts: TransportOptions | None = None) -> str:
-    """Never let a passphrase (option or environment) reach a message."""
-    return scrub(text, opts.passphrase if opts else None)

@@ -35,7 +35,7 @@ from ..probe import (
     source_name,
     source_of,
 )
-from ..records import FunnelResult, HostResult, Line, Timing, Verdict
+from ..records import Clock, FunnelResult, HostResult, Line, Timing, Verdict
 from ..remote import follow as follow_mod
 from ..remote import funnel as funnel_mod
 from ..ssh.reach import AUTH, CLOSED, HOSTKEY_CHANGED, HOSTKEY_UNKNOWN, KEY, OVERSIZE, TIMEOUT, HostError, PartialOutput
@@ -115,7 +115,7 @@ class HostWatcher:
         self.remote_pids: list[int] = []  # this session's followers on the host (their sh pids)
         self._pos = 0
         self.analyses = 0
-        self.clock: dict[str, Any] | None = None  # the latest remote clock sample (heartbeats), for job analysis
+        self.clock: Clock | None = None  # the latest remote clock sample (heartbeats), for job analysis
         self.kernel: list[str] = []  # the snapshot's kernel/GPU part (kernel.sh), as probe read it
         self.received: float | None = None  # unix time the snapshot arrived (its remote clock's pair)
         self.remote_offset: float | None = None  # the remote clock minus ours (snapshot, then each heartbeat)
@@ -411,9 +411,7 @@ class HostWatcher:
                 self.host.name, fr, self.rules, math.inf, timing, self.facts, self.log_source, self.received
             )
         if self.clock is not None:
-            res.facts["clock"] = dict(self.clock)
-            if self.clock.get("zone"):
-                res.facts["zone"] = self.clock["zone"]
+            res.clock = self.clock
         if self.buffer.dropped:
             res.markers.append(f"watch buffer: {self.buffer.dropped} lines from the middle of the run not kept")
         if _unfinished(res) and not self._settled:  # a traceback still being written: its end decides

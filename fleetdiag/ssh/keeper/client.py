@@ -1,0 +1,270 @@
+"""The keeper's client: a command's kept connection, and ``fleetdiag connections``' list and close."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from ..reach import (
+    CLOSED,
+    CONNECT_TIMEOUT,
+    KEEPER_LOST,
+    KEY,
+    NOT_RUN,
+    STDERR_KEEP,
+    CommandEnd,
+    HostError,
+    RunOutcome,
+    TransportOptions,
+    outcome,
+)
+from .key import connect_params, connection_key
+from .place import private_dir, runtime_dir, socket_path
+from .start import START_WAIT, spawn
+from .wire import FAILED, OUTPUT_CAP, peer_uid, recv, send
+
+HELLO_TIMEOUT = 0.2  # a keeper that does not say hello within this is wedged: connect directly
+HELLO_ENV = "FLEETDIAG_KEEPER_HELLO"  # seconds, to override HELLO_TIMEOUT (a heavily loaded machine, tests)
+# A command's run request goes to a keeper that answered its open a moment ago: it is alive, maybe
+# busy (hundreds of hosts' commands in one process), so it gets this long to say hello.
+RUN_HELLO = 10.0
+
+
+class KeeperUnavailable(Exception):
+    """No usable keeper: the caller connects directly.
+
+    ``absent``: nothing listens (no socket, or a stale one), so starting a keeper may help;
+    otherwise one is there but wedged, foreign or unusable, and the command goes direct at once.
+    """
+
+    def __init__(self, message: str, absent: bool = False):
+        super().__init__(message)
+        self.absent = absent
+
+
+async def _request(
+    directory: Path, req: dict[str, Any], hello: float | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect, check the keeper is our own user's and alive (hello within 200 ms, or ``hello``
+    seconds), send ``req``."""
+    path = socket_path(directory)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise KeeperUnavailable("no keeper", absent=True) from exc
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise KeeperUnavailable("keeper socket not private")
+    try:
+        hello_wait = float(os.environ.get(HELLO_ENV) or HELLO_TIMEOUT)
+    except ValueError:
+        hello_wait = HELLO_TIMEOUT
+    hello_wait = max(hello_wait, hello or 0.0)
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), hello_wait)
+    except (ConnectionRefusedError, FileNotFoundError) as exc:
+        raise KeeperUnavailable("stale keeper socket", absent=True) from exc
+    except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
+        raise KeeperUnavailable(f"keeper not answering: {exc}") from exc
+    try:
+        if peer_uid(writer.get_extra_info("socket")) != os.getuid():
+            raise KeeperUnavailable("keeper runs as another user")
+        hello = json.loads(await asyncio.wait_for(recv(reader), hello_wait))
+        if hello.get("hello") != 1:
+            raise KeeperUnavailable("not a keeper")
+        await send(writer, json.dumps(req).encode())
+    except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
+        writer.close()
+        raise KeeperUnavailable(f"keeper wedged: {exc}") from exc
+    except KeeperUnavailable:
+        writer.close()
+        raise
+    return reader, writer
+
+
+async def _ask(directory: Path, req: dict[str, Any], timeout: float) -> dict[str, Any]:
+    reader, writer = await _request(directory, req)
+    try:
+        return json.loads(await asyncio.wait_for(recv(reader), timeout))
+    except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
+        raise KeeperUnavailable(f"keeper did not answer: {exc}") from exc
+    finally:
+        writer.close()
+
+
+class KeptConnection:
+    """A ``transport.Connection`` look-alike whose commands run on the keeper's connection."""
+
+    STDERR_KEEP = STDERR_KEEP
+
+    def __init__(
+        self,
+        directory: Path,
+        key: str,
+        params: dict[str, Any],
+        label: str,
+        persist: float,
+        connect_ms: float,
+        reused: bool,
+        cap: int = OUTPUT_CAP,
+    ):
+        self.directory = directory
+        self.key = key
+        self.params = params
+        self.label = label
+        self.persist = persist
+        self.connect_ms = connect_ms
+        self.reused = reused
+        self.cap = cap
+        self.where = f"{params['target']}:{params.get('port') or 22}"
+        self.last_stderr = b""
+        self.last_status: int | None = None
+        self.last_rtt_ms: float | None = None
+
+    async def execute(self, command: str, timeout: float | None, cap: int | None = None) -> RunOutcome:
+        """Run one command on the keeper's connection (``reach.Runner``), with ``Connection.execute``'s
+        semantics: the keeper runs ``transport.run_on``, and its end record goes through ``reach.outcome``.
+
+        A keeper gone before it took the request: ``started`` is False (the command never reached the
+        host). A keeper that stops answering mid-command: the output is incomplete, an internal error."""
+        cap = cap or self.cap
+        req = {
+            "op": "run",
+            "key": self.key,
+            "params": self.params,
+            "label": self.label,
+            "persist": self.persist,
+            "command": command,
+            "timeout": timeout,
+            "cap": cap,
+        }
+        try:
+            reader, writer = await _request(self.directory, req, RUN_HELLO)
+        except KeeperUnavailable as exc:
+            end = CommandEnd(NOT_RUN, kind=CLOSED, reason=f"connection keeper for {self.where} went away ({exc})")
+            res = outcome(end, b"", b"", self.where, timeout, cap)
+            res.started = False
+            return self._keep(res)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        limit = (
+            None
+            if timeout is None
+            else timeout * 2 + float(self.params.get("connect_timeout") or CONNECT_TIMEOUT) * 2 + 5
+        )
+        try:
+            while True:
+                frame = await asyncio.wait_for(recv(reader), limit)
+                kind, data = frame[:1], frame[1:]
+                if kind == b"O":
+                    out.append(data)
+                elif kind == b"E":
+                    err.append(data)
+                elif kind == b"X":
+                    end = CommandEnd.from_plain(json.loads(data))
+                    break
+        except (OSError, ValueError, TypeError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
+            why = f"nothing for {limit:g}s" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else "it ended"
+            end = CommandEnd(KEEPER_LOST, reason=why)
+        finally:
+            writer.close()
+        if end.reused is False:  # the keeper had to dial again (the connection had died)
+            self.connect_ms += float(end.connect_ms or 0)
+        return self._keep(outcome(end, b"".join(out), b"".join(err), self.where, timeout, cap))
+
+    def _keep(self, res: RunOutcome) -> RunOutcome:
+        self.last_stderr, self.last_status, self.last_rtt_ms = res.stderr, res.status, res.rtt_ms
+        return res
+
+    async def run(self, command: str, timeout: float | None) -> tuple[bytes, int | None, float, float]:
+        """As ``Connection.run``: (stdout, exit status, open+exec ms, total ms); same errors."""
+        return (await self.execute(command, timeout)).result()
+
+    def close(self) -> None:
+        """The connection stays with the keeper: nothing to close here."""
+
+
+def usable(opts: TransportOptions) -> bool:
+    """Whether the keeper can dial as this command would: not with in-memory secrets or options."""
+    return not opts.passphrase and not opts.extra
+
+
+async def open_kept(
+    target: str,
+    port: int | None,
+    user: str | None,
+    opts: TransportOptions,
+    jump: Any,
+    label: str,
+    persist: float,
+    directory: Path | None = None,
+) -> KeptConnection:
+    """The host's kept connection (dialled by the keeper when it holds none); starts the keeper if needed.
+
+    Raises KeeperUnavailable when there is no usable keeper (the caller connects
+    directly), HostError when the keeper could not reach the host.
+    """
+    if not usable(opts):
+        raise KeeperUnavailable("options the keeper cannot have")
+    directory = directory or runtime_dir()
+    if private_dir(directory) is None:
+        raise KeeperUnavailable(f"{directory} is not a private directory")
+    params = connect_params(target, port, user, opts, jump)
+    key = connection_key(params)
+    t0 = time.perf_counter()
+    req = {"op": "open", "key": key, "params": params, "label": label, "persist": persist}
+    limit = opts.connect_timeout * 2 + 3 + (2 * (opts.connect_timeout * 2 + 1) if jump else 0)
+    try:
+        answer = await _ask(directory, req, limit)
+    except KeeperUnavailable as exc:
+        if not exc.absent:  # wedged or not ours: direct, without waiting on it again
+            raise
+        started = await asyncio.get_running_loop().run_in_executor(None, spawn, directory, persist)
+        if started == FAILED:
+            raise KeeperUnavailable("the keeper could not start") from exc
+        deadline = time.monotonic() + START_WAIT
+        while True:
+            try:
+                answer = await _ask(directory, req, limit)
+                break
+            except KeeperUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.02)
+    if "error" in answer:
+        kind, text = answer["error"]
+        if kind == KEY:  # the keeper lacks what unlocks a key (its environment): this command may not
+            raise KeeperUnavailable(text)
+        raise HostError(kind, text)
+    return KeptConnection(
+        directory, key, params, label, persist, (time.perf_counter() - t0) * 1000, bool(answer.get("reused"))
+    )
+
+
+def list_kept(directory: Path | None = None) -> list[dict[str, Any]] | None:
+    """What the keeper holds; None when no keeper runs."""
+    try:
+        return asyncio.run(_ask(directory or runtime_dir(), {"op": "list"}, 5.0))["connections"]
+    except KeeperUnavailable:
+        return None
+
+
+def close_kept(directory: Path | None = None, wait: float = 5.0) -> int | None:
+    """Close every kept connection and end the keeper; the number closed, None when no keeper ran."""
+    try:
+        answer = asyncio.run(_ask(directory or runtime_dir(), {"op": "close"}, 5.0))
+    except KeeperUnavailable:
+        return None
+    pid = int(answer.get("pid") or 0)
+    deadline = time.monotonic() + wait
+    while pid and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            break
+        time.sleep(0.02)
+    return int(answer.get("closed") or 0)
