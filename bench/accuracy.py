@@ -10,7 +10,11 @@ then ``probe.finish`` and the JSON the user reads), by default in this
 process through click's runner (``--subprocess``: one process per case, the
 same command a user types). A case is *right* when the reported line contains
 the labelled decisive text (or an accepted alternative) and no decoy, and the
-verdict is the labelled one; *decoy* when it names a decoy instead.
+verdict is the labelled one (``failed``, or for a log that did not fail
+``healthy``, ``starting`` or ``stalled``); *decoy* when it names a decoy
+instead. Each log goes through a fresh copy: a pasted log has no "now", so it
+is judged as read right after it was written (its age on disk never turns a
+log that ends while starting into a stall).
 
 Sets: shared/corpus/dev, shared/corpus/kernel, tests/corpus_kernel and
 tests/corpus_kernel_extra (the app log with
@@ -56,8 +60,10 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -271,36 +277,57 @@ def run_cli(
     """
     from click.testing import CliRunner
 
-    from fleetdiag.cli import main
-
     kernel_ok = _kernel_supported()
     runner = CliRunner()
     out: dict[str, Answer] = {}
     env = {**os.environ, "XDG_CONFIG_HOME": os.devnull}  # never the user's own rules
-    for c in cases:
-        argv = _argv(c, kernel_ok)
-        if argv is None:
-            continue
-        if app and c.app is not None:
-            argv.insert(2, str(c.app))
-        if subprocess_mode:
-            exe = Path(sys.executable).with_name("fleetdiag")
-            proc = subprocess.run([str(exe), *argv], capture_output=True, text=True, env=env, timeout=120)
-            text = proc.stdout
-        else:
-            text = runner.invoke(main, argv, env={"XDG_CONFIG_HOME": os.devnull}).output
-        try:
-            data = json.loads(text)
-        except ValueError:
-            out[c.id] = (None, None, None, None)
-            continue
-        if isinstance(data, dict) and "hosts" in data:
-            data = data["hosts"][0]
-        if raw is not None:
-            raw[c.id] = data
-        dec = data.get("decisive") or {}
-        out[c.id] = (data.get("verdict"), dec.get("line"), dec.get("role"), dec.get("category"))
+    with tempfile.TemporaryDirectory(prefix="fleetdiag-accuracy-") as tmp:
+        for k, c in enumerate(cases):
+            argv = _argv(c, kernel_ok)
+            if argv is None:
+                continue
+            if str(c.log) != os.devnull:
+                # a pasted log has no "now": judge it as read right after it was written (a fresh copy), so the
+                # checkout's age on disk never turns a log that ends while starting into a stall
+                fresh = Path(tmp) / f"{k}-{c.log.name}"
+                shutil.copyfile(c.log, fresh)
+                argv[argv.index(str(c.log))] = str(fresh)
+            _run_one(c, argv, app, subprocess_mode, runner, env, out, raw)
     return out
+
+
+def _run_one(
+    c: Case,
+    argv: list[str],
+    app: bool,
+    subprocess_mode: bool,
+    runner: Any,
+    env: dict[str, str],
+    out: dict[str, Answer],
+    raw: dict[str, dict[str, Any]] | None,
+) -> None:
+    """One case through the CLI: its answer into ``out`` (and its host record into ``raw``)."""
+    from fleetdiag.cli import main
+
+    if app and c.app is not None:
+        argv.insert(2, str(c.app))
+    if subprocess_mode:
+        exe = Path(sys.executable).with_name("fleetdiag")
+        proc = subprocess.run([str(exe), *argv], capture_output=True, text=True, env=env, timeout=120)
+        text = proc.stdout
+    else:
+        text = runner.invoke(main, argv, env={"XDG_CONFIG_HOME": os.devnull}).output
+    try:
+        data = json.loads(text)
+    except ValueError:
+        out[c.id] = (None, None, None, None)
+        return
+    if isinstance(data, dict) and "hosts" in data:
+        data = data["hosts"][0]
+    if raw is not None:
+        raw[c.id] = data
+    dec = data.get("decisive") or {}
+    out[c.id] = (data.get("verdict"), dec.get("line"), dec.get("role"), dec.get("category"))
 
 
 # ------------------------------------------------------------------ part 2: rule support
