@@ -520,6 +520,26 @@ def funnel_command(log: str, facts: bool = True) -> tuple[str, str]:
     return probe_command(Host(name="bench"), LogSource("file", log), log, settings, load_rules())
 
 
+@dataclass
+class FunnelLab:
+    """What a fleet bench sends: the warmed log every simulated host reads, the probe's exec command
+    for it (also written to ``command_file`` for tools that read a file) and its marker."""
+
+    log: Path
+    command: str
+    mark: str
+    command_file: Path
+
+
+def funnel_lab(directory: Path, log_mb: float) -> FunnelLab:
+    log = write_log(directory / "vllm.log", int(log_mb * MB))
+    warm(log)
+    command, mark = funnel_command(str(log))
+    cmd_file = directory / "command.sh"
+    cmd_file.write_text(command)
+    return FunnelLab(log, command, mark, cmd_file)
+
+
 def complete_outputs(text: bytes | str, mark: str) -> int:
     """How many hosts' funnel output arrived whole (each ends with its end marker)."""
     if isinstance(text, bytes):

@@ -43,19 +43,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
-    MB,
     Lab,
     child_env,
     complete_outputs,
     dump_summary,
     fleetdiag_bin,
-    funnel_command,
+    funnel_lab,
     load_average,
     median,
     run_measured,
     table,
-    warm,
-    write_log,
 )
 
 CIPHERS = ("aes128-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr")
@@ -266,11 +263,8 @@ def run(lab: Lab, args) -> dict:
 
     n = args.hosts
     fd = fleetdiag_bin()
-    log = write_log(lab.dir / "vllm.log", int(args.log_mb * MB))
-    warm(log)
-    command, mark = funnel_command(str(log))
-    cmd_file = lab.dir / "command.sh"
-    cmd_file.write_text(command)
+    fl = funnel_lab(lab.dir, args.log_mb)
+    log, command, mark, cmd_file = fl.log, fl.command, fl.mark, fl.command_file
     spec = {
         "ports": lab.proxy_ports[:n],
         "user": lab.sshd.user,

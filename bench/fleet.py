@@ -49,16 +49,14 @@ from _common import (  # noqa: E402
     dump_summary,
     fleetdiag_bin,
     fleetdiag_transport_args,
-    funnel_command,
+    funnel_lab,
     load_average,
     median,
     ratio,
     run_measured,
     table,
     verdict,
-    warm,
     write_inventory,
-    write_log,
 )
 
 from fleetdiag.ssh.scheduler import handshake_bound  # noqa: E402
@@ -137,11 +135,8 @@ class Fleet:
 
 def run(lab: Lab, sizes: list[int], args) -> dict:
     fd = fleetdiag_bin()
-    log = write_log(lab.dir / "vllm.log", int(args.log_mb * MB))
-    warm(log)
-    command, mark = funnel_command(str(log))
-    cmd_file = lab.dir / "command.sh"
-    cmd_file.write_text(command)
+    fun = funnel_lab(lab.dir, args.log_mb)
+    log, command, mark, cmd_file = fun.log, fun.command, fun.mark, fun.command_file
     wanted = set(args.tools.split(","))
     install = not args.no_install
     print(
