@@ -34,7 +34,6 @@ from .test_watch import (
     _local_follower,
     _records_until,
     _spawn_watch,
-    _ssh_args,
     append,
     inventory,
     settings,
@@ -202,7 +201,7 @@ def test_cli_watch_keeps_its_follower_when_the_channel_stdin_ends_late(tmp_path)
         f"    logs:\n      vllm: {json.dumps(str(log))}\n"
     )
     tag = remote.encoded_prefix("# fleetdiag follow")  # the start of every follower's payload
-    proc = _spawn_watch(inv, "all", "--jsonl", "--heartbeat", "0.5", "--grace", "0", "--no-facts", *_ssh_args(server))
+    proc = _spawn_watch(inv, "all", "--jsonl", "--heartbeat", "0.5", "--grace", "0", "--no-facts", *server.cli_args())
 
     def seen(lines: list[str], *states: str) -> bool:
         return any(json.loads(ln).get("state") in states for ln in lines)
