@@ -174,26 +174,27 @@ class AnsibleParser(FieldParser):
             vm = self.mapping(m["vars"], f"{key}.vars", m.lines["vars"])
             if vm is not None:
                 gd["vars"].append(self.vars_settings(vm, f"{key}.vars"))
-        if "hosts" in m:
-            hm = self.mapping(m["hosts"], f"{key}.hosts", m.lines["hosts"])
-            for hk in hm or {}:
-                ln = hm.lines[hk]  # type: ignore[union-attr]
-                hname = self.str_key(hk, f"{key}.hosts.{hk}", ln)
-                if hname is None:
-                    continue
-                self.host(hname, hm[hk], f"{key}.hosts.{hname}", ln, gd)  # type: ignore[index]
-        if "children" in m:
-            cm = self.mapping(m["children"], f"{key}.children", m.lines["children"])
-            for ck in cm or {}:
-                ln = cm.lines[ck]  # type: ignore[union-attr]
-                c = self.str_key(ck, f"{key}.children.{ck}", ln)
-                if c is None:
-                    continue
-                if c == ALL:
-                    self.err(ln, f"{key}.children.{c}", "'all' cannot be a child group")
-                    continue
-                self.group(c, cm[ck], f"{key}.children.{c}", ln, name)  # type: ignore[index]
+        for hname, hbody, ln in self.named_entries(m, "hosts", key):
+            self.host(hname, hbody, f"{key}.hosts.{hname}", ln, gd)
+        for c, cbody, ln in self.named_entries(m, "children", key):
+            if c == ALL:
+                self.err(ln, f"{key}.children.{c}", "'all' cannot be a child group")
+                continue
+            self.group(c, cbody, f"{key}.children.{c}", ln, name)
         self.visiting.discard(id(m))
+
+    def named_entries(self, m: Any, section: str, key: str) -> list[tuple[str, Any, int]]:
+        """A group's ``hosts:`` or ``children:`` mapping as (name, body, line), each name checked."""
+        if section not in m:
+            return []
+        sm = self.mapping(m[section], f"{key}.{section}", m.lines[section])
+        out = []
+        for k in sm or {}:
+            ln = sm.lines[k]  # type: ignore[union-attr]
+            name = self.str_key(k, f"{key}.{section}.{k}", ln)
+            if name is not None:
+                out.append((name, sm[k], ln))  # type: ignore[index]
+        return out
 
     def host(self, pattern: str, body: Any, key: str, line: int, gd: dict[str, Any]) -> None:
         port = None
