@@ -20,6 +20,7 @@ from fleetdiag.records import FAILED, UNREACHABLE
 from fleetdiag.ssh import sshfast
 from fleetdiag.ssh.transport import AUTH, TransportOptions, connect
 
+from .slack import slack
 from .sshd import keygen, ssh_argv
 
 SEED = (
@@ -33,7 +34,13 @@ STANDARD_EXCHANGES = 9
 # On an asyncssh release outside fleetdiag.ssh.sshfast.TESTED (CI's oldest), the login is asyncssh's own.
 SHORT = sshfast.enabled()
 PROBE_EXCHANGES = 6 if SHORT else STANDARD_EXCHANGES
-RTT_MS = 40.0  # enough that every reply is heard before the next request: the count is the protocol's
+
+
+def _rtt_ms() -> float:
+    """A round trip long enough that every reply is heard only after the client's whole flight: the
+    count is the protocol's. 40 ms on an idle machine; under load the client's own flight can take
+    longer to leave (a stall past the RTT splits it and counts one exchange more), so it scales."""
+    return 40.0 * slack()
 
 
 def _inventory(sshd, port: int, log) -> object:
@@ -49,7 +56,7 @@ def test_fresh_probe_round_trips(sshd, tmp_path):
     log.write_text(SEED)
 
     async def go():
-        proxy = await DelayProxy("127.0.0.1", sshd.port, RTT_MS).start()
+        proxy = await DelayProxy("127.0.0.1", sshd.port, _rtt_ms()).start()
         sshd.trust(proxy.port)
         try:
             host = _inventory(sshd, proxy.port, log).hosts["far"]
@@ -79,7 +86,7 @@ def test_fresh_probe_round_trips(sshd, tmp_path):
 
 async def _count(sshd, log, opts, env_login: str | None = None) -> tuple[int, object]:
     """One fresh probe through a 40 ms proxy: (exchanges, result)."""
-    proxy = await DelayProxy("127.0.0.1", sshd.port, RTT_MS).start()
+    proxy = await DelayProxy("127.0.0.1", sshd.port, _rtt_ms()).start()
     sshd.trust(proxy.port)
     try:
         host = _inventory(sshd, proxy.port, log).hosts["far"]
@@ -176,7 +183,7 @@ def test_a_server_that_is_not_openssh_gets_no_pipelined_auth(tmp_path, monkeypat
             process_factory=process,
         )
         port = server.sockets[0].getsockname()[1]
-        proxy = await DelayProxy("127.0.0.1", port, RTT_MS).start()
+        proxy = await DelayProxy("127.0.0.1", port, _rtt_ms()).start()
         known.write_text(f"[127.0.0.1]:{proxy.port} {host_key.export_public_key().decode()}")
         try:
             opts = TransportOptions(known_hosts=str(known), client_keys=[str(client_key)], ssh_config=[])
@@ -207,7 +214,7 @@ def _runs(sshd, spare_after: int, n: int = 4) -> tuple[list[int], int]:
     from fleetdiag.ssh.transport import connect
 
     async def go() -> tuple[list[int], int]:
-        proxy = await DelayProxy("127.0.0.1", sshd.port, RTT_MS).start()
+        proxy = await DelayProxy("127.0.0.1", sshd.port, _rtt_ms()).start()
         sshd.trust(proxy.port)
         try:
             conn = await connect("127.0.0.1", proxy.port, sshd.user, sshd.opts())
