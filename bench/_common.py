@@ -73,6 +73,7 @@ class Measured:
     err: bytes
     timed_out: bool = False
     parts: str = ""  # each process's own peak RSS in the tree, largest first ("fleetdiag 120, spread 45, ...")
+    at_peak: str = ""  # the tree at its largest sample, by process ("fleetdiag 90 + spread 4 x 70")
 
 
 def _tree_rss_kb(root: int, each: dict[int, int] | None = None) -> int:
@@ -181,12 +182,17 @@ def run_measured(
         killed = [False]
         own: dict[int, int] = {}  # pid: its largest RSS seen
         roles: dict[int, str] = {}
+        at_peak: dict[int, int] = {}
 
         def sampler() -> None:
             while not stop.wait(0.2):
                 try:
                     each: dict[int, int] = {}
-                    peak[0] = max(peak[0], _tree_rss_kb(proc.pid, each))
+                    total = _tree_rss_kb(proc.pid, each)
+                    if total > peak[0]:
+                        peak[0] = total
+                        at_peak.clear()
+                        at_peak.update(each)
                     for pid, kb in each.items():
                         if pid not in roles:
                             roles[pid] = _role(pid)
@@ -229,6 +235,14 @@ def run_measured(
             fh.close()
         big = sorted(((kb, roles.get(pid, "?")) for pid, kb in own.items() if kb >= 10240), reverse=True)
         result.parts = ", ".join(f"{r} {kb / 1024:.0f}" for kb, r in big[:8])
+        by_role: dict[str, list[int]] = {}
+        for pid, kb in at_peak.items():
+            if kb >= 10240:
+                by_role.setdefault(roles.get(pid, "?"), []).append(kb)
+        result.at_peak = " + ".join(
+            f"{r} {len(v)} x {sum(v) / len(v) / 1024:.0f}" if len(v) > 1 else f"{r} {v[0] / 1024:.0f}"
+            for r, v in sorted(by_role.items(), key=lambda kv: -sum(kv[1]))
+        )
         return result
 
 
