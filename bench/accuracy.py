@@ -587,6 +587,16 @@ def _opens_traceback(msg: str) -> bool:
     return "Traceback" in msg and TB_START.search(msg) is not None
 
 
+def _gave_decisive_role(hit: str, d: Any, rules: Any) -> bool:
+    """A secondary rule whose role the decisive line carries: a wrapper promoted because only it quotes the
+    cause keeps the wrapper role, while its signature comes from the quoted message."""
+    kind, _, text = hit.partition("\0")
+    dec = d.decisive
+    if dec is None or text.strip() != (dec.message or "").strip():
+        return False
+    return any(r.kind == kind and r.role == dec.role for r in rules.secondary)
+
+
 def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[str, str]) -> dict[str, set[str]]:
     """{rule id: ids of the right cases where the rule matched a line the decision used}.
 
@@ -621,7 +631,7 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
         for rid, hit in rec.hits.items():
             sec = rid.split(":", 1)[0]
             if sec == "secondary":
-                if any(h.split("\0", 1)[0] in used for h in hit):
+                if any(h.split("\0", 1)[0] in used or _gave_decisive_role(h, d, rules) for h in hit):
                     out[rid].add(c.id)
             elif sec in ("peer", "benign", "serving"):
                 out[rid].add(c.id)
