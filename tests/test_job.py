@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from datetime import datetime, timedelta, timezone
@@ -27,6 +28,7 @@ if not (SHARED / "corpus").is_dir():
 MULTI = SHARED / "corpus" / "multinode"
 HANG = SHARED / "fixtures" / "hang"
 CASES = sorted(p.stem for p in MULTI.glob("*.json"))
+BENCH_JOB_SCALE = Path(__file__).resolve().parents[1] / "bench" / "job_scale.py"
 MTIME = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc).timestamp()
 
 
@@ -294,3 +296,26 @@ def test_ranks_of_each_form(line, ranks, world):
     from fleetdiag.job import HostEvidence, ranks_of
 
     assert ranks_of(HostEvidence(host="h", line="", lines=[line])) == (ranks, world)
+
+
+def _job_scale():
+    spec = importlib.util.spec_from_file_location("fleetdiag_bench_job_scale", BENCH_JOB_SCALE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_root_causes_time_is_linear_in_the_fleet():
+    """4x the failed hosts costs < 5x the time, in every fleet shape of bench/job_scale.py (the pairwise
+    membership tests made it quadratic: 16x); measured in one run, the best of two each."""
+    bench = _job_scale()
+    for shape in bench.SHAPES:
+        small = min(bench.timed(250, shape)[0] for _ in range(2))
+        runs = [bench.timed(1000, shape) for _ in range(2)]
+        big = min(t for t, _ in runs)
+        rcs = runs[0][1]
+        assert big < 5 * small + 0.05, (shape, small, big)
+        roots = 1 if shape in ("one-job", "no-endpoint") else 1000 // bench.JOB
+        assert len(rcs) == roots, shape
+        assert all("CUDA error" in rc.line and len(rc.affected) == 1000 // roots - 1 for rc in rcs), shape
