@@ -41,3 +41,34 @@ def test_the_frame_comes_off_as_it_did(text: str) -> None:
     and text."""
     s = "│" + text
     assert unframe(s) == _OLD_FRAME.sub(r"\1", s)
+
+
+_STATS = (
+    "INFO 10-22 12:00:{:02d} [loggers.py:116] Engine 000: Avg prompt throughput: {} tokens/s, Avg generation "
+    "throughput: 0.0 tokens/s, Running: {} reqs, Waiting: 3 reqs, GPU KV cache usage: 2.1%"
+)
+
+
+def test_engine_reports_are_read_in_linear_time_and_never_raise() -> None:
+    """An engine's report line: a run of "Running:" with no "Waiting:" after it cost quadratic time (two lazy gaps
+    in one pattern), and a stray "." as a number raised, so the whole log lost its diagnosis."""
+    from fleetdiag.analysis.decide import engine_report
+
+    hostile = "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 tokens/s," + "Running: 1 reqs," * 250
+    assert engine_report(hostile) is None
+    assert _seconds(engine_report, hostile * 4) < 0.01
+    rep = engine_report(_STATS.format(0, "0.0", 2))
+    assert rep is not None and (rep.prompt, rep.generation, rep.running, rep.waiting) == ("0.0", "0.0", 2, 3)
+    v0 = "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Swapped: 0 reqs, Pending: 4 reqs"
+    assert engine_report(v0) is not None and engine_report(v0).waiting == 4
+    for bad in (".", "1.2.3", "..."):
+        assert engine_report(_STATS.format(0, bad, 1)) is None
+
+    # the analysis of a whole log: its error stands, its hung engine is still seen
+    error = "ERROR 10-22 12:01:00 [core.py:12] RuntimeError: CUDA error: an illegal memory access was encountered"
+    garbled = "\n".join(_STATS.format(k, ".", 1) for k in range(3))
+    d = analyze_text(garbled + "\n" + error + "\n", rules=RULES)
+    assert d.verdict == "failed" and d.decisive is not None and "illegal memory access" in d.decisive.line
+    hung = analyze_text("\n".join(_STATS.format(k, "0.0", 2) for k in range(3)) + "\n", rules=RULES)
+    assert hung.verdict == "stalled" and "engine hung: 3 reports in a row" in hung.summary
+    assert "(running 2, waiting 3) and no progress (prompt 0.0, generation 0.0 tokens/s)" in hung.summary

@@ -156,6 +156,8 @@ def unframe(s: str) -> str:
     if body and body[-1] in _FRAMES:
         body = body[:-1].rstrip()
     return body
+
+
 # Colour codes whose ESC byte was lost in a copy-paste ("[1;36m(VllmWorker pid=1)[0;0m",
 # "^[[0m", "#033[0m", "\ufffd[0m"), and a carriage return shown as "^M".
 _ANSI_LOST = re.compile(
