@@ -72,3 +72,26 @@ def test_engine_reports_are_read_in_linear_time_and_never_raise() -> None:
     hung = analyze_text("\n".join(_STATS.format(k, "0.0", 2) for k in range(3)) + "\n", rules=RULES)
     assert hung.verdict == "stalled" and "engine hung: 3 reports in a row" in hung.summary
     assert "(running 2, waiting 3) and no progress (prompt 0.0, generation 0.0 tokens/s)" in hung.summary
+
+
+WRAPPED = """\
+Traceback (most recent call last):
+  File "/opt/job/run.py", line 40, in <module>
+    main()
+  File "/opt/job/run.py", line 36, in main
+    raise RuntimeError(f"shard writer failed:\\n{err}")
+RuntimeError: shard writer failed:
+exitcode: -9
+mmap of the shared buffer: Cannot allocate memory
+"""
+
+
+def test_an_exit_code_in_a_message_does_not_hide_the_cause_after_it() -> None:
+    """An exception's message carrying a child's output: its exit code (a weak signature, early in rules order)
+    is dropped, and the strong signature of a later line of the message still names the error."""
+    d = analyze_text(WRAPPED, rules=RULES)
+    assert d.decisive is not None and d.decisive.line == "RuntimeError: shard writer failed:"
+    assert (d.decisive.rule, d.decisive.category, d.decisive.role) == ("host-alloc-failed", "oom", "cause")
+    # the code alone: the exception keeps no signature, and is not the launcher's line
+    alone = analyze_text(WRAPPED.replace("mmap of the shared buffer: Cannot allocate memory\n", ""), rules=RULES)
+    assert alone.decisive is not None and (alone.decisive.rule, alone.decisive.role) == (None, "cause")

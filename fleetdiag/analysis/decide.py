@@ -244,10 +244,11 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             continue
         detail = [d for d in ev.detail[:20] if not rules.is_benign(d)]
         sig = rules.signature_for(text, *detail) or ev.signature
-        if sig is not None and sig.weak and ev.kind == "exception" and detail and not sig.pat.search(text):
+        while sig is not None and sig.weak and ev.kind == "exception" and detail and not sig.pat.search(text):
             # an exit code after the message (the shell's "exit status 1") is how the process ended, not what
-            # this exception is: it keeps its own signature
-            sig = rules.signature_for(text)
+            # this exception is: it keeps its own signature, or a strong one of the lines after that code
+            detail = [d for d in detail if not sig.pat.search(d)]
+            sig = rules.signature_for(text, *detail)
         if sig is None and ev.kind == "exception" and not ev.message:
             sig = rules.signature_for(text, *_raising_frames(ev))
         weak = ev.weak
