@@ -95,3 +95,28 @@ def test_an_exit_code_in_a_message_does_not_hide_the_cause_after_it() -> None:
     # the code alone: the exception keeps no signature, and is not the launcher's line
     alone = analyze_text(WRAPPED.replace("mmap of the shared buffer: Cannot allocate memory\n", ""), rules=RULES)
     assert alone.decisive is not None and (alone.decisive.rule, alone.decisive.role) == (None, "cause")
+
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
+
+
+def test_kernel_stamps_in_a_localised_month_keep_their_time() -> None:
+    """`dmesg -T` and `journalctl -o short` print the month in the user's locale (a ticket's attachment from a
+    Polish, German or Russian desktop): the line keeps its time, the same as the C locale's."""
+    from fleetdiag.evidence.kernel import Clock, parse_kernel_lines
+
+    clock = Clock(now=1.75e9, year=2025)
+    c_locale = [f"[Fri Apr 11 10:00:00 2025] {XID}", f"Apr 11 10:00:00 gpu7 kernel: {XID}"]
+    localised = [
+        f"[pią kwi 11 10:00:00 2025] {XID}",  # pl_PL
+        f"[Fr Apr 11 10:00:00 2025] {XID}",  # de_DE: a two-letter weekday
+        f"[ven. avril 11 10:00:00 2025] {XID}",  # fr_FR
+        f"[Пт апр 11 10:00:00 2025] {XID}",  # ru_RU
+        f"kwi 11 10:00:00 gpu7 kernel: {XID}",  # journalctl -o short under pl_PL
+        f"avril 11 10:00:00 gpu7 kernel: {XID}",
+    ]
+    want = {ev.time for ev in parse_kernel_lines(c_locale, clock)}
+    assert len(want) == 1 and None not in want
+    got = parse_kernel_lines(localised, clock)
+    assert [ev.time for ev in got] == [want.pop()] * len(localised)
+    assert all(ev.kind == "xid" and ev.code == 79 and ev.message == XID for ev in got)
