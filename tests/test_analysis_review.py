@@ -120,3 +120,13 @@ def test_kernel_stamps_in_a_localised_month_keep_their_time() -> None:
     got = parse_kernel_lines(localised, clock)
     assert [ev.time for ev in got] == [want.pop()] * len(localised)
     assert all(ev.kind == "xid" and ev.code == 79 and ev.message == XID for ev in got)
+
+
+def test_xid_109_is_classed_as_nvidias_catalog_resolves_it() -> None:
+    """NVIDIA's Xid catalog resolves 109 (ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR) with RESET_GPU, then CONTACT_SUPPORT:
+    the GPU needs a reset (driver class, which stands alone), not only the job a restart (application)."""
+    from fleetdiag.evidence.xid import load_xid_table
+
+    info = load_xid_table().get(109)
+    assert (info.name, info.action) == ("Context Switch Timeout", "driver")
+    assert "reset the GPU" in info.meaning
