@@ -91,20 +91,10 @@ def current_lines(lines: list[LogLine], rules: Rules) -> list[LogLine]:
     if start == 0:
         return lines
     banner = _stage(lines[start])
-    stages = {_stage(ln) for ln in lines[start:]}
-    earlier = [
-        ln
-        for ln in lines[:start]
-        if _stage(ln) is not None
-        and _stage(ln) != banner
-        and (_stage(ln) not in stages or not _restarted(lines, start, _stage(ln), rules))
-    ]
+    # the stages that printed their own run-start banner after ``start`` too: their earlier lines are an older run
+    restarted = {_stage(ln) for ln in lines[start:] if rules.is_run_start(ln.raw)}
+    earlier = [ln for ln in lines[:start] if (st := _stage(ln)) is not None and st != banner and st not in restarted]
     return earlier + lines[start:] if earlier else lines[start:]
-
-
-def _restarted(lines: list[LogLine], start: int, stage: str | None, rules: Rules) -> bool:
-    """Did this stage print its own run-start banner after ``start`` too?"""
-    return any(_stage(ln) == stage and rules.is_run_start(ln.raw) for ln in lines[start:])
 
 
 def _norm(s: str) -> str:
