@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,12 +63,13 @@ def fleet(n: int, shape: str) -> list[HostEvidence]:
     return out
 
 
-def timed(n: int, shape: str) -> tuple[float, list[RootCause]]:
-    """Seconds ``root_causes`` takes on a fresh fleet of ``n`` (the records are made outside the clock)."""
+def timed(n: int, shape: str, clock: Callable[[], float] = time.process_time) -> tuple[float, list[RootCause]]:
+    """CPU seconds ``root_causes`` takes on a fresh fleet of ``n`` (the records are made outside the clock). CPU
+    time, not wall time: on a shared machine the wall clock also counts the other processes' turns."""
     hosts = fleet(n, shape)
-    t = time.perf_counter()
+    t = clock()
     rcs = root_causes(hosts)
-    return time.perf_counter() - t, rcs
+    return clock() - t, rcs
 
 
 def main() -> int:
@@ -88,7 +90,7 @@ def main() -> int:
         missed |= worst >= 5
         verdict = f"{worst:.1f}x {'met' if worst < 5 else 'MISSED'}" if ratios else "-"
         print(f"{shape:<12} " + " ".join(f"{s:>7.3f}s" for s in secs) + f"   {verdict}")
-    print("target: 4x the hosts < 5x the time")
+    print("target: 4x the hosts < 5x the time (CPU seconds of the analysis alone)")
     return 1 if missed else 0
 
 
