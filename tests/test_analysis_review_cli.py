@@ -38,7 +38,7 @@ def test_probe_reads_hostile_and_wrapped_logs(sshd, tmp_path: Path, write_invent
     report has a stray "." for a number (the analysis raised and the log lost its diagnosis), one whose
     exception's message carries an exit code before the real error (the error's signature was dropped)."""
     logs = {
-        "framed": ["│" + " " * 3000 + "x"] * 2 + [CUDA],
+        "framed": ["│" + " " * 4000 + "x"] * 2 + [CUDA],
         "garbled": [STATS.format(k) for k in range(3)] + [CUDA],
         "wrapped": WRAPPED.splitlines(),
     }
@@ -50,7 +50,7 @@ def test_probe_reads_hostile_and_wrapped_logs(sshd, tmp_path: Path, write_invent
     inv = write_inventory(hosts)
     t = time.monotonic()
     code, out = _cli("-i", str(inv), "probe", "all", *sshd.cli_args(), "--json")
-    assert time.monotonic() - t < 30, "the analysis of a framed line of blanks must not take minutes"
+    assert time.monotonic() - t < 60, "the analysis of a framed line of blanks must not take minutes"
     assert code == 1, out
     by = {h["host"]: h for h in json.loads(out)["hosts"]}
     for name in ("framed", "garbled"):
