@@ -320,3 +320,20 @@ def test_root_causes_time_is_linear_in_the_fleet():
         roots = 1 if shape in ("one-job", "no-endpoint") else 1000 // bench.JOB
         assert len(rcs) == roots, shape
         assert all("CUDA error" in rc.line and len(rc.affected) == 1000 // roots - 1 for rc in rcs), shape
+
+
+def test_a_peer_named_by_its_ipv6_address_is_found_in_an_indexed_fleet():
+    """A name that is not one word (an IPv6 address) is still found in another host's error text, among many."""
+    from fleetdiag.job.membership import _Host, _index_names
+
+    def ev(name: str, address: str, line: str) -> HostEvidence:
+        return HostEvidence(host=name, line=line, message=line, address=address)
+
+    peer = "[rank1]: RuntimeError: Connection closed by peer [fd00::7]:29500"
+    hosts = [_Host(ev("gpu-a1", "fd00::7", "RuntimeError: CUDA error"), "", None, "", set())]
+    hosts += [_Host(ev(f"gpu-b{k}", f"fd00::{k + 100:x}", peer), "peer", None, "", set()) for k in range(300)]
+    for h in hosts:
+        h.keys = {h.ev.host, h.ev.address}
+    _index_names(hosts)
+    assert all(h.names(hosts[0]) for h in hosts[1:])
+    assert not any(h.names(o) for h in hosts for o in hosts[1:] if o is not h)

@@ -39,18 +39,25 @@ def _index_names(hosts: list[_Host]) -> None:
     """Each host's ``named``: the hosts its error lines name, by one lookup per word of its text in an index of
     every host's names, not a test per pair (a fleet of thousands asks for millions of pairs)."""
     by_key: dict[str, list[_Host]] = {}
-    odd: list[tuple[str, _Host]] = []  # a name that is not one word (an IPv6 address): its regex, per host
+    # a name that is not one word (an IPv6 address): by the word it starts with, which a text naming it holds as a
+    # word of its own (the name is never preceded by a word character); its regex only for the texts that do
+    odd: dict[str, list[tuple[str, _Host]]] = {}
+    anywhere: list[tuple[str, _Host]] = []  # one that starts with no word at all: its regex, for every text
     for h in hosts:
         for k in h.keys:
             if _PLAIN_KEY.fullmatch(k):
                 by_key.setdefault(k, []).append(h)
+            elif head := _PLAIN_KEY.match(k):
+                odd.setdefault(head.group(0), []).append((k, h))
             else:
-                odd.append((k, h))
+                anywhere.append((k, h))
     for h in hosts:
         if h.text is None:
             h.text = _Text(h.ev)
-        named = {id(o) for w in h.text.words if w in by_key for o in by_key[w] if o is not h}
-        named.update(id(o) for k, o in odd if o is not h and h.text.names({k}))
+        words = h.text.words
+        named = {id(o) for w in words if w in by_key for o in by_key[w] if o is not h}
+        maybe = [ko for w in words if w in odd for ko in odd[w]] + anywhere
+        named.update(id(o) for k, o in maybe if o is not h and h.text.names({k}))
         h.named = named
 
 
