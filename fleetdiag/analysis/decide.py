@@ -340,26 +340,40 @@ def _nested(outer: Event, inner: Event) -> bool:
 SURVIVED = "handled errors (the process went on normally)"
 RESTARTED = "failures after the launcher restarted the workers"
 _LAUNCH_CHILD = re.compile(r"local_rank: ?(\d+) \(pid: ?(\d+)\)")
+# torchelastic's (and DLRover's) own statement of a restart; INFO, so newer torch prints it only with LOGLEVEL=INFO
+_RESTARTING = re.compile(r"attempts left; will restart worker group")
+# the agent's pid in a glog-style prefix (torch >= 2.2: "E1201 18:32:10.197000 510 torch/distributed/...py:986]")
+_AGENT_PID = re.compile(r"\b[IWEF]\d{4} [\d:.]+ +(\d+) [\w./-]+\.py:\d+\]")
 
 
-def restarted_after(judged: list[Judged]) -> int | None:
-    """Line index of a launcher's first report of a child when it later reports a new child of that local rank.
+def restarted_after(judged: list[Judged], run: Sequence[LogLine] = ()) -> int | None:
+    """Line index of a launcher's report of a failed child after which it started the workers again.
 
     torchelastic's ``--max-restarts`` starts the workers again after a failure;
     when the restart fails too, its errors (a connect refused by peers that are
-    gone) follow from the first failure, which is the answer.
+    gone, a checkpoint the first failure left half written) follow from the
+    first failure, which is the answer. The restart shows as the agent's own
+    "N/M attempts left; will restart worker group", or as a later report by the
+    same agent (its tag and its pid) of a child with another pid: an agent
+    reports one failure per attempt.
     """
-    first: dict[str, tuple[str, int]] = {}
+    restarts = [ln.index for ln in run if "attempts left" in ln.msg and _RESTARTING.search(ln.msg)]
+    first: dict[tuple[str | None, str | None], tuple[str, int]] = {}
     for j in judged:
         if j.line_role != LAUNCHER or j.role not in ("primary", "secondary"):
             continue
         m = _LAUNCH_CHILD.search(j.ev.line.msg)
         if m is None:
             continue
-        rank, pid = m.groups()
-        if rank in first and first[rank][0] != pid:
-            return first[rank][1]
-        first.setdefault(rank, (pid, j.ev.line.index))
+        at = j.ev.line.index
+        if any(r > at for r in restarts):
+            return at
+        agent = _AGENT_PID.search(j.ev.line.raw)
+        who = (j.ev.process, agent.group(1) if agent else None)
+        pid = m.group(2)
+        if who in first and first[who][0] != pid:
+            return first[who][1]
+        first.setdefault(who, (pid, at))
     return None
 
 
@@ -716,7 +730,7 @@ def _diagnose(
     run = current_lines(parsed, rules)
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
-    again = restarted_after(judged)
+    again = restarted_after(judged, run)
     if again is not None:
         for j in judged:
             if j.ev.line.index > again and j.role == "primary":
