@@ -6,9 +6,9 @@ exit, a *peer-caused* transport or watchdog error blaming another process, or
 a *consequence*. The decisive error is the earliest cause of the latest run;
 then a peer-caused line (on a node that failed because of a peer, its own
 transport error is what the job analysis reasons with); a wrapper or launcher
-only when nothing it wraps is in the log. Among simultaneous causes the
-deepest process wins (a worker over its engine core over the API server),
-because the parent only reports that the child died.
+only when nothing it wraps is in the log. A parent's report that its child
+died (an engine core's or an API server's) is a wrapper by its text, not by
+its process: the cause is the earliest line of the best tier, whoever printed it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..records import FAILED, HEALTHY, STALLED, STARTING, Decisive, Diagnosis, L
 from ..units import signal_name
 from . import hints
 from .fingerprint import fingerprint
-from .lines import SEVERITY, LogLine, clean, parse_all, time_key
+from .lines import SEVERITY, LogLine, clean, parse_all
 from .normalise import Normalised, filed_time, normalise
 from .processes import rank_of
 from .rules import CAUSE, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
@@ -37,7 +37,6 @@ STRONG, WEAK, LAUNCH_TIER, INCOMPLETE, REPORTER, ONLY_SECONDARY = range(6)
 PEER_TIER = WEAK
 _TIER_OF_ROLE = {PEER: PEER_TIER, LAUNCHER: LAUNCH_TIER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
 _TIER_OF_SECONDARY = {PEER: PEER_TIER, LAUNCHER: REPORTER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
-SIMULTANEOUS_S = 5.0  # errors this close in time count as one moment for the depth preference
 
 
 @dataclass(eq=False)
@@ -360,8 +359,8 @@ def restarted_after(judged: list[Judged], run: Sequence[LogLine] = ()) -> int | 
     restarts = [ln.index for ln in run if "attempts left" in ln.msg and _RESTARTING.search(ln.msg)]
     first: dict[tuple[str | None, str | None], tuple[str, int]] = {}
     for j in judged:
-        if j.line_role != LAUNCHER or j.role not in ("primary", "secondary"):
-            continue
+        if j.line_role != LAUNCHER or j.role not in ("primary", "secondary", "repeat"):
+            continue  # a repeat: the same report for a new child, its pid aside
         m = _LAUNCH_CHILD.search(j.ev.line.msg)
         if m is None:
             continue
@@ -443,14 +442,9 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
     return out
 
 
-def _simultaneous(a: Event, b: Event) -> bool:
-    ta, tb = time_key(a.line.time), time_key(b.line.time)
-    return ta is not None and tb is not None and abs(ta - tb) <= SIMULTANEOUS_S
-
-
 def choose(judged: list[Judged], rules: Rules) -> Judged | None:
     """Earliest line of the best tier (a cause, then a peer-caused error, then a launcher or
-    wrapper, then a consequence); a deeper process wins a tie in time."""
+    wrapper, then a consequence)."""
     prim = [j for j in judged if j.role in ("primary", "secondary")]
     if not prim:
         return None
@@ -458,11 +452,7 @@ def choose(judged: list[Judged], rules: Rules) -> Judged | None:
     cands = sorted((j for j in prim if j.tier == tier), key=lambda j: j.ev.line.index)
     if any(j.role == "primary" for j in cands):  # an error line beats a secondary rule's match of its tier
         cands = [j for j in cands if j.role == "primary"]
-    best = cands[0]
-    for c in cands[1:]:
-        if rules.depth_of(c.ev.process) > rules.depth_of(best.ev.process) and _simultaneous(best.ev, c.ev):
-            best = c
-    return best
+    return cands[0]
 
 
 _FALLBACK_HINTS = {
@@ -632,8 +622,6 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
         what = "a traceback without its final line (cut or still being written)"
     elif best.tier == WEAK:
         what = "no exception found; earliest error line" if len(prim) > 1 else "the only error line"
-    elif prim and prim[0] is not best:
-        what = f"primary error of the deepest process ({rules.depth_of(ev.process)} > {rules.depth_of(prim[0].ev.process)}), at the same moment as an earlier one"
     else:
         what = "earliest primary error" if len(prim) > 1 or cascade else "the only primary error"
     parts = [f"{what}, {where}"]
