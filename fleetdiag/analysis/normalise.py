@@ -51,7 +51,7 @@ _MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:
 _SYSLOG = re.compile(r"^(?P<ts>" + _TS + "|" + _MONTH_TS + r") (?P<who>\S+ [\w.@/-]+\[\d+\]): ")
 # after a prefix is removed, what shows the remainder is a log line of its own
 _OWN_HEADER = re.compile(
-    r"^(?:\(\w[^)]*pid=\d+|\[(?:\d|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
+    r"^(?:\(\w[^)]*pid=\d+|\[(?:\d+(?=[-:./ T\]])|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
     + _TS
     + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"
 )
