@@ -47,8 +47,9 @@ _PREFIXES = (
 )
 _MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:\d\d:\d\d(?:\.\d+)?"
 # a journal's or a syslog file's line: stamp, host, identifier[pid] (journalctl -o short, short-iso,
-# short-precise; /var/log/syslog); removed only when one host and process wrote (nearly) every line
-_SYSLOG = re.compile(r"^(?P<ts>" + _TS + "|" + _MONTH_TS + r") (?P<who>\S+ [\w.@/-]+\[\d+\]): ")
+# short-precise; /var/log/syslog). The line model reads it (the identifier is the process tag); only
+# the order check looks past it, at the program's own text
+_SYSLOG = re.compile(r"^(?:(?:" + _TS + "|" + _MONTH_TS + r") )?(?:\S+ )?[\w.@/-]+\[\d+\]: ")
 # after a prefix is removed, what shows the remainder is a log line of its own
 _OWN_HEADER = re.compile(
     r"^(?:\(\w[^)]*pid=\d+|\[(?:\d+(?=[-:./ T\]])|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
@@ -93,9 +94,6 @@ def _prefix(lines: list[Line]) -> re.Pattern[str] | None:
     if len(texts) < 2:
         return None
     sample = texts[:200] + texts[-200:] if len(texts) > 400 else texts
-    who = Counter(m.group("who") for m in map(_SYSLOG.match, sample) if m is not None)
-    if len(texts) >= 3 and who and who.most_common(1)[0][1] >= SHARE * len(sample):
-        return _SYSLOG
     for n, rx in enumerate(_PREFIXES):
         if n and len(texts) < 3:  # a bare timestamp on two lines is too little to call it a service's
             continue
@@ -154,7 +152,7 @@ def filed_time(filed: str, own: str | None) -> str | None:
     else the line's own."""
     if own is not None and _FULL_DATE.match(own):
         return own
-    for rx in (_SYSLOG, *_PREFIXES[:2]):
+    for rx in _PREFIXES[:2]:
         m = rx.match(filed)
         if m is not None and m.group("ts"):
             return m.group("ts")
@@ -260,7 +258,7 @@ def normalise(lines: list[Line]) -> Normalised:
             work = joined
             out.steps.append(f"lines re-wrapped at {width} columns joined")
             changed = True
-    if _newest_first([t for t, _, _ in work], [st for _, _, st in work]):
+    if _newest_first([_SYSLOG.sub("", t, count=1) for t, _, _ in work], [st for _, _, st in work]):
         work.reverse()
         out.steps.append("newest-first order reversed")
         changed = True
