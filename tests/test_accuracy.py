@@ -17,14 +17,18 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 236,
+    "tests/corpus_extra": 243,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, never tuned on (tests/corpus_heldout2/README.md): 23 when first
     # measured, 24 since the abort signature became a weak cause; bench/accuracy.py judges each log
     # through a fresh copy (as just written), so its idle llama-server case reads healthy: 25 (the
-    # same file left 600 s old reads `stalled`)
-    "tests/corpus_heldout2": 25,
+    # same file left 600 s old reads `stalled`); 26 since the NCCL heartbeat monitor's lines take the
+    # collective-timeout signature (category nccl), a class fixed on tests/corpus_extra's logs
+    "tests/corpus_heldout2": 26,
+    # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
+    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6)
+    "tests/corpus_heldout3": 21,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -33,9 +37,9 @@ FLOORS = {
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 137
+SUPPORTED_FLOOR = 141
 # set -> the most decoys accepted (the present values; every other set: none)
-DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 1}
+DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 1, "tests/corpus_heldout3": 1}
 
 
 def _bench():
