@@ -258,7 +258,8 @@ def normalise(lines: list[Line]) -> Normalised:
             work = joined
             out.steps.append(f"lines re-wrapped at {width} columns joined")
             changed = True
-    if _newest_first([_SYSLOG.sub("", t, count=1) for t, _, _ in work], [st for _, _, st in work]):
+    own = [_SYSLOG.sub("", t, count=1) if "]: " in t[:160] else t for t, _, _ in work]
+    if _newest_first(own, [st for _, _, st in work]):
         work.reverse()
         out.steps.append("newest-first order reversed")
         changed = True
