@@ -1,0 +1,241 @@
+"""Send-ahead: a warm ``probe HOST`` sends its command to the keeper before the CLI has imported what
+only the answer needs (click's commands, rich, the inventory, the analysis: ~0.3 s), so the host's
+work and the round trip run while the rest of the CLI loads.
+
+How it stays exact. The request a probe sends is decided by its arguments, its working directory,
+its environment, the inventory and the rules. After a single-host probe through the keeper, the CLI
+remembers that request under a digest of the first three (``remember``), with the state of the
+inventory file it read, in the keeper's private directory. The next identical command finds it before
+importing anything heavy (``send_early``, from ``fleetdiag.entry``) and sends it with ``kept_only``: the
+keeper runs it only on a connection it already holds, never dials for it. The CLI then runs exactly as
+without send-ahead; where it would send its request (``KeptConnection.execute``), an early request
+equal to it is taken instead of sending again (``take``). Anything that would have changed the command
+(an edited inventory or rules file, another log) makes the two differ: the early one is dropped, unread,
+and the CLI's own goes out as usual. So the output is the one the CLI alone would print.
+
+The end-of-output marker is random per command (a log cannot forge it). The remembered request carries
+a fresh one, used once: the probe builds its command with the early request's marker (``command``), and
+``remember`` builds the next one with a new marker.
+
+Only the standard library and ``place`` are imported here: this runs before the CLI's own imports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .place import private_dir, runtime_dir, socket_path
+
+OFF_ENV = "FLEETDIAG_AHEAD"  # "0": never send ahead (benchmarks compare both ways)
+STORE_NAME = "ahead.json"
+KEEP = 16  # remembered commands (the most recent)
+MAX_STORE = 4 << 20  # bytes read from the store at most
+WAIT = 0.2  # seconds for the keeper's hello (client.HELLO_TIMEOUT): a busy keeper is not waited on
+# What else decides a probe's request besides its arguments: where it looks for its files and whose they are.
+ENV_KEYS = ("HOME", "USER", "LOGNAME", "SSH_AUTH_SOCK", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME")
+
+
+@dataclass
+class Early:
+    """A request sent by ``send_early``; its socket waits for whoever ``take``s it."""
+
+    sock: socket.socket
+    request: dict[str, Any]
+    mark: str
+    sent: float  # time.perf_counter() when it left
+    taken: bool = False
+    used: bool = False  # taken by an equal request: its answer is the probe's
+
+
+_early: Early | None = None
+_active = False  # set by send_early: only the console entry's probes take part
+_probe: tuple[str, str] | None = None  # (command, marker) of this process's probe, from command
+_sent: dict[str, Any] | None = None  # the request that carried it, from take
+_build: Callable[[str | None], tuple[str, str]] | None = None  # builds it again with another marker
+
+
+def argv_key(argv: list[str], cwd: str, env: dict[str, str]) -> str:
+    """A digest of what decides a command's request besides its files (no secret goes in: a passphrase in
+    the environment turns send-ahead off)."""
+    picked = {k: v for k, v in env.items() if k in ENV_KEYS or (k.startswith("FLEETDIAG_") and k != OFF_ENV)}
+    blob = json.dumps([list(argv), cwd, sorted(picked.items())]).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def file_state(path: str) -> list[Any]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path, None]
+    return [path, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _wanted(argv: list[str]) -> bool:
+    return "probe" in argv[1:] and os.environ.get(OFF_ENV, "1") != "0" and not os.environ.get("FLEETDIAG_PASSPHRASE")
+
+
+def _store(directory: Path) -> dict[str, Any]:
+    path = directory / STORE_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > MAX_STORE:
+            return {}
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = json.loads(fh.read(MAX_STORE))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+
+
+def _frame(sock: socket.socket) -> bytes:
+    """One frame (``wire``'s format: a 4-byte big-endian length, then the payload)."""
+    head = _exactly(sock, 4)
+    (n,) = struct.unpack(">I", head)
+    if n > 1 << 16:
+        raise ValueError("frame too large for a hello")
+    return _exactly(sock, n)
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("keeper closed")
+        buf += chunk
+    return buf
+
+
+def send_early(argv: list[str] | None = None) -> bool:
+    """Send the remembered request of this very command line, if there is one and a keeper of ours
+    answers at once; True when it left. Never raises: anything unusual means no send-ahead."""
+    global _early, _active
+    argv = list(sys.argv if argv is None else argv)
+    if not _wanted(argv):
+        return False
+    _active = True
+    sock = None
+    try:
+        directory = runtime_dir()
+        if private_dir(directory, create=False) is None:
+            return False
+        entry = _store(directory).get(argv_key(argv[1:], os.getcwd(), dict(os.environ)))
+        if not isinstance(entry, dict) or any(file_state(f[0]) != f for f in entry.get("files") or []):
+            return False
+        req, mark = entry.get("request"), entry.get("mark")
+        if not isinstance(req, dict) or req.get("op") != "run" or not isinstance(mark, str):
+            return False
+        path = socket_path(directory)
+        st = os.lstat(path)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(WAIT)
+        sock.connect(str(path))
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", raw)[1] != os.getuid():
+            raise ConnectionError("keeper runs as another user")
+        if json.loads(_frame(sock)).get("hello") != 1:
+            raise ConnectionError("not a keeper")
+        payload = json.dumps({**req, "kept_only": True}).encode()
+        sock.sendall(struct.pack(">I", len(payload)) + payload)
+        sock.setblocking(False)
+    except (OSError, ValueError, TypeError, AttributeError):
+        if sock is not None:
+            sock.close()
+        return False
+    _early = Early(sock, req, mark, time.perf_counter())
+    return True
+
+
+def command(build: Callable[[str | None], tuple[str, str]]) -> tuple[str, str]:
+    """The probe's (command, marker) from ``build(marker)`` (None: a fresh marker): built with the early
+    request's marker, so that when nothing else changed it is the very request sent ahead. ``build`` is
+    kept to make the next command line's request, with a fresh marker (``remember``)."""
+    global _probe, _build
+    if not _active:
+        return build(None)
+    e = _early
+    cmd, mark = build(e.mark if e is not None and not e.taken else None)
+    if _probe is None:
+        _probe, _build = (cmd, mark), build
+    return cmd, mark
+
+
+def take(req: dict[str, Any]) -> socket.socket | None:
+    """The early request's socket when ``req`` is exactly what it sent (then its answer is read from
+    there); None otherwise, and an early request that differs is dropped unread."""
+    global _sent
+    if not _active:
+        return None
+    if _sent is None and _probe is not None and req.get("command") == _probe[0]:
+        _sent = dict(req)
+    e = _early
+    if e is None or e.taken:
+        return None
+    e.taken = True
+    if req != e.request:
+        e.sock.close()
+        return None
+    e.used = True
+    return e.sock
+
+
+def sent_at() -> float | None:
+    """``time.perf_counter()`` when the request whose answer this process used was sent ahead (a probe's
+    total time counts from there); None when none was."""
+    return _early.sent if _early is not None and _early.used else None
+
+
+def remember(argv: list[str] | None = None, files: list[str] | tuple[str, ...] = ()) -> None:
+    """Keep this process's probe request for the next identical command line, with a fresh marker;
+    ``files``: what else decided it (the inventory file). Quietly does nothing when it cannot."""
+    if not _active or _sent is None or _build is None:
+        return
+    argv = list(sys.argv if argv is None else argv)
+    try:
+        directory = runtime_dir()
+        if private_dir(directory, create=False) is None:
+            return
+        cmd, fresh = _build(None)
+        req = {**_sent, "command": cmd}
+        entries = _store(directory)
+        key = argv_key(argv[1:], os.getcwd(), dict(os.environ))
+        entries.pop(key, None)
+        entries[key] = {"request": req, "mark": fresh, "files": [file_state(os.path.abspath(f)) for f in files]}
+        while len(entries) > KEEP:
+            entries.pop(next(iter(entries)))
+        data = json.dumps(entries).encode()
+        if len(data) > MAX_STORE:
+            data = json.dumps({key: entries[key]}).encode()
+        tmp = directory / f".{STORE_NAME}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, directory / STORE_NAME)
+    except (OSError, ValueError, TypeError):
+        return
+
+
+def reset() -> None:
+    """Forget this process's send-ahead state (tests that run several commands in one process)."""
+    global _early, _active, _probe, _sent, _build
+    if _early is not None and not _early.taken:
+        _early.sock.close()
+    _early, _active, _probe, _sent, _build = None, False, None, None, None
