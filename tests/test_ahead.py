@@ -195,3 +195,68 @@ def test_kept_only_is_never_dialled(sshd, rt):
         assert len(keeper_client.list_kept(rt) or []) == 1, "the connection stayed"
     finally:
         keeper_client.close_kept(rt)
+
+
+# The console entry again, noting for each `sh` started whether the CLI was imported by then.
+LOCAL_ENTRY = r"""
+import os, subprocess, sys
+HEAVY = ("click", "rich", "fleetdiag.cli", "fleetdiag.analysis", "yaml")
+notes = []
+class Noting(subprocess.Popen):
+    def __init__(self, args, *a, **kw):
+        if args and args[0] == "sh":
+            notes.append(sorted(m for m in HEAVY if m in sys.modules))
+        super().__init__(args, *a, **kw)
+subprocess.Popen = Noting
+_exit = os._exit
+def exit_saying(code):
+    sys.stderr.write("AHEAD-NOTES " + repr(notes) + "\n")
+    sys.stderr.flush()
+    _exit(code)
+os._exit = exit_saying
+from fleetdiag.entry import run
+run()
+"""
+
+
+def test_analyze_starts_its_funnel_before_the_imports(rt, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("keywords: ['DP adjusted local rank']\n")
+    env = {**os.environ, "NO_COLOR": "1", "FLEETDIAG_RUNTIME_DIR": str(rt), "PYTHONPATH": str(REPO)}
+
+    def analyze(*extra: str, off: bool = False) -> tuple[dict, list]:
+        argv = [sys.executable, "-c", LOCAL_ENTRY, "--rules", str(rules), "analyze", str(log), "--json", *extra]
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**env, "FLEETDIAG_AHEAD": "0" if off else "1"},
+        )
+        assert p.returncode == 1, p.stderr
+        line = next(ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-NOTES "))
+        doc = json.loads(p.stdout)
+        doc.pop("idle_seconds", None)  # the log's age at each run
+        doc.pop("timing", None)
+        return doc, eval(line.split(" ", 1)[1])
+
+    first, notes = analyze()
+    assert len(notes) == 1 and "fleetdiag.analysis" in notes[0]  # its own funnel, after the rules
+    second, notes = analyze()
+    assert notes == [[]], "the funnel started before click, rich, yaml or the analysis were imported"
+    off, notes = analyze(off=True)
+    assert second == off == first and DECISIVE in second["decisive"]["line"]
+    # rules edited in place: the early funnel runs the old script, is stopped; the answer is the new one's
+    rules.write_text("keywords: ['nothing matches this']\n")
+    changed, notes = analyze()
+    assert len(notes) == 1 and "fleetdiag.analysis" in notes[0], notes  # the old entry's rules file changed
+    assert changed == analyze(off=True)[0]
+    # the log grows between two runs: the early funnel reads it as it is when the command starts
+    analyze()
+    with log.open("a") as fh:
+        fh.write("INFO 05-09 15:16:00 [core.py:1] all fine again\n")
+    grown, notes = analyze()
+    assert notes == [[]] and grown == analyze(off=True)[0]

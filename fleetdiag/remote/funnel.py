@@ -298,13 +298,21 @@ def _first_words(out: str) -> str:
 
 def run_local(spec: FunnelSpec, timeout: float | None = None) -> FunnelResult:
     """Run the same script through the local ``sh``: ``fleetdiag analyze`` uses grep speed too."""
-    mark = new_mark()
-    script = build_script(dataclasses.replace(spec, nice=False), mark)  # the user waits: no lowered priority
-    proc = subprocess.run(
-        ["sh", "-c", script],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=timeout,
-    )
-    out = proc.stdout.decode("utf-8", "replace")
-    return parse_output(out, mark)
+    from ..ssh.keeper import ahead
+
+    local = dataclasses.replace(spec, nice=False)  # the user waits: no lowered priority
+
+    def build(mark: str | None) -> tuple[str, str]:
+        mark = mark or new_mark()
+        return build_script(local, mark), mark
+
+    script, mark = ahead.local_script(build)  # the entry point may have started this very script
+    raw = ahead.local_output(script, timeout)
+    if raw is None:
+        raw = subprocess.run(
+            ["sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+        ).stdout
+    return parse_output(raw.decode("utf-8", "replace"), mark)

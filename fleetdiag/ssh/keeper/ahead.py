@@ -215,27 +215,137 @@ def remember(argv: list[str] | None = None, files: list[str] | tuple[str, ...] =
             return
         cmd, fresh = _build(None)
         req = {**_sent, "command": cmd}
-        entries = _store(directory)
         key = argv_key(argv[1:], os.getcwd(), dict(os.environ))
-        entries.pop(key, None)
-        entries[key] = {"request": req, "mark": fresh, "files": [file_state(os.path.abspath(f)) for f in files]}
-        while len(entries) > KEEP:
-            entries.pop(next(iter(entries)))
-        data = json.dumps(entries).encode()
-        if len(data) > MAX_STORE:
-            data = json.dumps({key: entries[key]}).encode()
-        tmp = directory / f".{STORE_NAME}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, directory / STORE_NAME)
+        _save(directory, key, {"request": req, "mark": fresh, "files": [file_state(os.path.abspath(f)) for f in files]})
     except (OSError, ValueError, TypeError):
         return
 
 
+def _save(directory: Path, key: str, entry: dict[str, Any]) -> None:
+    """Store ``entry`` under ``key`` (the most recent ``KEEP``), atomically, private to the user."""
+    entries = _store(directory)
+    entries.pop(key, None)
+    entries[key] = entry
+    while len(entries) > KEEP:
+        entries.pop(next(iter(entries)))
+    data = json.dumps(entries).encode()
+    if len(data) > MAX_STORE:
+        data = json.dumps({key: entry}).encode()
+    tmp = directory / f".{STORE_NAME}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, directory / STORE_NAME)
+
+
 def reset() -> None:
     """Forget this process's send-ahead state (tests that run several commands in one process)."""
-    global _early, _active, _probe, _sent, _build
+    global _early, _active, _probe, _sent, _build, _local, _local_active, _local_build
     if _early is not None and not _early.taken:
         _early.sock.close()
+    if _local is not None:
+        _local.proc.kill()
+        _local.proc.wait()
     _early, _active, _probe, _sent, _build = None, False, None, None, None
+    _local, _local_active, _local_build = None, False, None
+
+
+# ---- analyze: the funnel's pass over a local file, started before the CLI's imports
+#
+# ``fleetdiag analyze FILE`` runs the funnel script through the local ``sh``; the script is decided by
+# the file's path and the rules' patterns, so it is remembered the same way as a probe's request (its
+# rules files in place of the inventory) and started by the entry point, its output into an unnamed temp
+# file. ``local_output`` hands it over only when the CLI built that very script; else it is killed, and
+# the CLI runs its own. The same private store, under a ``local:`` key.
+
+
+@dataclass
+class EarlyLocal:
+    """The funnel started by ``start_local``; its stdout goes to ``out`` (a temp file: it never blocks)."""
+
+    proc: Any  # subprocess.Popen
+    out: Any  # the temp file
+    script: str
+    mark: str
+
+
+_local: EarlyLocal | None = None
+_local_active = False
+_local_build: Callable[[str | None], tuple[str, str]] | None = None
+
+
+def start_local(argv: list[str] | None = None) -> bool:
+    """Start the remembered funnel of this ``analyze`` command line; True when it runs. Never raises."""
+    global _local, _local_active
+    argv = list(sys.argv if argv is None else argv)
+    if "analyze" not in argv[1:] or os.environ.get(OFF_ENV, "1") == "0" or "-" in argv[1:]:
+        return False
+    _local_active = True
+    try:
+        directory = runtime_dir()
+        if private_dir(directory, create=False) is None:
+            return False
+        entry = _store(directory).get("local:" + argv_key(argv[1:], os.getcwd(), dict(os.environ)))
+        if not isinstance(entry, dict) or any(file_state(f[0]) != f for f in entry.get("files") or []):
+            return False
+        script, mark = entry.get("script"), entry.get("mark")
+        if not isinstance(script, str) or not isinstance(mark, str):
+            return False
+        import subprocess
+        import tempfile
+
+        out = tempfile.TemporaryFile()
+        proc = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL)
+    except (OSError, ValueError, TypeError):
+        return False
+    _local = EarlyLocal(proc, out, script, mark)
+    return True
+
+
+def local_script(build: Callable[[str | None], tuple[str, str]]) -> tuple[str, str]:
+    """``build(marker)``'s (script, marker), with the early funnel's marker when one runs (as ``command``)."""
+    global _local_build
+    if not _local_active:
+        return build(None)
+    if _local_build is None:
+        _local_build = build
+    return build(_local.mark if _local is not None else None)
+
+
+def local_output(script: str, timeout: float | None = None) -> bytes | None:
+    """The early funnel's stdout when it ran ``script``; None otherwise (it is stopped, unread)."""
+    global _local
+    e, _local = _local, None
+    if e is None:
+        return None
+    if e.script != script:
+        e.proc.kill()
+        e.proc.wait()
+        return None
+    try:
+        e.proc.wait(timeout)
+    except Exception:  # subprocess.TimeoutExpired: as subprocess.run, the child is killed first
+        e.proc.kill()
+        e.proc.wait()
+        raise
+    e.out.seek(0)
+    return e.out.read()
+
+
+def remember_local(files: list[str] | tuple[str, ...] = (), argv: list[str] | None = None) -> None:
+    """Keep this ``analyze``'s funnel script, with a fresh marker, for the next identical command line;
+    ``files``: the rules files that decided it."""
+    if not _local_active or _local_build is None:
+        return
+    argv = list(sys.argv if argv is None else argv)
+    try:
+        directory = runtime_dir()
+        if private_dir(directory) is None:
+            return
+        script, mark = _local_build(None)
+        key = "local:" + argv_key(argv[1:], os.getcwd(), dict(os.environ))
+        _save(
+            directory, key, {"script": script, "mark": mark, "files": [file_state(os.path.abspath(f)) for f in files]}
+        )
+    except (OSError, ValueError, TypeError):
+        return
