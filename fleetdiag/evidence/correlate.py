@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from collections.abc import Collection
 from typing import Any
 
 from .gpu_health import GpuHealth
@@ -51,7 +52,7 @@ class AppError:
     gpu: int | None = None  # GPU index (the rank's device, after CUDA_VISIBLE_DEVICES)
     bus: str | None = None
     uuid: str | None = None
-    names: frozenset[str] = frozenset()  # program names the log itself names (its binary, its source file)
+    names: Collection[str] = frozenset()  # program names the log itself names (its binary, its source file)
 
 
 @dataclass
