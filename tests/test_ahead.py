@@ -260,3 +260,33 @@ def test_analyze_starts_its_funnel_before_the_imports(rt, tmp_path):
         fh.write("INFO 05-09 15:16:00 [core.py:1] all fine again\n")
     grown, notes = analyze()
     assert notes == [[]] and grown == analyze(off=True)[0]
+
+
+def test_an_early_request_the_keeper_does_not_hold_is_sent_again(sshd, rt, monkeypatch):
+    """The early request for a connection the keeper no longer holds is not run; the command's own
+    request is, and the keeper dials for it as it always does."""
+    from fleetdiag.ssh.keeper import ahead
+
+    monkeypatch.setenv("FLEETDIAG_RUNTIME_DIR", str(rt))
+    first = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None)
+    other = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(keepalive=17.0), None)
+    key = connection_key(other)
+    assert key != connection_key(first)
+    req = {"op": "run", "key": key, "params": other, "label": "h", "persist": 30.0}
+    req.update(command="echo ran here", timeout=10, cap=wire.OUTPUT_CAP)
+    argv = ["fleetdiag", "probe", "h"]
+
+    async def go() -> tuple[bytes, int]:
+        await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        ahead._save(rt, ahead.argv_key(argv[1:], os.getcwd(), dict(os.environ)), {"request": req, "mark": "m"})
+        assert ahead.send_early(argv)  # the keeper answers at once; it holds `first`, not `other`
+        conn = keeper_client.KeptConnection(rt, key, other, "h", 30.0, 1.0, False)
+        run = await conn.execute("echo ran here", 10)
+        assert ahead._early is not None and ahead._early.used  # its answer was read: not kept, so sent again
+        return run.stdout, len((await keeper_client._ask(rt, {"op": "list"}, 5.0))["connections"])
+
+    try:
+        assert asyncio.run(go()) == (b"ran here\n", 2)
+    finally:
+        ahead.reset()
+        keeper_client.close_kept(rt)

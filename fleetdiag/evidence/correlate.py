@@ -11,8 +11,8 @@ a "caused by previous Xid N" line stands for Xid N. Benign lines are never chose
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 from .gpu_health import GpuHealth

@@ -296,23 +296,18 @@ def _first_words(out: str) -> str:
     return text[:200]
 
 
+def local_script(spec: FunnelSpec, mark: str | None = None) -> tuple[str, str]:
+    """The script ``run_local`` runs for ``spec``, and its marker (``mark``, else a new one)."""
+    mark = mark or new_mark()
+    return build_script(dataclasses.replace(spec, nice=False), mark), mark  # the user waits: no lowered priority
+
+
+def run_script(script: str, timeout: float | None = None) -> bytes:
+    """A funnel script through the local ``sh``: its stdout."""
+    return subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout).stdout
+
+
 def run_local(spec: FunnelSpec, timeout: float | None = None) -> FunnelResult:
     """Run the same script through the local ``sh``: ``fleetdiag analyze`` uses grep speed too."""
-    from ..ssh.keeper import ahead
-
-    local = dataclasses.replace(spec, nice=False)  # the user waits: no lowered priority
-
-    def build(mark: str | None) -> tuple[str, str]:
-        mark = mark or new_mark()
-        return build_script(local, mark), mark
-
-    script, mark = ahead.local_script(build)  # the entry point may have started this very script
-    raw = ahead.local_output(script, timeout)
-    if raw is None:
-        raw = subprocess.run(
-            ["sh", "-c", script],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-        ).stdout
-    return parse_output(raw.decode("utf-8", "replace"), mark)
+    script, mark = local_script(spec)
+    return parse_output(run_script(script, timeout).decode("utf-8", "replace"), mark)
