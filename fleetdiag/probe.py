@@ -6,15 +6,13 @@ a log gets the same verdict whichever way it was read.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import facts as facts_mod
 from . import job as job_mod
@@ -41,6 +39,10 @@ from .records import (
 )
 from .remote import funnel as funnel_mod
 from .ssh.keeper import ahead
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
 from .ssh.reach import JUMP, NETWORK, HostError, JumpHop, PartialOutput, Runner, TransportOptions, parse_jump_chain
 
 DEFAULT_STALL_AFTER = 600.0
@@ -94,6 +96,8 @@ class ProbeSettings:
     async def rules_ready(self) -> Rules:
         """The rules, waiting for a pending load without blocking the event loop."""
         if self.rules is None and self.rules_pending is not None:
+            import asyncio  # here: ``analyze`` imports this module and never awaits
+
             self.rules = await asyncio.wrap_future(self.rules_pending)
         return self.get_rules()
 

@@ -14,7 +14,6 @@ from ..exitcodes import exit_for
 from ..probe import finish, spec_for
 from ..records import HEALTHY, FunnelResult, HostResult
 from ..remote import funnel as funnel_mod
-from ..render import host_card
 from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
 
 
@@ -137,5 +136,7 @@ def _emit(ctx: Context, res: HostResult, fmt: str | None) -> None:
     if fmt in ("json", "jsonl"):
         ctx.out.json(res.to_json(), indent=2 if fmt == "json" else None)
     else:
+        from ..render import host_card
+
         ctx.out.print(host_card(ctx.out.shown(res)))
     raise SystemExit(int(exit_for([res])))
