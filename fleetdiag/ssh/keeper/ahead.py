@@ -5,7 +5,7 @@ work and the round trip run while the rest of the CLI loads.
 How it stays exact. The request a probe sends is decided by its arguments, its working directory,
 its environment, the inventory and the rules. After a single-host probe through the keeper, the CLI
 remembers that request under a digest of the first three (``remember``), with the state of the
-inventory file it read, in the keeper's private directory. The next identical command finds it before
+inventory file it read, in the keeper's private directory (a file per command line). The next identical command finds it before
 importing anything heavy (``send_early``, from ``fleetdiag.entry``) and sends it with ``kept_only``: the
 keeper runs it only on a connection it already holds, never dials for it. The CLI then runs exactly as
 without send-ahead; where it would send its request (``KeptConnection.execute``), an early request
@@ -37,9 +37,9 @@ from typing import Any
 from .place import private_dir, runtime_dir, socket_path
 
 OFF_ENV = "FLEETDIAG_AHEAD"  # "0": never send ahead (benchmarks compare both ways)
-STORE_NAME = "ahead.json"
-KEEP = 16  # remembered commands (the most recent)
-MAX_STORE = 4 << 20  # bytes read from the store at most
+STORE_DIR = "ahead"  # one file per remembered command line, named by its digest
+KEEP = 32  # remembered command lines (the most recently written)
+MAX_ENTRY = 4 << 20  # bytes read from one entry at most (a probe's request is ~52 KB)
 WAIT = 0.2  # seconds for the keeper's hello (client.HELLO_TIMEOUT): a busy keeper is not waited on
 # What else decides a probe's request besides its arguments: where it looks for its files and whose they are.
 ENV_KEYS = ("HOME", "USER", "LOGNAME", "SSH_AUTH_SOCK", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME")
@@ -84,21 +84,21 @@ def _wanted(argv: list[str]) -> bool:
     return "probe" in argv[1:] and os.environ.get(OFF_ENV, "1") != "0" and not os.environ.get("FLEETDIAG_PASSPHRASE")
 
 
-def _store(directory: Path) -> dict[str, Any]:
-    path = directory / STORE_NAME
+def _entry(directory: Path, key: str) -> dict[str, Any] | None:
+    """The remembered entry of ``key``: a file of ours, private, of bounded size; None otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(directory / STORE_DIR / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return {}
+        return None
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > MAX_STORE:
-            return {}
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > MAX_ENTRY:
+            return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = json.loads(fh.read(MAX_STORE))
-        return data if isinstance(data, dict) else {}
+            data = json.loads(fh.read(MAX_ENTRY))
+        return data if isinstance(data, dict) else None
     except (OSError, ValueError):
-        return {}
+        return None
     finally:
         os.close(fd)
 
@@ -135,7 +135,7 @@ def send_early(argv: list[str] | None = None) -> bool:
         directory = runtime_dir()
         if private_dir(directory, create=False) is None:
             return False
-        entry = _store(directory).get(argv_key(argv[1:], os.getcwd(), dict(os.environ)))
+        entry = _entry(directory, argv_key(argv[1:], os.getcwd(), dict(os.environ)))
         if not isinstance(entry, dict) or any(file_state(f[0]) != f for f in entry.get("files") or []):
             return False
         req, mark = entry.get("request"), entry.get("mark")
@@ -222,20 +222,20 @@ def remember(argv: list[str] | None = None, files: list[str] | tuple[str, ...] =
 
 
 def _save(directory: Path, key: str, entry: dict[str, Any]) -> None:
-    """Store ``entry`` under ``key`` (the most recent ``KEEP``), atomically, private to the user."""
-    entries = _store(directory)
-    entries.pop(key, None)
-    entries[key] = entry
-    while len(entries) > KEEP:
-        entries.pop(next(iter(entries)))
-    data = json.dumps(entries).encode()
-    if len(data) > MAX_STORE:
-        data = json.dumps({key: entry}).encode()
-    tmp = directory / f".{STORE_NAME}.{os.getpid()}"
+    """Write ``entry`` as ``key``'s file, atomically, private to the user; keep the ``KEEP`` newest."""
+    store = directory / STORE_DIR
+    store.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(store)
+    if not os.path.isdir(store) or os.path.islink(store) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return
+    tmp = store / f".{key}.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, directory / STORE_NAME)
+        fh.write(json.dumps(entry).encode())
+    os.replace(tmp, store / f"{key}.json")
+    files = sorted(store.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    for old in files[: max(0, len(files) - KEEP)]:
+        old.unlink(missing_ok=True)
 
 
 def reset() -> None:
@@ -256,7 +256,7 @@ def reset() -> None:
 # the file's path and the rules' patterns, so it is remembered the same way as a probe's request (its
 # rules files in place of the inventory) and started by the entry point, its output into an unnamed temp
 # file. ``local_output`` hands it over only when the CLI built that very script; else it is killed, and
-# the CLI runs its own. The same private store, under a ``local:`` key.
+# the CLI runs its own. The same private store, under a ``local-`` key.
 
 
 @dataclass
@@ -285,7 +285,7 @@ def start_local(argv: list[str] | None = None) -> bool:
         directory = runtime_dir()
         if private_dir(directory, create=False) is None:
             return False
-        entry = _store(directory).get("local:" + argv_key(argv[1:], os.getcwd(), dict(os.environ)))
+        entry = _entry(directory, "local-" + argv_key(argv[1:], os.getcwd(), dict(os.environ)))
         if not isinstance(entry, dict) or any(file_state(f[0]) != f for f in entry.get("files") or []):
             return False
         script, mark = entry.get("script"), entry.get("mark")
@@ -343,7 +343,7 @@ def remember_local(files: list[str] | tuple[str, ...] = (), argv: list[str] | No
         if private_dir(directory) is None:
             return
         script, mark = _local_build(None)
-        key = "local:" + argv_key(argv[1:], os.getcwd(), dict(os.environ))
+        key = "local-" + argv_key(argv[1:], os.getcwd(), dict(os.environ))
         _save(
             directory, key, {"script": script, "mark": mark, "files": [file_state(os.path.abspath(f)) for f in files]}
         )
