@@ -5,7 +5,7 @@
 #
 #   FLEETDIAG_BUNDLE=/abs/bundle bash bench/cost_device.sh
 #
-# COST_CPU_HOSTS (200), COST_CPU_S (seconds left for the CPU rows; 0 skips them).
+# COST_CPU_HOSTS (200), COST_CPU_S (seconds for the CPU rows; 0 skips them), COST_WARM_S, COST_ANALYZE_S.
 set -eu
 # shellcheck source=bench/_device_setup.sh
 . "$(dirname "$0")/_device_setup.sh"
@@ -17,12 +17,12 @@ PY=$VENV/bin/python
 s() { echo "== $(date -u +%T) $* (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores)"; }
 
 s "warm probe, 240 ms"
-timeout 110 "$PY" bench/warm_probe.py --repeat 3 >"$OUTDIR/warm.txt" 2>&1
+timeout "${COST_WARM_S:-110}" "$PY" bench/warm_probe.py --repeat 3 >"$OUTDIR/warm.txt" 2>&1
 echo "rc=$?"
 tail -32 "$OUTDIR/warm.txt"
 
 s "analyze 1 GiB"
-timeout 120 "$PY" bench/analyze_big.py --sizes-mb 100,1024 --repeat 3 --json-out "$OUTDIR/analyze.json" \
+timeout "${COST_ANALYZE_S:-120}" "$PY" bench/analyze_big.py --sizes-mb 100,1024 --repeat 3 --json-out "$OUTDIR/analyze.json" \
     >"$OUTDIR/analyze.txt" 2>&1
 echo "rc=$?"
 tail -30 "$OUTDIR/analyze.txt"
