@@ -79,3 +79,28 @@ def test_a_request_error_followed_by_a_crash_is_judged_on_the_crash() -> None:
     assert d.verdict == "failed" and d.decisive is not None
     assert "illegal memory access" in d.decisive.line
     assert "send_error" not in d.decisive.line
+
+
+def test_a_test_tools_failure_after_its_fixed_width_rows_is_not_joined_to_a_row() -> None:
+    """nccl-tests' result table has rows of one width (which look like lines a terminal cut at it); the
+    host-tagged failure lines after them are lines of their own, so the failure stays decisive."""
+    head = (
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+        "   busbw #wrong\n"
+    )
+    row = (
+        "  {:>10}     {:>9}     float     sum      -1   4532.1  236.92  473.38      0   4519.2  237.60  474.73      0\n"
+    )
+    rows = "".join(row.format(2**k, 2**k // 4) for k in range(27, 31))
+    fails = "".join(
+        f"node-{h}: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '\n"
+        f" .. node-{h} pid {4000 + h}: Test failure common.cu:915\n"
+        for h in (3, 7, 12)
+    )
+    for log in (head + rows + fails, "".join(f"[1,0]<stdout>:{ln}\n" for ln in (head + rows + fails).splitlines())):
+        d = analyze_text(log, rules=RULES)
+        assert d.decisive is not None, log
+        assert d.decisive.line.endswith(
+            "node-3: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '"
+        ), d.decisive.line
+        assert d.decisive.process == "node-3"

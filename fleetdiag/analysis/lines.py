@@ -262,6 +262,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
             m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
         elif step == 1 and time is not None and not tags and level is None and s.find("]: ", i, i + 120) > 0:
             m = _UNIT_PID.match(s, i)  # "2026-03-25T19:17:07+02:00 gemma3.server[16376]: ..."
+        elif tags and level is None and s.find(": Test ", i, i + 80) > i:
+            m = _NCCL_TESTS.match(s, i)  # mpirun's "[1,0]<stdout>:" before nccl-tests' "node7: Test NCCL failure"
         if m is None:
             c = s[i]
             if source is not None and c != "[" and c != "(":

@@ -45,9 +45,12 @@ _PREFIXES = (
     ),
     re.compile(r"^(?P<epoch>1\d{9}(?:\d{3})?(?:\.\d+)?)[\t ,]+"),
 )
-# after a prefix is removed, what shows the remainder is a log line of its own
+# after a prefix is removed, what shows the remainder is a log line of its own; so does a host's tag
+# ("node-7: ", "HCA-14: ": a name with a digit or hyphen, as pdsh, srun --label and nccl-tests print it),
+# which keeps a fixed-width table (nccl-tests' result rows) from reading as lines a terminal cut
 _OWN_HEADER = re.compile(
     r"^(?:\(\w[^)]*pid=\d+|\[(?:\d|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
+    r"(?=[A-Za-z0-9.-]*[0-9-])[A-Za-z0-9][A-Za-z0-9.-]*: \S|"
     + _TS
     + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"
 )
