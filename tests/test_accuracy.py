@@ -27,6 +27,9 @@ FLOORS = {
     # are dress and a llama.cpp server's error answer to one task is request-scoped (classes made on
     # tests/corpus_extra, #22)
     "tests/corpus_heldout2": 27,
+    # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
+    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6)
+    "tests/corpus_heldout3": 21,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -37,7 +40,7 @@ FLOORS = {
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
 SUPPORTED_FLOOR = 134
 # set -> the most decoys accepted (the present values; every other set: none)
-DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0}
+DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 1}
 
 
 def _bench():
