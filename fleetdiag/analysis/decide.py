@@ -419,12 +419,17 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
         ev = j.ev
         end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
         seen: set[str] = set()
+        own = {ln.index for ln in ev.block}
         for ln in run[pos.get(end, len(run)) + 1 :]:
-            if ln.process != ev.process or ln.index in in_block:
+            if ln.process != ev.process:
                 continue
-            if rules.is_serving(ln.raw):
-                out[k] = True  # the server answered a request after it
+            # the server answered a request after it; an error answer counts (it is a line of its own
+            # event, a request-scoped benign one: the loop caught the error and went on)
+            if ln.index not in own and rules.is_serving(ln.raw):
+                out[k] = True
                 break
+            if ln.index in in_block:
+                continue
             if _normal(ln, rules):
                 seen.add(ln.msg.strip())  # one note repeated word for word while waiting is not work
                 if len(seen) >= SURVIVAL_LINES:

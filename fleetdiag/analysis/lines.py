@@ -31,6 +31,7 @@ _LEVEL_ALIASES = {
     "W": "WARNING",
     "E": "ERROR",
     "F": "CRITICAL",
+    "D": "DEBUG",
 }
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
@@ -68,8 +69,10 @@ _ISO_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
 # nccl-tests name the host before their failure lines: "node7: Test NCCL failure common.cu:959 '...'"
 _NCCL_TESTS = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*): (?=Test (?:NCCL|CUDA) failure )")
-# llama.cpp's common log: "0.00.160.791 I cmn  message" (time since start, one-letter level)
-_GGML_LOG = _p(r"(?P<time>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[IWEFD]) +")
+# llama.cpp's common log: "0.00.160.791 I cmn  message" (time since start, one-letter level; a line
+# printed without a level keeps the stamp alone), after the pid a server names its process by: "[46009] "
+_GGML_LOG = _p(r"(?P<time>\d+\.\d\d\.\d\d\d\.\d\d\d) (?:(?P<level>[IWEFD]) +)?")
+_BRACKET_PID = _p(r"\[(?P<tag>\d{2,7})\] (?=\d+\.\d\d\.\d\d\d\.\d\d\d )")
 # after a time: a journald/snap "unit[pid]: " (short-iso without the host, or with it)
 _UNIT_PID = _p(r"(?:[a-z0-9][\w.-]* )?(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
 _UNIT_PID_START = _p(r"(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
@@ -115,6 +118,7 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
         _BRACKET_LEVEL,
         _BRACKET_SOURCE,
         _BRACKET_NAME_LEVEL,
+        _BRACKET_PID,
     ),
     "-": (_PYDASH,),
     "|": (_LOGURU,),
@@ -275,6 +279,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
             m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
         elif step == 1 and time is not None and not tags and level is None and s.find("]: ", i, i + 120) > 0:
             m = _UNIT_PID.match(s, i)  # "2026-03-25T19:17:07+02:00 gemma3.server[16376]: ..."
+        elif tags and level is None and s.find(": Test ", i, i + 80) > i:
+            m = _NCCL_TESTS.match(s, i)  # mpirun's "[1,0]<stdout>:" before nccl-tests' "node7: Test NCCL failure"
         if m is None:
             c = s[i]
             if source is not None and c != "[" and c != "(":

@@ -50,9 +50,12 @@ _MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:
 # short-precise; /var/log/syslog). The line model reads it (the identifier is the process tag); only
 # the order check looks past it, at the program's own text
 _SYSLOG = re.compile(r"^(?:(?:" + _TS + "|" + _MONTH_TS + r") )?(?:\S+ )?[\w.@/-]+\[\d+\]: ")
-# after a prefix is removed, what shows the remainder is a log line of its own
+# after a prefix is removed, what shows the remainder is a log line of its own; so does a host's tag
+# ("node-7: ", "HCA-14: ": a name with a digit or hyphen, as pdsh, srun --label and nccl-tests print it),
+# which keeps a fixed-width table (nccl-tests' result rows) from reading as lines a terminal cut
 _OWN_HEADER = re.compile(
     r"^(?:\(\w[^)]*pid=\d+|\[(?:\d+(?=[-:./ T\]])|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
+    r"(?=[A-Za-z0-9.-]*[0-9-])[A-Za-z0-9][A-Za-z0-9.-]*: \S|"
     + _TS
     + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"
 )
@@ -68,10 +71,13 @@ SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the se
 # which stream the lines came from, so it goes; a label that varies is a process tag the line model peels.
 # A label may start with a digit when it has a letter and no clock in it: a job runner's
 # "[177/train/578 (pid 28936)] [09c561ee-…] " after its own stamp.
+# A bare number is a label only when it is a pid's (2 to 7 digits) on nearly every line: a server that
+# names its own process before each line ("[46009] ", llama.cpp's router and its forks); a varying number
+# is a rank or a job's tag, kept by the line model.
 _LABEL = re.compile(r"^\[(?P<label>[A-Za-z0-9][^\[\]]{0,100})\]:? ")
 _NOT_LABEL = re.compile(
     r"^(?:rank|default)\d+$|^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
-    r"|^[^A-Za-z]*$|\d:\d\d"
+    r"|^(?!\d{2,7}$)[^A-Za-z]*$|\d:\d\d"
 )
 LABELS = 3  # constant labels in a row, at most (a runner's step label, then its run id)
 
