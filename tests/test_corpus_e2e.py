@@ -74,10 +74,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "json",
         "line right, category other (labelled nccl): the NCCL heartbeat monitor's 'watchdog got stuck'",
     ),
-    "deepspeed_mgm_91_cuda_mismatch_one_line": (
-        "json",
-        "line right, category other (labelled config): DeepSpeed's CUDAMismatchException",
-    ),
     "llamacpp_27430_pid_stamp_level_prefix_illegal_access": (
         "both",
         "healthy, no line: llama-server's '[pid] uptime E' prefix hides its CUDA error",
@@ -98,10 +94,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     "nccl_tests_322_many_hosts_unhandled_cuda_error_after_rows": (
         "json",
         "the first all_reduce_perf result row, not the 'HCA-128: Test NCCL failure common.cu:1204' lines",
-    ),
-    "ray_openrlhf_866_deferred_cuda_call_internal_assert": (
-        "json",
-        "line right, category other (labelled cuda): torch.cuda.DeferredCudaCallError",
     ),
     # not listed: llamacpp_ramalama_1914 reads healthy here and in bench/accuracy.py (both judge a
     # fresh copy of each log) but `stalled` when its file is older than the 600 s stall window:
