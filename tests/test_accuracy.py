@@ -26,6 +26,9 @@ FLOORS = {
     # same file left 600 s old reads `stalled`); 27 since a toolkit mismatch is config and CUDA's lazy
     # initialisation failure is cuda (classes made on tests/corpus_extra, not on this set)
     "tests/corpus_heldout2": 27,
+    # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
+    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6)
+    "tests/corpus_heldout3": 21,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -36,7 +39,7 @@ FLOORS = {
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
 SUPPORTED_FLOOR = 136
 # set -> the most decoys accepted (the present values; every other set: none)
-DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 1}
+DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 1, "tests/corpus_heldout3": 1}
 
 
 def _bench():
