@@ -469,7 +469,6 @@ CODE_RULES = {
 KERNEL_RULES = {
     "kernel:Xid of class hardware stands alone": "",
     "kernel:Xid of class driver stands alone": "",
-    "kernel:Xid 154 asking for a recovery stands alone": "",
     "kernel:Xid of class application never stands alone": "",
     "kernel:Xid of class informational never stands alone": "",
     "kernel:GPU off the bus / lost stands alone": "",
@@ -588,6 +587,16 @@ def _opens_traceback(msg: str) -> bool:
     return "Traceback" in msg and TB_START.search(msg) is not None
 
 
+def _gave_decisive_role(hit: str, d: Any, rules: Any) -> bool:
+    """A secondary rule whose role the decisive line carries: a wrapper promoted because only it quotes the
+    cause keeps the wrapper role, while its signature comes from the quoted message."""
+    kind, _, text = hit.partition("\0")
+    dec = d.decisive
+    if dec is None or text.strip() != (dec.message or "").strip():
+        return False
+    return any(r.kind == kind and r.role == dec.role for r in rules.secondary)
+
+
 def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[str, str]) -> dict[str, set[str]]:
     """{rule id: ids of the right cases where the rule matched a line the decision used}.
 
@@ -622,7 +631,7 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
         for rid, hit in rec.hits.items():
             sec = rid.split(":", 1)[0]
             if sec == "secondary":
-                if any(h.split("\0", 1)[0] in used for h in hit):
+                if any(h.split("\0", 1)[0] in used or _gave_decisive_role(h, d, rules) for h in hit):
                     out[rid].add(c.id)
             elif sec in ("peer", "benign", "serving"):
                 out[rid].add(c.id)
@@ -667,12 +676,10 @@ def _kernel_fired(cases: list[Case]) -> tuple[dict[str, set[str]], dict[str, set
             if hit.get("kind") == "xid":
                 code = hit.get("code")
                 codes[f"xid:{code}"].add(c.id)
-                action = table.get(code).action
-                cls = (
-                    "kernel:Xid 154 asking for a recovery stands alone"
-                    if code == 154
-                    else f"kernel:Xid of class {action} stands alone"
-                )
+                # Xid 154 takes the class of the recovery it asks for (evidence/correlate.py): a reset or a
+                # reboot is driver, a drain hardware, as the card's category says
+                action = (dec.get("category") or "driver") if code == 154 else table.get(code).action
+                cls = f"kernel:Xid of class {action} stands alone"
                 classes[cls].add(c.id)
             elif hit.get("kind") in _KERNEL_KIND:
                 classes[_KERNEL_KIND[hit["kind"]]].add(c.id)
@@ -730,8 +737,9 @@ def rule_support(cases: list[Case]) -> dict[str, dict[str, list[str]]]:
     for rid in KERNEL_RULES:
         need: set[str] = set()
         for code, ids in xneeded.items():
-            action = table.get(int(code.split(":")[1])).action
-            if rid.startswith(f"kernel:Xid of class {action} ") or (code == "xid:154" and "154" in rid):
+            # Xid 154's data says informational; the cases that need it ask for a reset or a reboot (driver)
+            action = "driver" if code == "xid:154" else table.get(int(code.split(":")[1])).action
+            if rid.startswith(f"kernel:Xid of class {action} "):
                 need.update(ids)
         is_xid_class = rid.startswith("kernel:Xid")
         out[rid] = {"fires": sorted(kclasses.get(rid, ())), "needed": sorted(need) if is_xid_class else None}

@@ -28,6 +28,34 @@ from typing import Any
 SLACK_S = 86400.0  # a stamp may lie this far after the reference time (skewed clocks, zones)
 
 MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+# Months as tools print them under other locales (glibc's abmon of de, fr, es, it, pt, nl, pl, ru, uk, sv, cs, tr,
+# da, nb, fi, hu, ro; lower case, no closing dot; none names two months): `dmesg -T` and `journalctl -o short`
+# format their stamps with the user's LC_TIME, so a ticket's attachment may say "kwi 11" for April 11.
+LOCAL_MONTHS = {
+    name: month
+    for month, names in {
+        1: "janv ene gen sty янв січ led oca tammi ian",
+        2: "févr fev lut фев лют úno şub helmi febr",
+        3: "mär mars mrt мар бер bře maalis márc",
+        4: "avril abr kwi апр кві dub nis april huhti ápr",
+        5: "mai mag mei maj мая тра kvě touko máj",
+        6: "juin giu cze июн чер čen haz juni kesä jún iun",
+        7: "juil lug lip июл лип čec tem juli heinä júl iul",
+        8: "août ago sie авг сер srp ağu elo",
+        9: "sept set wrz сен вер zář eyl syys szept",
+        10: "okt ott out paź окт жов říj eki loka",
+        11: "lis ноя лис kas marras",
+        12: "dez déc dic gru дек гру pro ara des joulu",
+    }.items()
+    for name in names.split()
+}
+
+
+def month_number(name: str) -> int | None:
+    """1-12 for a month's abbreviation in English or one of LOCAL_MONTHS's locales ("Apr", "kwi", "févr."), else None."""
+    key = name.lower().rstrip(".")
+    return MONTHS.get(key) or LOCAL_MONTHS.get(key)
+
 
 _ISO = re.compile(
     r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _-](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d+))?"

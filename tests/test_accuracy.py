@@ -17,15 +17,17 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 242,
+    "tests/corpus_extra": 249,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, never tuned on (tests/corpus_heldout2/README.md): 23 when first
     # measured, 24 since the abort signature became a weak cause; bench/accuracy.py judges each log
     # through a fresh copy (as just written), so its idle llama-server case reads healthy: 25 (the
-    # same file left 600 s old reads `stalled`); 27 since a toolkit mismatch is config and CUDA's lazy
-    # initialisation failure is cuda (classes made on tests/corpus_extra, not on this set)
-    "tests/corpus_heldout2": 27,
+    # same file left 600 s old reads `stalled`); 26 since the NCCL heartbeat monitor's lines take the
+    # collective-timeout signature (category nccl), a class fixed on tests/corpus_extra's logs; 28 since a
+    # toolkit mismatch is config and CUDA's lazy initialisation failure is cuda (classes made on
+    # tests/corpus_extra, not on this set)
+    "tests/corpus_heldout2": 28,
     # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
     # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6)
     "tests/corpus_heldout3": 21,
@@ -37,7 +39,7 @@ FLOORS = {
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 136
+SUPPORTED_FLOOR = 140
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 1, "tests/corpus_heldout3": 1}
 

@@ -71,10 +71,6 @@ HELDOUT_KNOWN_WRONG: set[str] = set()
 # among its context lines); "both" a wrong verdict or line that the card shows too. Strict: a general fix that makes one pass
 # is noticed, and its entry goes (with the floor in tests/test_accuracy.py raised).
 HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "deepspeed_llamafactory_6964_zero3_offload_watchdog_stuck": (
-        "json",
-        "line right, category other (labelled nccl): the NCCL heartbeat monitor's 'watchdog got stuck'",
-    ),
     "llamacpp_27430_pid_stamp_level_prefix_illegal_access": (
         "both",
         "healthy, no line: llama-server's '[pid] uptime E' prefix hides its CUDA error",

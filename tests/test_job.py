@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from datetime import datetime, timedelta, timezone
@@ -27,6 +28,7 @@ if not (SHARED / "corpus").is_dir():
 MULTI = SHARED / "corpus" / "multinode"
 HANG = SHARED / "fixtures" / "hang"
 CASES = sorted(p.stem for p in MULTI.glob("*.json"))
+BENCH_JOB_SCALE = Path(__file__).resolve().parents[1] / "bench" / "job_scale.py"
 MTIME = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc).timestamp()
 
 
@@ -294,3 +296,44 @@ def test_ranks_of_each_form(line, ranks, world):
     from fleetdiag.job import HostEvidence, ranks_of
 
     assert ranks_of(HostEvidence(host="h", line="", lines=[line])) == (ranks, world)
+
+
+def _job_scale():
+    spec = importlib.util.spec_from_file_location("fleetdiag_bench_job_scale", BENCH_JOB_SCALE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_root_causes_time_is_linear_in_the_fleet():
+    """4x the failed hosts costs < 5x the time, in every fleet shape of bench/job_scale.py (the pairwise
+    membership tests made it quadratic: 16x); measured in one run, in CPU seconds, the best of two each."""
+    bench = _job_scale()
+    for shape in bench.SHAPES:
+        small, big, rcs = float("inf"), float("inf"), []
+        for _ in range(2):  # interleaved, the best of each: CPU time, and a load that changes between runs
+            small = min(small, bench.timed(250, shape)[0])
+            t, rcs = bench.timed(1000, shape)
+            big = min(big, t)
+        assert big < 5 * small + 0.05, (shape, small, big)
+        roots = 1 if shape in ("one-job", "no-endpoint") else 1000 // bench.JOB
+        assert len(rcs) == roots, shape
+        assert all("CUDA error" in rc.line and len(rc.affected) == 1000 // roots - 1 for rc in rcs), shape
+
+
+def test_a_peer_named_by_its_ipv6_address_is_found_in_an_indexed_fleet():
+    """A name that is not one word (an IPv6 address) is still found in another host's error text, among many."""
+    from fleetdiag.job.membership import _Host, _index_names
+
+    def ev(name: str, address: str, line: str) -> HostEvidence:
+        return HostEvidence(host=name, line=line, message=line, address=address)
+
+    peer = "[rank1]: RuntimeError: Connection closed by peer [fd00::7]:29500"
+    hosts = [_Host(ev("gpu-a1", "fd00::7", "RuntimeError: CUDA error"), "", None, "", set())]
+    hosts += [_Host(ev(f"gpu-b{k}", f"fd00::{k + 100:x}", peer), "peer", None, "", set()) for k in range(300)]
+    for h in hosts:
+        h.keys = {h.ev.host, h.ev.address}
+    _index_names(hosts)
+    assert all(h.names(hosts[0]) for h in hosts[1:])
+    assert not any(h.names(o) for h in hosts for o in hosts[1:] if o is not h)

@@ -91,20 +91,10 @@ def current_lines(lines: list[LogLine], rules: Rules) -> list[LogLine]:
     if start == 0:
         return lines
     banner = _stage(lines[start])
-    stages = {_stage(ln) for ln in lines[start:]}
-    earlier = [
-        ln
-        for ln in lines[:start]
-        if _stage(ln) is not None
-        and _stage(ln) != banner
-        and (_stage(ln) not in stages or not _restarted(lines, start, _stage(ln), rules))
-    ]
+    # the stages that printed their own run-start banner after ``start`` too: their earlier lines are an older run
+    restarted = {_stage(ln) for ln in lines[start:] if rules.is_run_start(ln.raw)}
+    earlier = [ln for ln in lines[:start] if (st := _stage(ln)) is not None and st != banner and st not in restarted]
     return earlier + lines[start:] if earlier else lines[start:]
-
-
-def _restarted(lines: list[LogLine], start: int, stage: str | None, rules: Rules) -> bool:
-    """Did this stage print its own run-start banner after ``start`` too?"""
-    return any(_stage(ln) == stage and rules.is_run_start(ln.raw) for ln in lines[start:])
 
 
 def _norm(s: str) -> str:
@@ -244,10 +234,11 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             continue
         detail = [d for d in ev.detail[:20] if not rules.is_benign(d)]
         sig = rules.signature_for(text, *detail) or ev.signature
-        if sig is not None and sig.weak and ev.kind == "exception" and detail and not sig.pat.search(text):
+        while sig is not None and sig.weak and ev.kind == "exception" and detail and not sig.pat.search(text):
             # an exit code after the message (the shell's "exit status 1") is how the process ended, not what
-            # this exception is: it keeps its own signature
-            sig = rules.signature_for(text)
+            # this exception is: it keeps its own signature, or a strong one of the lines after that code
+            detail = [d for d in detail if not sig.pat.search(d)]
+            sig = rules.signature_for(text, *detail)
         if sig is None and ev.kind == "exception" and not ev.message:
             sig = rules.signature_for(text, *_raising_frames(ev))
         weak = ev.weak
@@ -631,11 +622,39 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
     return "; ".join(parts)
 
 
-# an engine's periodic report (vLLM V0 and V1): throughput and the requests it holds
+# an engine's periodic report (vLLM V0 and V1): throughput, then the requests it holds, running and waiting.
+# Three searches, one after the other: one pattern with two lazy gaps backtracked in quadratic time on a line
+# of many "Running:" and no "Waiting:"; a number is digits (a stray "." or "1.2.3" is not one to convert)
+_NUM = r"\d+(?:\.\d+)?"
 _ENGINE_STATS = re.compile(
-    r"Avg prompt throughput: (?P<p>[\d.]+) tokens/s, Avg generation throughput: (?P<g>[\d.]+) tokens/s,"
-    r"(?:.*?)Running: (?P<r>\d+) reqs,(?:.*?)(?:Pending|Waiting): (?P<w>\d+) reqs"
+    rf"Avg prompt throughput: (?P<p>{_NUM}) tokens/s, Avg generation throughput: (?P<g>{_NUM}) tokens/s,"
 )
+_ENGINE_RUNNING = re.compile(r"Running: (\d+) reqs,")
+_ENGINE_WAITING = re.compile(r"(?:Pending|Waiting): (\d+) reqs")
+
+
+@dataclass
+class EngineReport:
+    """One periodic report: tokens/s of prompt and generation (as printed), requests running and waiting."""
+
+    prompt: str
+    generation: str
+    running: int
+    waiting: int
+
+
+def engine_report(msg: str) -> EngineReport | None:
+    """The numbers of an engine's periodic report line, or None when the line is not one."""
+    m = _ENGINE_STATS.search(msg) if "throughput" in msg else None
+    if m is None:
+        return None
+    r = _ENGINE_RUNNING.search(msg, m.end())
+    w = _ENGINE_WAITING.search(msg, r.end()) if r is not None else None
+    if r is None or w is None:
+        return None
+    return EngineReport(m["p"], m["g"], int(r.group(1)), int(w.group(1)))
+
+
 HUNG_REPORTS = 2  # consecutive engine reports without progress while requests wait: a hung engine
 
 
@@ -648,27 +667,27 @@ def hung_engine(run: list[LogLine], rules: Rules) -> str | None:
     waiting) and nothing is generated, or requests wait and none is running,
     report after report, with no request answered since.
     """
-    tail: list[tuple[LogLine, re.Match[str]]] = []
+    tail: list[tuple[LogLine, EngineReport]] = []
     for ln in reversed(run):
         if rules.is_serving(ln.raw) and "Avg prompt throughput" not in ln.raw:
             break  # a request was answered after these reports
-        m = _ENGINE_STATS.search(ln.msg) if "throughput" in ln.msg else None
-        if m is None:
+        rep = engine_report(ln.msg)
+        if rep is None:
             continue
-        p, g, r, w = float(m["p"]), float(m["g"]), int(m["r"]), int(m["w"])
+        p, g, r, w = float(rep.prompt), float(rep.generation), rep.running, rep.waiting
         stuck = (r + w > 0 and p == 0 and g == 0) or (r == 0 and w > 0)
         if not stuck:
             break
-        tail.append((ln, m))
+        tail.append((ln, rep))
     if len(tail) < HUNG_REPORTS:
         return None
     last = tail[0][1]
     first = tail[-1][0]
     since = f" since {first.time}" if first.time else ""
     return (
-        f"engine hung: {len(tail)} reports in a row{since} with requests held (running {last['r']}, waiting "
-        f"{last['w']}) and no progress (prompt {last['p']}, generation {last['g']} tokens/s); the front end only "
-        "answers probes"
+        f"engine hung: {len(tail)} reports in a row{since} with requests held (running {last.running}, waiting "
+        f"{last.waiting}) and no progress (prompt {last.prompt}, generation {last.generation} tokens/s); the front "
+        "end only answers probes"
     )
 
 

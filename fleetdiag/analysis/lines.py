@@ -140,7 +140,24 @@ _GROUPS = {
     )
 }
 # Terminal UIs (k9s, less with borders, rich panels) frame each line: "│ text   │".
-_FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
+_FRAMES = "│┃║"
+
+
+def unframe(s: str) -> str:
+    """The line inside a terminal UI's frame: the opening frame and one blank after it, then trailing blanks, a
+    closing frame and the blanks before it. By string operations: a regex of a lazy group and two blank runs
+    backtracked in cubic time on a long run of blanks."""
+    if not s or s[0] not in _FRAMES:
+        return s
+    body = s[2:] if s[1:2].isspace() else s[1:]
+    if "\n" in body:  # a regex's "." stops at a newline: such a text was never one framed line
+        return s
+    body = body.rstrip()
+    if body and body[-1] in _FRAMES:
+        body = body[:-1].rstrip()
+    return body
+
+
 # Colour codes whose ESC byte was lost in a copy-paste ("[1;36m(VllmWorker pid=1)[0;0m",
 # "^[[0m", "#033[0m", "\ufffd[0m"), and a carriage return shown as "^M".
 _ANSI_LOST = re.compile(
@@ -232,8 +249,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
         s = html.unescape(s)
     if "\xa0" in s:
         s = s.replace("\xa0", " ")
-    if s and s[0] in "│┃║":
-        s = _FRAME.sub(r"\1", s)
+    if s and s[0] in _FRAMES:
+        s = unframe(s)
     if _ANSI_GATE.search(s) is not None or s.endswith("^M"):
         s = _ANSI_LOST.sub("", s)
     tags: list[str] = []

@@ -100,10 +100,11 @@ def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
     return _OTHER, None
 
 
-def _states_a_cause(sig: Signature) -> bool:
-    """A native runtime's fatal line stays a cause when a supervisor relays it at INFO level.
+def _counts_at_info(sig: Signature) -> bool:
+    """Whether a line this signature matches is an event though it was logged at INFO or below.
 
-    A serving stack that re-logs its workers' stderr ("INFO ... Failed: Cuda error x.cuh:164")
+    A native runtime's fatal line stays a cause when a supervisor relays it at INFO level:
+    a serving stack that re-logs its workers' stderr ("INFO ... Failed: Cuda error x.cuh:164")
     puts its own level word before the child's words: the level is the relay's, the
     failure is the child's. Only strong causes pass (an exit code does not), and the notes a
     program only ever logs at INFO when it is stuck (role consequence: they lose to any error).
@@ -316,7 +317,7 @@ class _Stream:
             self._exception(ln, em.group("type"), (em.group("msg") or "").strip())
             return
         sig = self.rules.standalone_for(s) if s else None
-        if sig is not None and (not quiet or _states_a_cause(sig)):
+        if sig is not None and (not quiet or _counts_at_info(sig)):
             self.out.append(Event("signature", ln, self.key[0], block=[ln], message=s, signature=sig, weak=sig.weak))
             self.last_idle = ln
             return

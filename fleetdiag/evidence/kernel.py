@@ -21,8 +21,11 @@ _RE_ISO = re.compile(rf"^(?P<t>{_ISO})\s+(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*
 _RE_ISO_BARE = re.compile(rf"^(?P<t>{_ISO})\s+")  # dmesg --time-format iso
 # Talos: 'kern: warning: [<ISO>]: ', with the node's name or address before it when talosctl asked many nodes
 _RE_TALOS = re.compile(rf"^(?:[\w.:-]+:\s+)?kern:\s*\w+:\s*\[(?P<t>{_ISO})\]:\s*")
+# a month or a weekday as a locale abbreviates it ("Apr", "kwi", "févr.", "Do", "Чт"); see timestamps.LOCAL_MONTHS
+_MON = r"[^\W\d_]{3,6}\.?"
+_DAY = r"[^\W\d_]{2,5}\.?"
 _RE_SYSLOG = re.compile(  # syslog, journalctl -o short and short-precise (fractional seconds)
-    r"^(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?\s+"
+    rf"^(?P<mon>{_MON})\s+(?P<day>\d{{1,2}})\s+(?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?\s+"
     r"(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*(?P<boot>\d+\.\d+)\]\s*)?"
 )
 _RE_FULL = re.compile(  # journalctl -o short-full: 'Tue 2024-08-30 11:43:09 UTC host kernel: '
@@ -32,11 +35,11 @@ _RE_FULL = re.compile(  # journalctl -o short-full: 'Tue 2024-08-30 11:43:09 UTC
 _RE_MONO_HOST = re.compile(r"^\S+ kernel:\s?")  # journalctl -o short-monotonic: '[ 5.1] host kernel: '
 _RE_BOOT_MARK = re.compile(r"^Linux version \d|^-- (?:Boot [0-9a-f]+|Reboot) --")
 _RE_DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX")
-_RE_CTIME = re.compile(
-    r"^\[(?:[A-Za-z]{3}\s+)?(?P<mon>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
+_RE_CTIME = re.compile(  # dmesg -T
+    rf"^\[(?:{_DAY}\s+)?(?P<mon>{_MON})\s+(?P<day>\d{{1,2}})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
     r"(?P<year>\d{4})\]\s?"
 )
-_RE_HUMAN_ABS = re.compile(r"^\[(?P<mon>[A-Za-z]{3})(?P<day>\d{1,2})\s+(?P<hm>\d\d:\d\d)\]\s?")  # dmesg -H header
+_RE_HUMAN_ABS = re.compile(rf"^\[(?P<mon>{_MON})(?P<day>\d{{1,2}})\s+(?P<hm>\d\d:\d\d)\]\s?")  # dmesg -H header
 _RE_HUMAN_REL = re.compile(r"^\[\s*\+(?P<rel>\d+\.\d+)\]\s?")
 _RE_BOOT = re.compile(r"^\[\s*(?P<boot>\d+\.\d+)\]\s?")
 _RE_KERNEL = re.compile(r"^kernel:\s?")
@@ -178,7 +181,7 @@ def _zone(z: str) -> int:
 
 
 def _wall(clock: Clock, mon: str, day: str, hms: str, year: int | None = None) -> float | None:
-    mo = timestamps.MONTHS.get(mon.lower())
+    mo = timestamps.month_number(mon)
     if not mo:
         return None
     return timestamps.wall(mo, int(day), hms, clock.tz_offset, clock.now, year or clock.year)

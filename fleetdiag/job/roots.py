@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -257,7 +258,8 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
                     "the other hosts show only consequences"
                 ),
             )
-    named = [h for h in group if sum(1 for o in group if o is not h and o.names(h)) == len(group) - 1]
+    counts = _named_by(group)
+    named = [h for h in group if counts[id(h)] == len(group) - 1]
     if len(named) == 1:
         h = named[0]
         return (
@@ -267,6 +269,15 @@ def _root(group: list[_Host], rules: JobRules) -> tuple[_Host, int | None, str, 
             (f"every other host's peer-caused error names {h.ev.host}; it has no local-origin error in the lines read"),
         )
     return None
+
+
+def _named_by(group: list[_Host]) -> Counter[int]:
+    """How many other hosts of the group name each one (by id) in their error lines: counted from each host's
+    ``named`` once groups() indexed them, not asked of every pair."""
+    if any(h.named is None for h in group):
+        return Counter(id(h) for h in group for o in group if o is not h and o.names(h))
+    ids = {id(h) for h in group}
+    return Counter(k for o in group for k in o.named or () if k in ids)
 
 
 def _last_own(ev: HostEvidence, before: float | None = None) -> str | None:
