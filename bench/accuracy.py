@@ -454,7 +454,6 @@ CODE_RULES = {
     "code:launcher summary's other ranks": "torchelastic's Failures: entries before the Root Cause",
     "code:failures after a launcher restart": "the errors of workers restarted after the first failure",
     "code:survived error (the process went on)": "an error followed by normal work or served requests",
-    "code:deepest process at one moment": "a worker's error over its engine core's at the same moment",
     "code:launcher-only answer": "a launcher's report when the log holds nothing it wraps",
     "code:health probes are not progress": "`GET /health 200` after an error does not make it survived",
     "code:normalise: service prefix removed": "a log service's timestamp and severity on every line",
@@ -545,8 +544,6 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
     reason = dec.reason or ""
     if "only line quoting its error" in reason:
         out.add("code:wrapper quoting a missing cause")
-    if "primary error of the deepest process" in reason:
-        out.add("code:deepest process at one moment")
     if dec.role == "launcher" and "wrote no error" in reason:
         out.add("code:launcher-only answer")
     run = decide.current_lines(parse_all(norm.lines, rules.tag_peelers), rules)

@@ -432,20 +432,6 @@ def test_standalone_error_shapes(rules, line, category):
     assert diag.decisive.category == category
 
 
-def test_deeper_process_wins_at_the_same_moment(rules):
-    text = "\n".join(
-        [
-            "(APIServer pid=1) ERROR 05-09 15:15:08 [serving.py:1] ValueError: something the API server noticed",
-            "(Worker_TP0 pid=7) ERROR 05-09 15:15:08 [multiproc_executor.py:870] RuntimeError: CUDA error: an illegal memory access was encountered",
-        ]
-    )
-    dec = run(text, rules).decisive
-    assert dec.process == "Worker_TP0 pid=7"
-    assert "deepest process" in dec.reason
-    later = text.replace("15:15:08 [multiproc", "15:45:08 [multiproc")  # half an hour later: a different story
-    assert run(later, rules).decisive.process == "APIServer pid=1"
-
-
 def test_warnings_and_info_are_never_decisive(rules):
     text = "\n".join(
         [

@@ -6,9 +6,9 @@ exit, a *peer-caused* transport or watchdog error blaming another process, or
 a *consequence*. The decisive error is the earliest cause of the latest run;
 then a peer-caused line (on a node that failed because of a peer, its own
 transport error is what the job analysis reasons with); a wrapper or launcher
-only when nothing it wraps is in the log. Among simultaneous causes the
-deepest process wins (a worker over its engine core over the API server),
-because the parent only reports that the child died.
+only when nothing it wraps is in the log. A parent's report that its child
+died (an engine core's or an API server's) is a wrapper by its text, not by
+its process: the cause is the earliest line of the best tier, whoever printed it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..records import FAILED, HEALTHY, STALLED, STARTING, Decisive, Diagnosis, L
 from ..units import signal_name
 from . import hints
 from .fingerprint import fingerprint
-from .lines import SEVERITY, LogLine, clean, parse_all, time_key
+from .lines import SEVERITY, LogLine, clean, parse_all
 from .normalise import Normalised, filed_time, normalise
 from .processes import rank_of
 from .rules import CAUSE, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
@@ -37,7 +37,6 @@ STRONG, WEAK, LAUNCH_TIER, INCOMPLETE, REPORTER, ONLY_SECONDARY = range(6)
 PEER_TIER = WEAK
 _TIER_OF_ROLE = {PEER: PEER_TIER, LAUNCHER: LAUNCH_TIER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
 _TIER_OF_SECONDARY = {PEER: PEER_TIER, LAUNCHER: REPORTER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
-SIMULTANEOUS_S = 5.0  # errors this close in time count as one moment for the depth preference
 
 
 @dataclass(eq=False)
@@ -331,26 +330,40 @@ def _nested(outer: Event, inner: Event) -> bool:
 SURVIVED = "handled errors (the process went on normally)"
 RESTARTED = "failures after the launcher restarted the workers"
 _LAUNCH_CHILD = re.compile(r"local_rank: ?(\d+) \(pid: ?(\d+)\)")
+# torchelastic's (and DLRover's) own statement of a restart; INFO, so newer torch prints it only with LOGLEVEL=INFO
+_RESTARTING = re.compile(r"attempts left; will restart worker group")
+# the agent's pid in a glog-style prefix (torch >= 2.2: "E1201 18:32:10.197000 510 torch/distributed/...py:986]")
+_AGENT_PID = re.compile(r"\b[IWEF]\d{4} [\d:.]+ +(\d+) [\w./-]+\.py:\d+\]")
 
 
-def restarted_after(judged: list[Judged]) -> int | None:
-    """Line index of a launcher's first report of a child when it later reports a new child of that local rank.
+def restarted_after(judged: list[Judged], run: Sequence[LogLine] = ()) -> int | None:
+    """Line index of a launcher's report of a failed child after which it started the workers again.
 
     torchelastic's ``--max-restarts`` starts the workers again after a failure;
     when the restart fails too, its errors (a connect refused by peers that are
-    gone) follow from the first failure, which is the answer.
+    gone, a checkpoint the first failure left half written) follow from the
+    first failure, which is the answer. The restart shows as the agent's own
+    "N/M attempts left; will restart worker group", or as a later report by the
+    same agent (its tag and its pid) of a child with another pid: an agent
+    reports one failure per attempt.
     """
-    first: dict[str, tuple[str, int]] = {}
+    restarts = [ln.index for ln in run if "attempts left" in ln.msg and _RESTARTING.search(ln.msg)]
+    first: dict[tuple[str | None, str | None], tuple[str, int]] = {}
     for j in judged:
-        if j.line_role != LAUNCHER or j.role not in ("primary", "secondary"):
-            continue
+        if j.line_role != LAUNCHER or j.role not in ("primary", "secondary", "repeat"):
+            continue  # a repeat: the same report for a new child, its pid aside
         m = _LAUNCH_CHILD.search(j.ev.line.msg)
         if m is None:
             continue
-        rank, pid = m.groups()
-        if rank in first and first[rank][0] != pid:
-            return first[rank][1]
-        first.setdefault(rank, (pid, j.ev.line.index))
+        at = j.ev.line.index
+        if any(r > at for r in restarts):
+            return at
+        agent = _AGENT_PID.search(j.ev.line.raw)
+        who = (j.ev.process, agent.group(1) if agent else None)
+        pid = m.group(2)
+        if who in first and first[who][0] != pid:
+            return first[who][1]
+        first.setdefault(who, (pid, at))
     return None
 
 
@@ -420,14 +433,9 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
     return out
 
 
-def _simultaneous(a: Event, b: Event) -> bool:
-    ta, tb = time_key(a.line.time), time_key(b.line.time)
-    return ta is not None and tb is not None and abs(ta - tb) <= SIMULTANEOUS_S
-
-
 def choose(judged: list[Judged], rules: Rules) -> Judged | None:
     """Earliest line of the best tier (a cause, then a peer-caused error, then a launcher or
-    wrapper, then a consequence); a deeper process wins a tie in time."""
+    wrapper, then a consequence)."""
     prim = [j for j in judged if j.role in ("primary", "secondary")]
     if not prim:
         return None
@@ -435,11 +443,7 @@ def choose(judged: list[Judged], rules: Rules) -> Judged | None:
     cands = sorted((j for j in prim if j.tier == tier), key=lambda j: j.ev.line.index)
     if any(j.role == "primary" for j in cands):  # an error line beats a secondary rule's match of its tier
         cands = [j for j in cands if j.role == "primary"]
-    best = cands[0]
-    for c in cands[1:]:
-        if rules.depth_of(c.ev.process) > rules.depth_of(best.ev.process) and _simultaneous(best.ev, c.ev):
-            best = c
-    return best
+    return cands[0]
 
 
 _FALLBACK_HINTS = {
@@ -609,8 +613,6 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
         what = "a traceback without its final line (cut or still being written)"
     elif best.tier == WEAK:
         what = "no exception found; earliest error line" if len(prim) > 1 else "the only error line"
-    elif prim and prim[0] is not best:
-        what = f"primary error of the deepest process ({rules.depth_of(ev.process)} > {rules.depth_of(prim[0].ev.process)}), at the same moment as an earlier one"
     else:
         what = "earliest primary error" if len(prim) > 1 or cascade else "the only primary error"
     parts = [f"{what}, {where}"]
@@ -746,7 +748,7 @@ def _diagnose(
     run = current_lines(parsed, rules)
     events = build_events(run, rules)
     judged = classify(events, rules, summary_other_failures(run))
-    again = restarted_after(judged)
+    again = restarted_after(judged, run)
     if again is not None:
         for j in judged:
             if j.ev.line.index > again and j.role == "primary":

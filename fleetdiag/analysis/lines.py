@@ -95,9 +95,9 @@ _RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
 
 # containerd/CRI log files (/var/log/pods): "2024-01-01T00:00:00.000000000Z stderr F message"
 _CRI = _p(r"(?:stdout|stderr) [FP] ")
-# syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message"
+# syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message" (journalctl -o short-precise: 03:04:05.123456)
 _SYSLOG = _p(
-    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d) \S+ "
+    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) \S+ "
     r"(?P<tag>[\w.@/-]+\[\d+\]): "
 )
 
@@ -270,7 +270,7 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 if m is None and "Test " in s:
                     m = _NCCL_TESTS.match(s)
                 if m is None and s.find("]: ", 0, 120) > 0:
-                    m = _UNIT_PID_START.match(s)  # an export's "gemma3.server[16376]: ..." (time already gone)
+                    m = _UNIT_PID.match(s)  # an export's "[host ]gemma3.server[16376]: ..." (time already gone)
         elif source is None and tags and tags[-1] in _RAY_SYS_TAGS and s.find(": ", i, i + 80) > 0:
             m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
         elif step == 1 and time is not None and not tags and level is None and s.find("]: ", i, i + 120) > 0:

@@ -45,9 +45,14 @@ _PREFIXES = (
     ),
     re.compile(r"^(?P<epoch>1\d{9}(?:\d{3})?(?:\.\d+)?)[\t ,]+"),
 )
+_MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+# a journal's or a syslog file's line: stamp, host, identifier[pid] (journalctl -o short, short-iso,
+# short-precise; /var/log/syslog). The line model reads it (the identifier is the process tag); only
+# the order check looks past it, at the program's own text
+_SYSLOG = re.compile(r"^(?:(?:" + _TS + "|" + _MONTH_TS + r") )?(?:\S+ )?[\w.@/-]+\[\d+\]: ")
 # after a prefix is removed, what shows the remainder is a log line of its own
 _OWN_HEADER = re.compile(
-    r"^(?:\(\w[^)]*pid=\d+|\[(?:\d|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
+    r"^(?:\(\w[^)]*pid=\d+|\[(?:\d+(?=[-:./ T\]])|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
     + _TS
     + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"
 )
@@ -253,7 +258,8 @@ def normalise(lines: list[Line]) -> Normalised:
             work = joined
             out.steps.append(f"lines re-wrapped at {width} columns joined")
             changed = True
-    if _newest_first([t for t, _, _ in work], [st for _, _, st in work]):
+    own = [_SYSLOG.sub("", t, count=1) if "]: " in t[:160] else t for t, _, _ in work]
+    if _newest_first(own, [st for _, _, st in work]):
         work.reverse()
         out.steps.append("newest-first order reversed")
         changed = True

@@ -194,19 +194,6 @@ class SecondaryRule(_Compiled):
         return "cause" in self.regex.groupindex
 
 
-@dataclass
-class ProcessRule:
-    """How deep a process tag sits: worker 3, engine core 2, API server 1."""
-
-    pattern: str
-    depth: int
-    role: str = ""
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.regex = re.compile(self.pattern)
-
-
 # the rule lists a Rules holds: what a copy with one rule disabled (Rules.without) or a recording copy starts from
 RULE_FIELDS = (
     "keywords",
@@ -216,7 +203,6 @@ RULE_FIELDS = (
     "ready",
     "benign",
     "serving",
-    "processes",
     "secondary",
     "signatures",
     "peer",
@@ -236,7 +222,6 @@ class Rules:
     ready: list[str] = field(default_factory=list)
     benign: list[str] = field(default_factory=list)
     serving: list[str] = field(default_factory=list)  # a server answering requests: errors before it were survived
-    processes: list[ProcessRule] = field(default_factory=list)
     secondary: list[SecondaryRule] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
     peer: list[SecondaryRule] = field(default_factory=list)  # data/peer.yaml peer_caused: blames another process
@@ -407,15 +392,6 @@ class Rules:
     def is_keyword(self, text: str) -> bool:
         return self._is("keywords", self.keyword_pats, text)
 
-    def depth_of(self, process: str | None) -> int:
-        """Worker 3 > engine core 2 > API server 1; untagged lines count as 1."""
-        if not process:
-            return 1
-        for rule in self.processes:
-            if rule.regex.search(process):
-                return rule.depth
-        return 2
-
 
 def ere_union(patterns: Sequence[str]) -> str:
     """One ERE matching any of the patterns (each kept in its own group)."""
@@ -507,7 +483,7 @@ def load_rules(extra: Iterable[Path | str] = (), *, user_default: bool = True, d
             files.append(up)
     files.extend(Path(p) for p in extra)
     merged: dict[str, Any] = {k: [] for k in LIST_SECTIONS}
-    merged.update(processes=[], secondary=[], signatures=[])
+    merged.update(secondary=[], signatures=[])
     shipped_tags: list[str] = []
     for i, path in enumerate(files):
         _merge(merged, _read(path), str(path), first=(i == 0))
@@ -557,7 +533,7 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-_KNOWN = set(LIST_SECTIONS) | {"version", "processes", "secondary", "signatures"}
+_KNOWN = set(LIST_SECTIONS) | {"version", "secondary", "signatures"}
 
 
 def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) -> None:
@@ -577,20 +553,6 @@ def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) 
                 _check_py(pat, f"{src}: {key}[{idx}]")
             if pat not in merged[key]:
                 merged[key].append(pat)
-    procs = data.get("processes") or []
-    if not isinstance(procs, list):
-        raise RulesError(f"{src}: processes: must be a list")
-    for idx, item in enumerate(procs):
-        where = f"{src}: processes[{idx}]"
-        _need(item, where, ("pattern", "depth"), ("pattern", "depth", "role"))
-        _check_py(item["pattern"], where)
-        if not isinstance(item["depth"], int):
-            raise RulesError(f"{where}: depth must be an integer")
-    # a later file's process rules are tried first, like its signatures
-    if first:
-        merged["processes"].extend(dict(p) for p in procs)
-    else:
-        merged["processes"][:0] = [dict(p) for p in procs]
     _merge_named(
         merged["secondary"],
         data.get("secondary") or [],
@@ -702,7 +664,6 @@ def _build(
         ready=merged["ready"],
         benign=merged["benign"],
         serving=merged["serving"],
-        processes=[ProcessRule(p["pattern"], int(p["depth"]), str(p.get("role", ""))) for p in merged["processes"]],
         secondary=[
             SecondaryRule(str(s["kind"]), s["pattern"], bool(s.get("header", False)), str(s.get("role", CONSEQUENCE)))
             for s in merged["secondary"]
