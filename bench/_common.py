@@ -72,10 +72,12 @@ class Measured:
     out: bytes
     err: bytes
     timed_out: bool = False
+    parts: str = ""  # each process's own peak RSS in the tree, largest first ("fleetdiag 120, spread 45, ...")
+    at_peak: str = ""  # the tree at its largest sample, by process ("fleetdiag 90 + spread 4 x 70")
 
 
-def _tree_rss_kb(root: int) -> int:
-    """Sum of VmRSS over ``root`` and its descendants, from /proc."""
+def _tree_rss_kb(root: int, each: dict[int, int] | None = None) -> int:
+    """Sum of VmRSS over ``root`` and its descendants, from /proc; ``each`` gets every process's."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in os.scandir("/proc"):
@@ -94,8 +96,25 @@ def _tree_rss_kb(root: int) -> int:
     while todo:
         p = todo.pop()
         total += rss.get(p, 0)
+        if each is not None:
+            each[p] = rss.get(p, 0)
         todo.extend(children.get(p, ()))
     return total
+
+
+def _role(pid: int) -> str:
+    """A process's short name for ``Measured.parts``: a fleetdiag child by its module, else argv[0]'s name."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    for a in argv:
+        if a.startswith(b"fleetdiag."):
+            return a.decode(errors="replace").rsplit(".", 1)[-1]
+    name = Path(argv[0].decode(errors="replace")).name if argv and argv[0] else "?"
+    if name.startswith("python") and len(argv) > 1:
+        name = Path(argv[1].decode(errors="replace")).name or name
+    return name
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -161,11 +180,23 @@ def run_measured(
         peak = [0]
         stop = threading.Event()
         killed = [False]
+        own: dict[int, int] = {}  # pid: its largest RSS seen
+        roles: dict[int, str] = {}
+        at_peak: dict[int, int] = {}
 
         def sampler() -> None:
             while not stop.wait(0.2):
                 try:
-                    peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+                    each: dict[int, int] = {}
+                    total = _tree_rss_kb(proc.pid, each)
+                    if total > peak[0]:
+                        peak[0] = total
+                        at_peak.clear()
+                        at_peak.update(each)
+                    for pid, kb in each.items():
+                        if pid not in roles:
+                            roles[pid] = _role(pid)
+                        own[pid] = max(own.get(pid, 0), kb)
                 except (OSError, ValueError, IndexError):
                     pass
 
@@ -202,6 +233,16 @@ def run_measured(
         )
         for fh in (out, err, inp):
             fh.close()
+        big = sorted(((kb, roles.get(pid, "?")) for pid, kb in own.items() if kb >= 10240), reverse=True)
+        result.parts = ", ".join(f"{r} {kb / 1024:.0f}" for kb, r in big[:8])
+        by_role: dict[str, list[int]] = {}
+        for pid, kb in at_peak.items():
+            if kb >= 10240:
+                by_role.setdefault(roles.get(pid, "?"), []).append(kb)
+        result.at_peak = " + ".join(
+            f"{r} {len(v)} x {sum(v) / len(v) / 1024:.0f}" if len(v) > 1 else f"{r} {v[0] / 1024:.0f}"
+            for r, v in sorted(by_role.items(), key=lambda kv: -sum(kv[1]))
+        )
         return result
 
 

@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI sweep rows (in-process rows and clush only)")
     ap.add_argument("--offline", action="store_true", help="only what grows with the fleet, no SSH")
     ap.add_argument("--json-out")
+    ap.add_argument("--only", help="comma-separated words: only the rows whose name holds one (clush always runs)")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "SPEC"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -345,11 +346,16 @@ def run(lab: Lab, args) -> dict:
         rows["fleetdiag sweep, CLI, fresh"] = lambda: cli(False)
         rows["fleetdiag sweep, CLI, warm (keeper counted)"] = lambda: cli(True)
     rows[f"clush -f {args.fanout} (ssh processes counted)"] = clush
+    if args.only:
+        words = [w.strip() for w in args.only.split(",") if w.strip()]
+        rows = {k: fn for k, fn in rows.items() if k.startswith("clush") or any(w in k for w in words)}
     got: dict[str, list[tuple[float, int]]] = {k: [] for k in rows}
     for rep in range(args.repeat):
         for name, fn in rows.items():
             lab.wait_idle()
             got[name].append(fn())
+            cpu, ok = got[name][-1]
+            print(f"    {name}: {cpu * 1000 / n:.1f} ms/host, {ok}/{n} complete", flush=True)
         print(f"  round {rep + 1}/{args.repeat} done, load {load_average()}", flush=True)
     analysis = in_process("analysis")[0]
     startup = median(run_measured([fd, "--version"]).cpu for _ in range(3))

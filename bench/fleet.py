@@ -219,7 +219,11 @@ def run(lab: Lab, sizes: list[int], args) -> dict:
                 note = (note + " server CPU incomplete").strip()
             server = (lab.server_cpu() - cpu0[0]) * scale
             results.append((name, m, ok, note, server))
-            print(f"  {n} hosts: {name}: {m.wall:.2f} s, {ok}/{n} complete {note}", flush=True)
+            print(
+                f"  {n} hosts: {name}: {m.wall:.2f} s, {ok}/{n} complete {note}; CPU {m.cpu:.1f} s, "
+                f"RSS largest {m.maxrss_mb:.0f} MB, tree {m.tree_mb or 0:.0f} MB (then: {m.at_peak}); own peaks (MB): {m.parts}",
+                flush=True,
+            )
             cpu0[0] = lab.server_cpu()
 
         if "fleetdiag" in wanted:
@@ -518,6 +522,8 @@ def report(n: int, results, slowest: float, fd_label: str, args) -> dict:
                 "floor_s": floor,
                 "maxrss_mb": m.maxrss_mb,
                 "tree_mb": m.tree_mb,
+                "own_peaks_mb": m.parts,
+                "tree_at_peak_mb": m.at_peak,
                 "complete": ok,
                 "note": note,
             }

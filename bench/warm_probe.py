@@ -91,11 +91,11 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
 
     timings: dict[str, list[dict]] = {}
 
-    def probe(persist: str, label: str = "") -> tuple[float, int]:
+    def probe(persist: str, label: str = "", ahead: bool = True) -> tuple[float, int]:
         lab.reset_counts()
         m = run_measured(
             [fd, "-i", str(inv), "probe", "far", "--json", "--persist", persist, *fleetdiag_transport_args(lab)],
-            env=env,
+            env=env if ahead else {**env, "FLEETDIAG_AHEAD": "0"},
             timeout=300,
         )
         host = json.loads(m.out.decode() or "{}").get("hosts", [{}])[0]
@@ -117,7 +117,7 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
     floor: dict[str, list[float]] = {"python": [], "before": [], "remote": [], "first_send_wall": []}
 
     def first_send() -> None:
-        """A warm probe in-process: when the command left for the keeper (the last socket connect)."""
+        """A warm probe in-process: when its run request left for the keeper (sent ahead or not)."""
         marks = lab.dir / "first-send"
         marks.unlink(missing_ok=True)
         argv = [sys.executable, str(Path(__file__).with_name("_first_send.py")), str(marks)]
@@ -126,13 +126,14 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
         sends = marks.read_text().split() if marks.exists() else []
         if m.rc not in (0, 1) or not sends:
             raise SystemExit(f"the in-process warm probe failed (rc {m.rc}): {m.err.decode()[-1500:]}")
-        floor["before"].append(float(sends[-1]))
+        floor["before"].append(float(sends[0]))
         floor["first_send_wall"].append(m.wall)
 
     rows: dict[str, list[tuple[float, int]]] = {
         "ssh true": [],
         "fleetdiag probe, cold (starts the keeper)": [],
         "fleetdiag probe, warm (kept connection)": [],
+        "fleetdiag probe, warm, FLEETDIAG_AHEAD=0 (not sent ahead)": [],
         "fleetdiag probe, fresh (--persist 0)": [],
     }
     for rep in range(args.repeat):
@@ -140,6 +141,7 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
         run_measured([fd, "connections", "--close"], env=env)  # no keeper: the next probe is cold
         rows["fleetdiag probe, cold (starts the keeper)"].append(probe("10m", "cold"))
         rows["fleetdiag probe, warm (kept connection)"].append(probe("10m", "warm"))
+        rows["fleetdiag probe, warm, FLEETDIAG_AHEAD=0 (not sent ahead)"].append(probe("10m", "noahead", False))
         rows["fleetdiag probe, fresh (--persist 0)"].append(probe("0", "fresh"))
         probe("10m")  # the keeper dials again: the next one is warm
         first_send()
@@ -164,7 +166,7 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
     for label, det in timings.items():
         if label:
             print(
-                f"  {label:5}: connect {median(d.get('connect_ms') or 0 for d in det):.0f}, exec "
+                f"  {label:7}: connect {median(d.get('connect_ms') or 0 for d in det):.0f}, exec "
                 f"{median(d.get('exec_ms') or 0 for d in det):.0f}, probe total "
                 f"{median(d.get('total_ms') or 0 for d in det):.0f}, CPU {median(d['cpu_s'] for d in det):.2f}"
             )

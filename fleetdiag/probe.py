@@ -6,15 +6,13 @@ a log gets the same verdict whichever way it was read.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import facts as facts_mod
 from . import job as job_mod
@@ -40,6 +38,11 @@ from .records import (
     Timing,
 )
 from .remote import funnel as funnel_mod
+from .ssh.keeper import ahead
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
 from .ssh.reach import JUMP, NETWORK, HostError, JumpHop, PartialOutput, Runner, TransportOptions, parse_jump_chain
 
 DEFAULT_STALL_AFTER = 600.0
@@ -93,6 +96,8 @@ class ProbeSettings:
     async def rules_ready(self) -> Rules:
         """The rules, waiting for a pending load without blocking the event loop."""
         if self.rules is None and self.rules_pending is not None:
+            import asyncio  # here: ``analyze`` imports this module and never awaits
+
             self.rules = await asyncio.wrap_future(self.rules_pending)
         return self.get_rules()
 
@@ -284,9 +289,15 @@ def remote_spec(
 
 
 def probe_command(
-    host: HostLike, source: LogSource, log_path: str | None, settings: ProbeSettings, rules: Rules
+    host: HostLike,
+    source: LogSource,
+    log_path: str | None,
+    settings: ProbeSettings,
+    rules: Rules,
+    mark: str | None = None,
 ) -> tuple[str, str]:
-    """The one exec a probe sends, and its output marker (the benchmarks send this very command)."""
+    """The one exec a probe sends, and its output marker (``mark``, else a new one; the benchmarks send
+    this very command)."""
     spec = remote_spec(
         host,
         source,
@@ -297,7 +308,7 @@ def probe_command(
         path_prepend=settings.path_prepend,
         command_timeout=settings.transport.command_timeout,
     )
-    mark = funnel_mod.new_mark()
+    mark = mark or funnel_mod.new_mark()
     return funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), mark
 
 
@@ -360,7 +371,8 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Runner | Non
             conn = await open_host(host, settings)
         timing.connect_ms = round(conn.connect_ms, 1)
         rules = await settings.rules_ready()
-        command, mark = probe_command(host, source, log_path, settings, rules)
+        # built with the marker of a request sent ahead for this command line, if any (ssh.keeper.ahead)
+        command, mark = ahead.command(lambda m: probe_command(host, source, log_path, settings, rules, mark=m))
         run = await conn.execute(command, settings.transport.command_timeout)
         if not run.started and own:  # the keeper was gone before it took the command: direct, once
             conn.close()
@@ -414,6 +426,7 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Runner | Non
     res.address = host.target
     if res.log is None:
         res.log = log_path
+    t0 = min(t0, ahead.sent_at() or t0)  # its request left before this call: counted from there
     res.timing.total_ms = round((time.perf_counter() - t0) * 1000, 1)
     return res
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from . import job as job_mod
 from . import units
@@ -116,9 +117,10 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
             if job.redactor is not None:
                 doc = job.redactor.obj(doc)
             try:
-                out.report = write_atomic(job.report, json.dumps(doc, indent=1) + "\n")
+                out.report = write_atomic(job.report, functools.partial(_dump, doc))
             except OSError as exc:
                 out.report_error = f"cannot write the report {job.report}: {exc.strerror or exc}"
+            del doc  # the report is on disk: what follows needs only the results
             if store is not None:
                 try:
                     out.changes = store.record_sweep(
@@ -145,6 +147,12 @@ async def execute(job: SweepJob, progress: Any = None) -> SweepOutcome:
         elif job.notify and out.changes is None:
             out.notes.append("--notify skipped: without the history, what is new cannot be known")
         return out
+
+
+def _dump(doc: Any, fh: TextIO) -> None:
+    """The report streamed to its file: as one string it was ~20 KB a host at its peak."""
+    json.dump(doc, fh, indent=1)
+    fh.write("\n")
 
 
 async def _probe(job: SweepJob, progress: Any, memory: CostMemory) -> tuple[list[HostResult], bool]:

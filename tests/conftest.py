@@ -29,6 +29,9 @@ os.environ["FLEETDIAG_DISCOVER_UNDER"] = str(os.getpid())
 for _var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
     os.environ[_var] = str(_SESSION_DIR / _var.lower())
 (_SESSION_DIR / "home" / ".ssh").mkdir(parents=True, mode=0o700)
+# the keeper's socket and what commands remember to send ahead (ssh/keeper/ahead.py): the session's own
+(_SESSION_DIR / "runtime").mkdir(mode=0o700)
+os.environ["XDG_RUNTIME_DIR"] = str(_SESSION_DIR / "runtime")
 os.environ["HOME"] = str(_SESSION_DIR / "home")
 os.environ.pop("SSH_AUTH_SOCK", None)
 

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("a fleet", ("ssh.scheduler", "ssh.spread", "plan", "watch", "preflight", "demo")),
     ("sweep", ("sweep",)),
     ("output", ("render",)),
-    ("commands", ("cli",)),
+    ("commands", ("cli", "entry")),
 ]
 
 

@@ -6,9 +6,9 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.text import Text
@@ -17,6 +17,8 @@ from .. import __version__
 from ..exitcodes import Exit
 from ..render import Output
 from ..ssh.reach import COMMAND_TIMEOUT, CONNECT_TIMEOUT
+
+T = TypeVar("T")
 
 
 class Context:
@@ -374,6 +376,24 @@ def transport_from(kw: dict[str, Any]):
 
 
 PIPE_CLOSED = Exit.PIPE_CLOSED  # (kept for importers; the code lives in exitcodes)
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``, its result handed back outside the task.
+
+    On Python 3.11 and 3.12 ``asyncio.run`` ends with ``signal.getsignal(SIGINT)``, which builds (and
+    drops) the repr of its SIGINT handler, the main task included, and so the task's result: a
+    sweep's outcome of 5,000 hosts made a ~90 MB string there, the parent's peak. The task returns
+    nothing here, so nothing big is ever repr'd."""
+    import asyncio  # here: the CLI's start-up does not need it
+
+    box: list[T] = []
+
+    async def main() -> None:
+        box.append(await coro)
+
+    asyncio.run(main())
+    return box[0]
 
 
 def quiet_stdout() -> None:

@@ -13,8 +13,7 @@ from ..evidence.host import apply_collection
 from ..exitcodes import exit_for
 from ..probe import finish, spec_for
 from ..records import HEALTHY, FunnelResult, HostResult
-from ..remote.funnel import run_local
-from ..render import host_card
+from ..remote import funnel as funnel_mod
 from . import DURATION, Context, handle_errors, main, output_options, pass_ctx
 
 
@@ -100,7 +99,7 @@ def analyze(
             if not os.path.exists(path):  # the user's input, not a host's state
                 raise click.BadParameter(f"{path}: no such file", param_hint="PATH")
             target = os.path.abspath(path)
-        fr = run_local(spec_for(target, rules))
+        fr = _funnel(spec_for(target, rules), rules.sources if path != "-" else None)
         res = finish("-" if path == "-" else path, fr, rules, stall_after)
         if kc is not None:
             res = apply_collection(res, fr, kc, live=False)
@@ -110,6 +109,21 @@ def analyze(
         if tmp:
             os.unlink(tmp)
     _emit(ctx, res, fmt)
+
+
+def _funnel(spec: funnel_mod.FunnelSpec, remember: list[str] | None) -> FunnelResult:
+    """``funnel.run_local``, taking the output of the same script when the entry point started it before
+    the imports (``ssh.keeper.ahead``); ``remember``: the rules files, and the next identical command line
+    starts it so (None: not remembered, a log read from stdin)."""
+    from ..ssh.keeper import ahead
+
+    script, mark = ahead.local_script(lambda m: funnel_mod.local_script(spec, m))
+    raw = ahead.local_output(script)
+    if raw is None:
+        raw = funnel_mod.run_script(script)
+    if remember is not None:
+        ahead.remember_local(files=remember)
+    return funnel_mod.parse_output(raw.decode("utf-8", "replace"), mark)
 
 
 def _kernel_only(kc: object) -> HostResult:
@@ -122,5 +136,7 @@ def _emit(ctx: Context, res: HostResult, fmt: str | None) -> None:
     if fmt in ("json", "jsonl"):
         ctx.out.json(res.to_json(), indent=2 if fmt == "json" else None)
     else:
+        from ..render import host_card
+
         ctx.out.print(host_card(ctx.out.shown(res)))
     raise SystemExit(int(exit_for([res])))

@@ -18,7 +18,7 @@ from ..probe import ProbeSettings
 from ..records import HostResult
 from ..render import fleet_view, host_card
 from ..ssh.scheduler import probe_many
-from . import Context, handle_errors, main, pass_ctx
+from . import Context, handle_errors, main, pass_ctx, run_async
 
 if TYPE_CHECKING:
     from ..demo import DemoFleet
@@ -109,7 +109,7 @@ def demo(ctx: Context, serve: bool) -> None:
                 return results
 
         try:
-            results = asyncio.run(go())
+            results = run_async(go())
         except KeyboardInterrupt:
             return
     if serve:

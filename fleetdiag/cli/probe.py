@@ -247,6 +247,8 @@ def probe(
         results += unfinished
     order = {h.name: i for i, h in enumerate(hosts)}
     results.sort(key=lambda r: order.get(r.host, 0))
+    if len(hosts) == 1 and persist > 0 and not interrupted:  # the next identical command sends it ahead
+        remember_request(ctx)
     emit(ctx, results, fmt, all_cards=all_cards, view=view)
     if interrupted:
         ctx.out.error(
@@ -259,6 +261,19 @@ def probe(
         )
         raise SystemExit(int(Exit.INTERRUPTED))
     raise SystemExit(int(exit_for(results)))
+
+
+def remember_request(ctx: Context) -> None:
+    """Keep this probe's request for the next identical command line (``ssh.keeper.ahead``), with the
+    inventory file that decided it."""
+    from ..inventory import InventoryError, find_inventory
+    from ..ssh.keeper import ahead
+
+    try:
+        files = [str(find_inventory(ctx.inventory_arg))]
+    except InventoryError:
+        files = []
+    ahead.remember(files=files)
 
 
 def interrupted_results(hosts: list, results: list[HostResult], settings: ProbeSettings) -> list[HostResult]:

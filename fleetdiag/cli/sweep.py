@@ -30,7 +30,15 @@ from ..exitcodes import Exit
 from ..inventory import fold
 from ..records import SCHEMA_VERSION
 from ..render import FleetProgress, Output
-from ..render.history import change_lines, current_lines, fleet_line, history_lines, history_table, lemon_lines
+from ..render.history import (
+    change_lines,
+    current_lines,
+    fleet_line,
+    history_lines,
+    history_table,
+    lemon_lines,
+    news_of,
+)
 from ..render.listing import fits
 from ..ssh.scheduler import INTERNAL, INTERRUPTED, default_deadline
 from ..store import (
@@ -62,6 +70,7 @@ from . import (
     main,
     output_options,
     pass_ctx,
+    run_async,
     select_hosts,
     transport_options,
     view_options,
@@ -83,19 +92,22 @@ def print_outcome(
 
     Everything goes through ``env``: redacted under --redact, host text made visible. ``view``
     (--only/--hide) keeps the news of the hosts whose trouble has those verdicts; csv, md and html
-    write the fleet as this sweep found it (with the news in the report).
+    write the fleet as this sweep found it (with the news in the report). Only what is printed is
+    shown (copied visible): the news' lines need each trouble's words, not every host's whole record,
+    and a copy of 5,000 results was the largest thing a sweep held.
     """
     view = view or View()
-    raw, out = out, env.shown(out)
+    raw = out
     store_error = env.shown(str(raw.store_error)) if raw.store_error else None
-    for note in ([out.report_error] if out.report_error else []) + (
-        [f"history not updated: {store_error}" + (f"; this sweep's results are in {out.report}" if out.report else "")]
+    report = env.shown(str(raw.report)) if raw.report else None
+    for note in ([env.shown(raw.report_error)] if raw.report_error else []) + (
+        [f"history not updated: {store_error}" + (f"; this sweep's results are in {report}" if report else "")]
         if store_error
         else []
     ):
         env.err.print(Text(f"fleetdiag sweep: {note}", style="bold red"), soft_wrap=True)
-    if out.interrupted:
-        unfinished = [r.host for r in out.results if r.error_kind == INTERRUPTED]
+    if raw.interrupted:
+        unfinished = [env.shown(r.host) for r in raw.results if r.error_kind == INTERRUPTED]
         env.err.print(
             Text(
                 f"fleetdiag sweep: interrupted; {len(unfinished)} host(s) unfinished: {fold(unfinished)}",
@@ -103,7 +115,7 @@ def print_outcome(
             ),
             soft_wrap=True,
         )
-    bugs = [r.host for r in out.results if r.error_kind == INTERNAL]
+    bugs = [env.shown(r.host) for r in raw.results if r.error_kind == INTERNAL]
     if bugs:
         env.err.print(
             Text(
@@ -113,8 +125,8 @@ def print_outcome(
             ),
             soft_wrap=True,
         )
-    for note in out.notes:
-        env.err.print(Text(f"fleetdiag sweep: {note}", style="yellow"), soft_wrap=True)
+    for note in raw.notes:
+        env.err.print(Text(f"fleetdiag sweep: {env.shown(note)}", style="yellow"), soft_wrap=True)
     if fmt == "json":
         env.json(
             {
@@ -127,7 +139,22 @@ def print_outcome(
             }
         )
         return
-    changes = _filtered_changes(out.changes, view) if out.changes is not None else None
+    changes = _filtered_changes(env.shown(news_of(raw.changes)), view) if raw.changes is not None else None
+    if fmt in ("csv", "md", "html") or view.summary or changes is None:
+        _print_fleet(env, raw, fmt, view, changes)
+        return
+    lines = change_lines(changes)
+    if not lines:
+        return
+    for line in lines:
+        env.print(line, soft_wrap=True)
+    env.print(Text(fleet_line(raw.results, report), style="dim"), soft_wrap=True)
+
+
+def _print_fleet(env: Output, raw: SweepOutcome, fmt: str | None, view: View, changes: Changes | None) -> None:
+    """The outputs that show every host (csv, md, html, --summary, the troubles when the history is
+    unusable): the results are shown whole here."""
+    out = env.shown(raw)
     results = view.keep(out.results)
     note = view.note(len(out.results), len(results))
     if fmt in ("csv", "md", "html"):
@@ -299,7 +326,7 @@ def sweep(
                     pass
 
     try:
-        out = asyncio.run(go())
+        out = run_async(go())
     except LockBusy as exc:
         ctx.out.err.print(Text(f"fleetdiag sweep: {ctx.out.shown(str(exc))}", style="bold red"), soft_wrap=True)
         raise SystemExit(int(Exit.BUSY)) from None

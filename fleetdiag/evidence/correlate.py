@@ -11,6 +11,7 @@ a "caused by previous Xid N" line stands for Xid N. Benign lines are never chose
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,7 @@ class AppError:
     gpu: int | None = None  # GPU index (the rank's device, after CUDA_VISIBLE_DEVICES)
     bus: str | None = None
     uuid: str | None = None
-    names: frozenset[str] = frozenset()  # program names the log itself names (its binary, its source file)
+    names: Collection[str] = frozenset()  # program names the log itself names (its binary, its source file)
 
 
 @dataclass

@@ -19,6 +19,7 @@ Pure: no SSH, no UI.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from .. import facts as facts_mod
@@ -125,16 +126,47 @@ def _launcher_pid(lines: list[str]) -> int | None:
     return pids.pop() if len(pids) == 1 else None
 
 
-def _log_names(lines: list[str]) -> frozenset[str]:
+_PROGRAM_NAME = re.compile(r"(?:/|\b)([A-Za-z_][\w+-]{5,})(?:\.(?:cu|cpp|cc|c)\b|\s|$|:)")
+
+
+class LogNames:
     """Program names the log names: the last part of a path ('/tmp/native/illegal_address_32g'), a source
-    file's stem ('illegal_address_32g.cu:26'). The kernel's comm (15 characters) links to one of these."""
-    out: set[str] = set()
-    for text in lines[:400]:
-        for m in re.finditer(r"(?:/|\b)([A-Za-z_][\w+-]{5,})(?:\.(?:cu|cpp|cc|c)\b|\s|$|:)", text):
-            out.add(m.group(1))
-        if len(out) > 2000:
-            break
-    return frozenset(out)
+    file's stem ('illegal_address_32g.cu:26'). The kernel's comm (15 characters) links to one of these.
+
+    Found on first use: only a kernel event that names a process asks (``correlate``), and the search
+    over 400 lines is a fifth of a host's analysis."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines: list[str] | None = lines
+        self._names: frozenset[str] = frozenset()
+
+    def _found(self) -> frozenset[str]:
+        if self._lines is not None:
+            out: set[str] = set()
+            for text in self._lines[:400]:
+                out.update(m.group(1) for m in _PROGRAM_NAME.finditer(text))
+                if len(out) > 2000:
+                    break
+            self._names, self._lines = frozenset(out), None
+        return self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._found())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._found()
+
+    def __len__(self) -> int:
+        return len(self._found())
+
+    def __eq__(self, other: object) -> bool:
+        return self._found() == (other._found() if isinstance(other, LogNames) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _log_names(lines: list[str]) -> LogNames:
+    return LogNames(lines)
 
 
 def app_error(d: Decisive, facts: dict[str, Any], when: float | None, log_lines: list[str] | None = None) -> AppError:

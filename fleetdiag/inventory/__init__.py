@@ -20,42 +20,66 @@ It knows nothing of click, rich or SSH. See docs/inventory.md.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .ansible import (
-    AnsibleParser,
-    ini_to_ymap,
-    is_list_json,
-    list_json_to_ymap,
-    looks_ini,
-)
-from .fields import (
-    JumpHop,
-    hidden_char,
-    host_problem,
-    parse_duration,
-    parse_jump_hops,
-    parse_size,
-    source_problem,
-    user_problem,
-    visible,
-)
-from .locate import DEFAULT_NAME, ENV_VAR, find_inventory, user_inventory_path
-from .model import (
-    ALL,
-    FUNNEL_KEYS,
-    HOST_KEYS,
-    TOP_KEYS,
-    Host,
-    Inventory,
-    InventoryError,
-    InventoryNotFound,
-    LogSource,
-    SelectorError,
-)
-from .native import NativeParser
-from .selection import MAX_RANGE, fold, range_size, select, select_names, split_selector
-from .yamlload import YMap
+if TYPE_CHECKING:
+    from .model import Inventory
+
+# Each public name and the module that owns it, imported on first use: a command that needs one record
+# (``analyze``'s log source) does not load the Ansible parser and ClusterShell.
+_OWNERS = {
+    "AnsibleParser": "ansible",
+    "ini_to_ymap": "ansible",
+    "is_list_json": "ansible",
+    "list_json_to_ymap": "ansible",
+    "looks_ini": "ansible",
+    "JumpHop": "fields",
+    "hidden_char": "fields",
+    "host_problem": "fields",
+    "parse_duration": "fields",
+    "parse_jump_hops": "fields",
+    "parse_size": "fields",
+    "source_problem": "fields",
+    "user_problem": "fields",
+    "visible": "fields",
+    "DEFAULT_NAME": "locate",
+    "ENV_VAR": "locate",
+    "find_inventory": "locate",
+    "user_inventory_path": "locate",
+    "ALL": "model",
+    "FUNNEL_KEYS": "model",
+    "HOST_KEYS": "model",
+    "TOP_KEYS": "model",
+    "Host": "model",
+    "Inventory": "model",
+    "InventoryError": "model",
+    "InventoryNotFound": "model",
+    "LogSource": "model",
+    "SelectorError": "model",
+    "NativeParser": "native",
+    "MAX_RANGE": "selection",
+    "fold": "selection",
+    "range_size": "selection",
+    "select": "selection",
+    "select_names": "selection",
+    "split_selector": "selection",
+    "YMap": "yamlload",
+}
+_SUBMODULES = ("ansible", "fields", "locate", "model", "native", "selection", "yamlload", "adhoc")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    owner = _OWNERS.get(name)
+    if owner is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{owner}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ALL",
@@ -94,6 +118,8 @@ __all__ = [
 
 def load_inventory(path: Path | str) -> Inventory:
     """Read and validate an inventory file (native or Ansible YAML)."""
+    from .model import InventoryError
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -107,6 +133,10 @@ def load_inventory(path: Path | str) -> Inventory:
 
 def parse_inventory(text: str, path: str = "<string>") -> Inventory:
     """Validate inventory text; ``path`` is only used to name the file in errors."""
+    from .ansible import AnsibleParser, ini_to_ymap, is_list_json, list_json_to_ymap, looks_ini
+    from .native import NativeParser
+    from .yamlload import YMap
+
     if looks_ini(text):
         ini = AnsibleParser(path)
         data = ini_to_ymap(text, ini.err)

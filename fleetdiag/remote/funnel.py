@@ -296,15 +296,18 @@ def _first_words(out: str) -> str:
     return text[:200]
 
 
+def local_script(spec: FunnelSpec, mark: str | None = None) -> tuple[str, str]:
+    """The script ``run_local`` runs for ``spec``, and its marker (``mark``, else a new one)."""
+    mark = mark or new_mark()
+    return build_script(dataclasses.replace(spec, nice=False), mark), mark  # the user waits: no lowered priority
+
+
+def run_script(script: str, timeout: float | None = None) -> bytes:
+    """A funnel script through the local ``sh``: its stdout."""
+    return subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout).stdout
+
+
 def run_local(spec: FunnelSpec, timeout: float | None = None) -> FunnelResult:
     """Run the same script through the local ``sh``: ``fleetdiag analyze`` uses grep speed too."""
-    mark = new_mark()
-    script = build_script(dataclasses.replace(spec, nice=False), mark)  # the user waits: no lowered priority
-    proc = subprocess.run(
-        ["sh", "-c", script],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=timeout,
-    )
-    out = proc.stdout.decode("utf-8", "replace")
-    return parse_output(out, mark)
+    script, mark = local_script(spec)
+    return parse_output(run_script(script, timeout).decode("utf-8", "replace"), mark)

@@ -3,6 +3,7 @@ its narrow form, the recurring troubles (lemons)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,33 @@ def _detail(rec: dict[str, Any] | None) -> list[str]:
     elif job.get("role") == "consequence":
         bits.insert(0, f"a consequence of {job.get('root')} (job root cause)")
     return [" · ".join(bits)] if bits else []
+
+
+def news_of(changes: Changes) -> Changes:
+    """``changes`` with each incident's record cut to what ``change_lines`` reads of it (the decisive
+    line's category and hint, the job): a copy to show costs a few hundred bytes a host, not a whole
+    result's JSON."""
+
+    def slim(c: Change) -> Change:
+        return dataclasses.replace(c, incident=dataclasses.replace(c.incident, record=_detail_part(c.incident.record)))
+
+    return Changes(
+        new=[slim(c) for c in changes.new],
+        changed=[slim(c) for c in changes.changed],
+        resolved=[slim(c) for c in changes.resolved],
+        sweep_id=changes.sweep_id,
+    )
+
+
+def _detail_part(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not rec:
+        return None
+    d = rec.get("decisive") or {}
+    job = (rec.get("facts") or {}).get("job")
+    return {
+        "decisive": {k: d[k] for k in ("category", "hint") if k in d} if isinstance(d, dict) else {},
+        "facts": {"job": job} if job else {},
+    }
 
 
 def change_lines(changes: Changes) -> list[Text]:

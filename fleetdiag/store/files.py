@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 PRIVATE_FILE = 0o600  # reports, history and evidence may quote log lines that hold secrets
 PRIVATE_DIR = 0o700
@@ -59,8 +61,13 @@ def write_private(path: Path | str, data: bytes) -> Path:
     return path
 
 
-def write_atomic(path: Path | str, text: str, mode: int = 0o600, own_dir: bool = True) -> Path:
+def write_atomic(
+    path: Path | str, text: str | Callable[[TextIO], object], mode: int = 0o600, own_dir: bool = True
+) -> Path:
     """Write a file so readers see the old or the new content, never half of it.
+
+    ``text`` is the content, or a function that writes it to the open file (a large document
+    streamed, never held whole as one string).
 
     The temp file sits beside it (same filesystem: the rename is atomic), named ``.NAME.PID.tmp``
     so a collector globbing ``*.prom`` or ``*.json`` never reads it. ``mode``: 0600 unless the file
@@ -79,7 +86,10 @@ def write_atomic(path: Path | str, text: str, mode: int = 0o600, own_dir: bool =
         with open(tmp, "w", encoding="utf-8", errors="backslashreplace", opener=_new_private) as fh:
             if mode != 0o600:
                 os.fchmod(fh.fileno(), mode)
-            fh.write(text)
+            if callable(text):
+                text(fh)
+            else:
+                fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

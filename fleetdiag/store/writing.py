@@ -15,6 +15,8 @@ from .incidents import CHANGED, NEW, RESOLVED, Change, Changes, Incident, incide
 from .schema import DEFAULT_KEEP_DAYS, INCIDENT_COLS
 from .trouble import describe, incident_key
 
+_BARE_COLS = INCIDENT_COLS.removesuffix(", record")  # every column but the record, in the same order
+
 
 class Writing(Database):
     """The store's one write: a sweep."""
@@ -57,7 +59,8 @@ class Writing(Database):
             opened = {i.host: i for i in self._open_in(db, [r.host for r in results])}
             for res in results:
                 key = incident_key(res)
-                record = None if key is None else json.dumps(res.to_json())
+                doc = None if key is None else res.to_json()
+                record = None if doc is None else json.dumps(doc)
                 db.execute(
                     "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
@@ -73,7 +76,7 @@ class Writing(Database):
                 )
                 if res.host in unknown:
                     continue
-                change = self._apply(db, res, key, record, opened.get(res.host), now)
+                change = self._apply(db, res, key, record, doc, opened.get(res.host), now)
                 if change is not None:
                     getattr(changes, change.kind).append(change)
             for host, (rtt, cost) in (costs or {}).items():
@@ -91,15 +94,23 @@ class Writing(Database):
 
     @staticmethod
     def _open_in(db: sqlite3.Connection, hosts: list[str]) -> list[Incident]:
+        """The hosts' open incidents without their records (read only for those that end: a record
+        is a whole result, and a fleet's open incidents would otherwise all be held at once)."""
         out: list[Incident] = []
         for i in range(0, len(hosts), 500):  # stay under SQLite's variable limit
             chunk = hosts[i : i + 500]
             rows = db.execute(
-                f"SELECT {INCIDENT_COLS} FROM incidents WHERE resolved_at IS NULL AND host IN ({','.join('?' * len(chunk))})",
+                f"SELECT {_BARE_COLS} FROM incidents WHERE resolved_at IS NULL AND host IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
-            out += [incident_of_row(r) for r in rows]
+            out += [incident_of_row((*r, None)) for r in rows]
         return out
+
+    @staticmethod
+    def _with_record(db: sqlite3.Connection, inc: Incident) -> Incident:
+        row = db.execute("SELECT record FROM incidents WHERE id = ?", (inc.id,)).fetchone()
+        inc.record = json.loads(row[0]) if row and row[0] else None
+        return inc
 
     def _apply(
         self,
@@ -107,15 +118,18 @@ class Writing(Database):
         res: HostResult,
         key: str | None,
         record: str | None,
+        doc: dict[str, Any] | None,
         prev: Incident | None,
         now: float,
     ) -> Change | None:
+        """``record`` is ``doc`` (the result's JSON) as stored; the change keeps ``doc`` itself, not the
+        stored text read back and parsed again: a second copy of every new incident's result."""
         if key is None:
             if prev is None:
                 return None
             db.execute("UPDATE incidents SET resolved_at = ? WHERE id = ?", (now, prev.id))
             prev.resolved_at = now
-            return Change(RESOLVED, res.host, prev, verdict=res.verdict)
+            return Change(RESOLVED, res.host, self._with_record(db, prev), verdict=res.verdict)
         summary = describe(res)
         category = res.decisive.category if res.decisive is not None else None
         if prev is not None and prev.fingerprint == key:
@@ -129,7 +143,7 @@ class Writing(Database):
             db.execute("UPDATE incidents SET resolved_at = ? WHERE id = ?", (now, prev.id))
             prev.resolved_at = now
         row = db.execute(
-            f"SELECT {INCIDENT_COLS} FROM incidents WHERE host = ? AND fingerprint = ?", (res.host, key)
+            f"SELECT {_BARE_COLS} FROM incidents WHERE host = ? AND fingerprint = ?", (res.host, key)
         ).fetchone()
         recurred = row is not None
         if recurred:
@@ -145,10 +159,14 @@ class Writing(Database):
                 (res.host, key, res.verdict, summary, category, now, now, now, record),
             )
         cur = incident_of_row(
-            db.execute(
-                f"SELECT {INCIDENT_COLS} FROM incidents WHERE host = ? AND fingerprint = ?", (res.host, key)
-            ).fetchone()
+            (
+                *db.execute(
+                    f"SELECT {_BARE_COLS} FROM incidents WHERE host = ? AND fingerprint = ?", (res.host, key)
+                ).fetchone(),
+                None,
+            )
         )
+        cur.record = doc
         if prev is not None:
             return Change(CHANGED, res.host, cur, previous=prev, recurred=recurred, verdict=res.verdict)
         return Change(NEW, res.host, cur, recurred=recurred, verdict=res.verdict)

@@ -44,22 +44,49 @@ side: ``open_kept``, ``KeptConnection``, ``list_kept``, ``close_kept``).
 
 from __future__ import annotations
 
-from .client import (
-    HELLO_ENV,
-    HELLO_TIMEOUT,
-    RUN_HELLO,
-    KeeperUnavailable,
-    KeptConnection,
-    close_kept,
-    list_kept,
-    open_kept,
-    usable,
-)
-from .key import connect_params, connection_key
-from .place import LOCK_NAME, RUNTIME_ENV, SOCKET_NAME, private_dir, runtime_dir, socket_path
-from .server import Keeper, Kept, serve_forever
-from .start import START_WAIT, detach_main, spawn
-from .wire import DEFAULT_PERSIST, OUTPUT_CAP, PERSIST_ENV
+import importlib
+from typing import Any
+
+# Each public name and the module that owns it, imported on first use: the entry point's send-ahead
+# (``ahead``) reads ``place`` before the CLI has imported asyncio, and must not pay for ``client``.
+_OWNERS = {
+    "HELLO_ENV": "client",
+    "HELLO_TIMEOUT": "client",
+    "RUN_HELLO": "client",
+    "KeeperUnavailable": "client",
+    "KeptConnection": "client",
+    "close_kept": "client",
+    "list_kept": "client",
+    "open_kept": "client",
+    "usable": "client",
+    "connect_params": "key",
+    "connection_key": "key",
+    "LOCK_NAME": "place",
+    "RUNTIME_ENV": "place",
+    "SOCKET_NAME": "place",
+    "private_dir": "place",
+    "runtime_dir": "place",
+    "socket_path": "place",
+    "Keeper": "server",
+    "Kept": "server",
+    "serve_forever": "server",
+    "START_WAIT": "start",
+    "detach_main": "start",
+    "spawn": "start",
+    "DEFAULT_PERSIST": "wire",
+    "OUTPUT_CAP": "wire",
+    "PERSIST_ENV": "wire",
+}
+
+
+def __getattr__(name: str) -> Any:
+    owner = _OWNERS.get(name)
+    if owner is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{owner}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_PERSIST",

@@ -17,10 +17,23 @@ from typing import Any
 from ..reach import CUT_LOST, NOT_RUN, TIMEOUT, CommandEnd, HostError
 from .key import options, unplain
 from .place import LOCK_NAME, private_dir, socket_path
-from .wire import DEFAULT_PERSIST, FAILED, OUTPUT_CAP, READY, TAKEN, peer_uid, recv, send
+from .wire import DEFAULT_PERSIST, FAILED, NOT_KEPT, OUTPUT_CAP, READY, TAKEN, peer_uid, recv, send
 
 EXIT_GRACE = 2.0  # an idle keeper with no connection exits after this
 TRUST_CHECK = 5.0  # seconds between checks of idle connections' trust files (every reuse checks them too)
+
+
+class ClientGone(Exception):
+    """The command's client went away mid-answer (a request sent ahead and dropped, Ctrl-C): its command
+    stops, and the host's connection, which is fine, stays. Not an OSError: ``run_on`` would take that
+    for the connection lost, and the keeper would close it under the other commands running on it."""
+
+
+async def _to_client(writer: asyncio.StreamWriter, frame: bytes) -> None:
+    try:
+        await send(writer, frame)
+    except (OSError, RuntimeError) as exc:  # reset, broken pipe, or a transport already closed
+        raise ClientGone(str(exc)) from exc
 
 
 @dataclass
@@ -87,6 +100,11 @@ class Keeper:
             self.kept[key] = k
             return k, False, conn.connect_ms
 
+    def holds(self, key: str) -> bool:
+        """Whether a live, still trusted connection for ``key`` is here (nothing would be dialled)."""
+        k = self.kept.get(key)
+        return k is not None and k.alive() and self.trusted(k)
+
     def trusted(self, k: Kept) -> bool:
         """Whether what decided ``k``'s trust (ssh config and its Includes, known_hosts, key files) still
         holds: a kept connection never outlives a revoked or removed key. Cheap when nothing changed."""
@@ -134,7 +152,7 @@ class Keeper:
                     self.drop(key)
                 await send(writer, json.dumps({"closed": n, "pid": os.getpid()}).encode())
                 self.stop.set()
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError, OSError):
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, OSError, ClientGone):
             pass
         finally:
             self.active -= 1
@@ -166,12 +184,16 @@ class Keeper:
         cap = int(req.get("cap") or OUTPUT_CAP)
 
         async def out(data: bytes) -> None:
-            await send(writer, b"O" + data)
+            await _to_client(writer, b"O" + data)
 
         async def err(data: bytes) -> None:
-            await send(writer, b"E" + data)
+            await _to_client(writer, b"E" + data)
 
         for attempt in (0, 1):  # a dead connection is dropped and redialled once
+            if req.get("kept_only") and (attempt or not self.holds(key)):  # sent ahead: never dialled for
+                end = CommandEnd(NOT_RUN, kind=NOT_KEPT, reason="no kept connection")
+                await send(writer, b"X" + json.dumps(dataclasses.asdict(end)).encode())
+                return
             try:
                 k, reused, dial_ms = await self.get(key, params, req.get("label") or "", persist, fresh=attempt > 0)
             except HostError as exc:

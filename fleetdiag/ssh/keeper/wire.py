@@ -18,6 +18,9 @@ PERSIST_ENV = "FLEETDIAG_PERSIST"
 DEFAULT_PERSIST = 600.0
 OUTPUT_CAP = MAX_OUTPUT  # the one cap on what is read from a host (reach.py)
 READY, FAILED, TAKEN = b"0", b"1", b"2"  # what a starting keeper tells the command that started it
+# A ``run`` with ``kept_only`` (sent ahead, ``ahead``) runs only on a connection the keeper holds; else it
+# ends NOT_RUN with this kind, and the command sends its own request.
+NOT_KEPT = "not-kept"
 
 
 async def send(writer: asyncio.StreamWriter, payload: bytes) -> None:

@@ -1,0 +1,293 @@
+"""Send-ahead (fleetdiag/ssh/keeper/ahead.py): a warm ``probe HOST`` sends its request before the CLI's
+heavy imports, and prints exactly what the CLI alone prints. Through the console entry over a real sshd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from fleetdiag.ssh.keeper import client as keeper_client
+from fleetdiag.ssh.keeper import connect_params, connection_key, wire
+
+REPO = Path(__file__).resolve().parent.parent
+SEED = (REPO / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text()
+DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
+
+# The console entry in this process, noting for each run request written to a Unix socket whether the CLI
+# (click, rich, the analysis) was imported by then; the notes go to stderr after the output.
+ENTRY = r"""
+import os, socket, sys
+HEAVY = ("click", "rich", "fleetdiag.cli", "fleetdiag.analysis", "fleetdiag.inventory", "asyncio")
+notes = []
+def note(sock, data):
+    if sock.family == socket.AF_UNIX and b'"op": "run"' in bytes(data[:4096]):
+        notes.append(sorted(m for m in HEAVY if m in sys.modules))
+for name in ("send", "sendall"):
+    def wrapped(self, data, *a, _real=getattr(socket.socket, name)):
+        note(self, data)
+        return _real(self, data, *a)
+    setattr(socket.socket, name, wrapped)
+_exit = os._exit
+def exit_saying(code):
+    sys.stderr.write("AHEAD-NOTES " + repr(notes) + "\n")
+    sys.stderr.flush()
+    _exit(code)
+os._exit = exit_saying
+from fleetdiag.entry import run
+run()
+"""
+
+
+def cli(rt: Path, inv: Path, sshd, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list]:
+    argv = [sys.executable, "-c", ENTRY, "-i", str(inv), "probe", "uk-node", *args, *sshd.cli_args()]
+    full = {
+        **os.environ,
+        "NO_COLOR": "1",
+        "COLUMNS": "160",
+        "FLEETDIAG_RUNTIME_DIR": str(rt),
+        "PYTHONPATH": str(REPO),
+        "FLEETDIAG_DB": str(rt.parent / "history.db"),
+        "FLEETDIAG_KEEPER_HELLO": "3",
+    }
+    full.pop("FLEETDIAG_PERSIST", None)
+    full.update(env or {})
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=150, env=full, cwd=rt.parent)
+    line = next((ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-NOTES ")), None)
+    assert line is not None, p.stderr
+    return p, eval(line.split(" ", 1)[1])  # a list of lists of module names, printed by ENTRY
+
+
+def comparable(doc: dict) -> dict:
+    """A probe's JSON less what differs between any two runs (its timings, the host clock's sample)."""
+    for h in doc["hosts"]:
+        h.pop("timing", None)
+        h.pop("idle_seconds", None)  # the log's age at the moment of each probe
+        ((h.get("facts") or {}).get("kernel_log") or {}).pop("boot", None)  # the host's now less its uptime
+        for k in ("clock", "received"):
+            (h.get("facts") or {}).pop(k, None)
+    return doc
+
+
+def card_text(card: str) -> str:
+    """A card less its two time-dependent lines' numbers (the log's age, the probe's timings)."""
+    return "\n".join(
+        re.sub(r"[\d.]+ *", "#", ln).rstrip(" │") if re.match(r"│ (log age|found with) ", ln) else ln
+        for ln in card.splitlines()
+    )
+
+
+def flat(value, path: str = "") -> dict:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flat(item, f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def differ(a: dict, b: dict) -> list:
+    fa, fb = flat(a), flat(b)
+    return [(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+
+
+def uses(rt: Path) -> int:
+    kept = keeper_client.list_kept(rt) or []
+    return sum(c["uses"] for c in kept)
+
+
+def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("keywords: []\n")
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(
+        json.dumps(
+            {
+                "hosts": {
+                    "uk-node": {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user, "logs": {"app": str(log)}}
+                }
+            }
+        )
+    )
+    base = ["--persist", "5m"]
+    try:
+        # 1. cold: starts the keeper, sends its own request (after the imports), remembers it
+        p, notes = cli(rt, inv, sshd, "--json", *base)
+        assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
+        assert len(notes) == 1 and "asyncio" in notes[0]
+        (entry,) = (rt / "ahead").glob("*.json")
+        assert (os.stat(entry).st_mode & 0o077) == 0 and (os.stat(rt / "ahead").st_mode & 0o077) == 0
+        # 2. warm: one run request, and it left before click, rich, the analysis or asyncio were imported
+        n0 = uses(rt)
+        p, notes = cli(rt, inv, sshd, "--json", *base)
+        assert p.returncode == 1, p.stderr
+        assert notes == [[]], notes
+        assert uses(rt) == n0 + 1, "the early request was the probe's: the host ran one command"
+        ahead = comparable(json.loads(p.stdout))
+        # 3. the same, not sent ahead: the same document
+        p, notes = cli(rt, inv, sshd, "--json", *base, env={"FLEETDIAG_AHEAD": "0"})
+        assert notes and notes[0] and "click" in notes[0]
+        assert not differ(comparable(json.loads(p.stdout)), ahead)
+        assert DECISIVE in ahead["hosts"][0]["decisive"]["line"]
+        # the card, byte for byte (two runs each: the first of each argv only remembers)
+        cards = []
+        for env in ({}, {}, {"FLEETDIAG_AHEAD": "0"}):
+            p, notes = cli(rt, inv, sshd, *base, env=env)
+            cards.append((p.returncode, p.stdout, notes))
+        assert cards[1][2] == [[]], "the second card run sent ahead"
+        assert card_text(cards[1][1]) == card_text(cards[2][1]) and cards[1][0] == cards[2][0] == 1
+        assert DECISIVE in cards[1][1]
+        # 4. a rules file edited in place changes the command but not the command line: the early request
+        # goes, differs from the CLI's own, is dropped; the answer is the new command's
+        rules.write_text("keywords: ['DP adjusted local rank']\n")
+        p, notes = cli(rt, inv, sshd, "--json", "--rules", str(rules), *base)  # remembers with these rules
+        rules.write_text("keywords: ['nothing matches this']\n")
+        p, notes = cli(rt, inv, sshd, "--json", "--rules", str(rules), *base)
+        assert len(notes) == 2 and notes[0] == [] and "click" in notes[1], notes
+        mismatched = comparable(json.loads(p.stdout))
+        p, _ = cli(rt, inv, sshd, "--json", "--rules", str(rules), *base, env={"FLEETDIAG_AHEAD": "0"})
+        assert not differ(comparable(json.loads(p.stdout)), mismatched)
+        # 5. an edited inventory: nothing is sent ahead (its file's state is part of what was remembered)
+        inv.write_text(inv.read_text() + "\n")
+        p, notes = cli(rt, inv, sshd, "--json", *base)
+        assert len(notes) == 1 and "click" in notes[0] and p.returncode == 1
+    finally:
+        keeper_client.close_kept(rt)
+
+
+def test_kept_only_is_never_dialled(sshd, rt):
+    """A request sent ahead runs only on a connection the keeper holds: it never dials for one."""
+    params = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None)
+    key = connection_key(params)
+
+    async def go() -> dict:
+        conn = await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        other = dict(params, user="nobody-here")
+        req = {"op": "run", "key": key + "x", "params": other, "command": "echo hi", "timeout": 5, "kept_only": True}
+        reader, writer = await keeper_client._request(rt, req, 3.0)
+        frame = await wire.recv(reader)
+        writer.close()
+        run = await conn.execute("echo kept", 10)
+        return {"end": json.loads(frame[1:]), "kind": frame[:1], "kept": run.stdout}
+
+    async def gone() -> tuple[bytes, int | None]:
+        """A client that leaves mid-answer stops its own command, not the connection under another one."""
+        conn = await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        chatty = "echo a; sleep 1; i=0; while [ $i -lt 200 ]; do echo b$i; i=$((i+1)); sleep 0.01; done"
+        req = {"op": "run", "key": conn.key, "params": conn.params, "command": chatty, "timeout": 20}
+        reader, writer = await keeper_client._request(rt, req, 3.0)
+        other = asyncio.ensure_future(conn.execute("sleep 4; echo still here", 20))
+        assert (await wire.recv(reader))[:1] == b"O"
+        writer.close()  # gone, with the chatty command still writing
+        run = await other
+        return run.stdout, run.status
+
+    try:
+        got = asyncio.run(go())
+        assert got["kind"] == b"X" and got["end"]["kind"] == wire.NOT_KEPT
+        assert got["kept"] == b"kept\n"
+        assert len(keeper_client.list_kept(rt) or []) == 1, "nothing was dialled for the kept-only request"
+        assert asyncio.run(gone()) == (b"still here\n", 0)
+        assert len(keeper_client.list_kept(rt) or []) == 1, "the connection stayed"
+    finally:
+        keeper_client.close_kept(rt)
+
+
+# The console entry again, noting for each `sh` started whether the CLI was imported by then.
+LOCAL_ENTRY = r"""
+import os, subprocess, sys
+HEAVY = ("click", "rich", "fleetdiag.cli", "fleetdiag.analysis", "yaml")
+notes = []
+class Noting(subprocess.Popen):
+    def __init__(self, args, *a, **kw):
+        if args and args[0] == "sh":
+            notes.append(sorted(m for m in HEAVY if m in sys.modules))
+        super().__init__(args, *a, **kw)
+subprocess.Popen = Noting
+_exit = os._exit
+def exit_saying(code):
+    sys.stderr.write("AHEAD-NOTES " + repr(notes) + "\n")
+    sys.stderr.flush()
+    _exit(code)
+os._exit = exit_saying
+from fleetdiag.entry import run
+run()
+"""
+
+
+def test_analyze_starts_its_funnel_before_the_imports(rt, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("keywords: ['DP adjusted local rank']\n")
+    env = {**os.environ, "NO_COLOR": "1", "FLEETDIAG_RUNTIME_DIR": str(rt), "PYTHONPATH": str(REPO)}
+
+    def analyze(*extra: str, off: bool = False) -> tuple[dict, list]:
+        argv = [sys.executable, "-c", LOCAL_ENTRY, "--rules", str(rules), "analyze", str(log), "--json", *extra]
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**env, "FLEETDIAG_AHEAD": "0" if off else "1"},
+        )
+        assert p.returncode == 1, p.stderr
+        line = next(ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-NOTES "))
+        doc = json.loads(p.stdout)
+        doc.pop("idle_seconds", None)  # the log's age at each run
+        doc.pop("timing", None)
+        return doc, eval(line.split(" ", 1)[1])
+
+    first, notes = analyze()
+    assert len(notes) == 1 and "fleetdiag.analysis" in notes[0]  # its own funnel, after the rules
+    second, notes = analyze()
+    assert notes == [[]], "the funnel started before click, rich, yaml or the analysis were imported"
+    off, notes = analyze(off=True)
+    assert second == off == first and DECISIVE in second["decisive"]["line"]
+    # rules edited in place: the early funnel runs the old script, is stopped; the answer is the new one's
+    rules.write_text("keywords: ['nothing matches this']\n")
+    changed, notes = analyze()
+    assert len(notes) == 1 and "fleetdiag.analysis" in notes[0], notes  # the old entry's rules file changed
+    assert changed == analyze(off=True)[0]
+    # the log grows between two runs: the early funnel reads it as it is when the command starts
+    analyze()
+    with log.open("a") as fh:
+        fh.write("INFO 05-09 15:16:00 [core.py:1] all fine again\n")
+    grown, notes = analyze()
+    assert notes == [[]] and grown == analyze(off=True)[0]
+
+
+def test_an_early_request_the_keeper_does_not_hold_is_sent_again(sshd, rt, monkeypatch):
+    """The early request for a connection the keeper no longer holds is not run; the command's own
+    request is, and the keeper dials for it as it always does."""
+    from fleetdiag.ssh.keeper import ahead
+
+    monkeypatch.setenv("FLEETDIAG_RUNTIME_DIR", str(rt))
+    first = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None)
+    other = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(keepalive=17.0), None)
+    key = connection_key(other)
+    assert key != connection_key(first)
+    req = {"op": "run", "key": key, "params": other, "label": "h", "persist": 30.0}
+    req.update(command="echo ran here", timeout=10, cap=wire.OUTPUT_CAP)
+    argv = ["fleetdiag", "probe", "h"]
+
+    async def go() -> tuple[bytes, int]:
+        await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        ahead._save(rt, ahead.argv_key(argv[1:], os.getcwd(), dict(os.environ)), {"request": req, "mark": "m"})
+        assert ahead.send_early(argv)  # the keeper answers at once; it holds `first`, not `other`
+        conn = keeper_client.KeptConnection(rt, key, other, "h", 30.0, 1.0, False)
+        run = await conn.execute("echo ran here", 10)
+        assert ahead._early is not None and ahead._early.used  # its answer was read: not kept, so sent again
+        return run.stdout, len((await keeper_client._ask(rt, {"op": "list"}, 5.0))["connections"])
+
+    try:
+        assert asyncio.run(go()) == (b"ran here\n", 2)
+    finally:
+        ahead.reset()
+        keeper_client.close_kept(rt)
