@@ -71,10 +71,6 @@ HELDOUT_KNOWN_WRONG: set[str] = set()
 # among its context lines); "both" a wrong verdict or line that the card shows too. Strict: a general fix that makes one pass
 # is noticed, and its entry goes (with the floor in tests/test_accuracy.py raised).
 HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "deepspeed_mgm_91_cuda_mismatch_one_line": (
-        "json",
-        "line right, category other (labelled config): DeepSpeed's CUDAMismatchException",
-    ),
     "megatron_bridge_650_mpi_init_thread_fatal_banner": (
         "json",
         "another line of the same Open MPI start-up failure (rule mpi-init-failed), not the labelled one; "
@@ -87,10 +83,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     "nccl_tests_322_many_hosts_unhandled_cuda_error_after_rows": (
         "json",
         "the first all_reduce_perf result row, not the 'HCA-128: Test NCCL failure common.cu:1204' lines",
-    ),
-    "ray_openrlhf_866_deferred_cuda_call_internal_assert": (
-        "json",
-        "line right, category other (labelled cuda): torch.cuda.DeferredCudaCallError",
     ),
     # not listed: llamacpp_ramalama_1914 reads healthy here and in bench/accuracy.py (both judge a
     # fresh copy of each log) but `stalled` when its file is older than the 600 s stall window:

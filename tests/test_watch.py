@@ -48,8 +48,10 @@ from .sshd import free_port
 
 DEMO = Path(__file__).resolve().parent.parent / "fleetdiag" / "data" / "demo"
 SEED = (DEMO / "dp_rank.log").read_text().splitlines(keepends=True)
-CUT = next(i for i, ln in enumerate(SEED) if " ERROR " in ln)  # healthy start | the failure
-SEED_HEAD, SEED_FAILURE = "".join(SEED[:CUT]), "".join(SEED[CUT:])
+CUT = next(i for i, ln in enumerate(SEED) if " ERROR " in ln)  # its start-up | the failure
+# a serving server's log (ready, answering requests), then dp_rank.log's failure appended to it; dp_rank.log's
+# own head is a start-up that never said it was ready, which reads `starting`, not healthy
+SEED_HEAD, SEED_FAILURE = (DEMO / "healthy.log").read_text(), "".join(SEED[CUT:])
 DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 RULES = load_rules(user_default=False)
 # Waits end as soon as the state is reached; the bound is for a loaded CI machine, where one

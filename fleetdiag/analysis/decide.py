@@ -735,6 +735,17 @@ def _time_as_filed(first: LogLine | Line, own: str | None, norm: Normalised | No
     return own
 
 
+def _message_line(ev: Event) -> LogLine:
+    """The line that states the error: an exception whose message starts on the next line is that line.
+
+    A message that begins with a newline (torch.utils.cpp_extension's CUDA mismatch) prints a bare
+    ``RuntimeError:``; the words an operator needs are on the line after it.
+    """
+    if ev.kind != "exception" or ev.message.strip() or not ev.detail or not ev.line.msg.rstrip().endswith(":"):
+        return ev.line  # a bare name ("KeyboardInterrupt") has no message: what follows it is not one
+    return next((ln for ln in ev.block if ln.index > ev.line.index and ln.msg.strip()), ev.line)
+
+
 def _diagnose(
     lines: Sequence[Line], rules: Rules, facts: dict[str, Any] | None, norm: Normalised | None = None
 ) -> Diagnosis:
@@ -776,10 +787,11 @@ def _diagnose(
         o = norm.original(ln.pos) if norm is not None and norm.origin else None
         return o if o is not None else ln
 
-    first = as_filed(ev.line)
+    stated = _message_line(ev)
+    first = as_filed(stated)
     decisive = Decisive(
-        line=clean(first.text) if isinstance(first, Line) else ev.line.raw,
-        message=ev.line.msg.strip(),
+        line=clean(first.text) if isinstance(first, Line) else stated.raw,
+        message=ev.line.msg.strip() if stated is ev.line else f"{ev.exception_type}: {stated.msg.strip()}",
         process=ev.process,
         time=_time_as_filed(first, ev.line.time or next((ln.time for ln in ev.block if ln.time), None), norm),
         lineno=first.lineno,
