@@ -308,7 +308,7 @@ def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         type=click.IntRange(0),
         default=0,
         envvar="FLEETDIAG_WORKERS",
-        help="Processes that probe the hosts [default 0: one per 256 hosts, at most 4 and half the CPUs; "
+        help="Processes that probe the hosts [default 0: one per 256 hosts, at most 3 and half the CPUs; "
         "1: this process alone].",
     )(fn)
     fn = click.option(
