@@ -15,7 +15,10 @@ PKG = Path(__file__).resolve().parent.parent / "fleetdiag"
 # lowest first; a module may import its own layer and those below (never one above); the longest
 # prefix decides (``ssh.reach`` sits low, ``ssh.scheduler`` above the probe)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("records and formats", ("records", "units", "timestamps", "exitcodes", "redact", "child", "remote", "delayproxy")),
+    (
+        "records and formats",
+        ("records", "units", "timestamps", "exitcodes", "redact", "child", "remote", "delayproxy", "lazy"),
+    ),
     (
         "parsing and options",
         ("facts", "inventory", "ssh", "ssh.reach", "ssh.sshfast", "remote.funnel", "remote.follow"),

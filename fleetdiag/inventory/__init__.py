@@ -20,9 +20,10 @@ It knows nothing of click, rich or SSH. See docs/inventory.md.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import resolver
 
 if TYPE_CHECKING:
     from .model import Inventory
@@ -70,15 +71,7 @@ _OWNERS = {
 _SUBMODULES = ("ansible", "fields", "locate", "model", "native", "selection", "yamlload", "adhoc")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    owner = _OWNERS.get(name)
-    if owner is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{owner}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = resolver(__name__, _OWNERS, _SUBMODULES)
 
 
 __all__ = [

@@ -10,8 +10,7 @@ lemons), ``listing`` (the hosts and the kept connections).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import resolver
 
 # Each name and the room that owns it, imported on first use: ``analyze --json`` writes through
 # ``output`` and never loads the cards, tables and exports (rich's tables among them).
@@ -98,12 +97,4 @@ _OWNERS = {
 _ROOMS = ("card", "export", "history", "job", "listing", "output", "table")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _ROOMS:
-        return importlib.import_module(f"{__name__}.{name}")
-    owner = _OWNERS.get(name)
-    if owner is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{owner}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = resolver(__name__, _OWNERS, _ROOMS)

@@ -44,8 +44,7 @@ side: ``open_kept``, ``KeptConnection``, ``list_kept``, ``close_kept``).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ...lazy import resolver
 
 # Each public name and the module that owns it, imported on first use: the entry point's send-ahead
 # (``ahead``) reads ``place`` before the CLI has imported asyncio, and must not pay for ``client``.
@@ -79,13 +78,7 @@ _OWNERS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    owner = _OWNERS.get(name)
-    if owner is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{owner}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = resolver(__name__, _OWNERS)
 
 
 __all__ = [
