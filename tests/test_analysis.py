@@ -530,7 +530,9 @@ def test_40000_engine_dead_lines_after_one_root_cause(rules):
     assert diag.decisive.process == "Worker pid=7506"
     assert diag.decisive.exception_type == "AssertionError"
     assert 40_000 <= diag.secondary["EngineDeadError"] <= 40_002
-    assert elapsed < 1.5, f"{elapsed:.2f}s for 40k lines"
+    # a bound that a pass quadratic in the lines (40k² steps) breaks by far, not a speed goal (those are
+    # bench/'s ratios): 1.0-1.1 s of CPU on an idle 2-core box with 150 rules, 1.55 s seen in CI
+    assert elapsed < 3.0, f"{elapsed:.2f}s for 40k lines"
 
 
 def test_40000_distinct_lines_are_fast(rules):
@@ -542,7 +544,9 @@ def test_40000_distinct_lines_are_fast(rules):
     diag = analyze_text(seed_log() + info, rules=rules)
     elapsed = time.process_time() - t
     assert diag.decisive.process == "Worker pid=7506"
-    assert elapsed < 1.5, f"{elapsed:.2f}s for 40k lines"
+    # a bound that a pass quadratic in the lines (40k² steps) breaks by far, not a speed goal (those are
+    # bench/'s ratios): 1.0-1.1 s of CPU on an idle 2-core box with 150 rules, 1.55 s seen in CI
+    assert elapsed < 3.0, f"{elapsed:.2f}s for 40k lines"
 
 
 # ----------------------------------------------------------------- sparse input (the funnel's view)
