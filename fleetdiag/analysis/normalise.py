@@ -94,8 +94,8 @@ _NOT_WORD_LABEL = re.compile(
 
 # Markdown around a pasted log (an issue, a chat): a fence line (```, ```python, ~~~), a fence glued to the
 # first or last line of the log, a block quote's "> " (nested too), inline code's backticks around one line
-# (the closing one alone on the next line), <details>/<summary>/<pre> tags, and a bullet before a traceback or
-# an exception. Stripped per line, never the text between: a line keeps whatever it says after the dress.
+# (the closing one alone on the next line), <details>/<summary>/<pre> tags, a line marked in bold, and a bullet
+# before a traceback or an exception. Stripped per line, never the text between: a line keeps whatever it says after the dress.
 _FENCE_ONLY = re.compile(r"^\s*(?:`{3,}|~{3,})\s*[\w+#.-]*\s*$")
 _FENCE_OPEN = re.compile(r"^\s*(?:`{3,}|~{3,})(?=\S)")
 _FENCE_CLOSE = re.compile(r"(?<=\S)(?:`{3,}|~{3,})\s*$")
@@ -107,6 +107,7 @@ _TAGS = re.compile(
 )
 _TICK_OPEN = re.compile(r"^`(?=[^`\s])")
 _TICK_CLOSE = re.compile(r"(?<=[^`\s])`\s*$")
+_BOLD = re.compile(r"^(\s*)\*\*(?=\S)(.*\S)\*\*\s*$")  # a line a user marked in bold: "**RuntimeError: …**"
 _BULLET = re.compile(r"^[ \t]{0,3}[-*+] (?=Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception)\b)")
 # a user's elision of lines: "...", "…", "[...]", "(...)", "<snip>", "[snip]", "... (truncated) ...", "<omitted>"
 _ELISION = re.compile(
@@ -292,6 +293,10 @@ def undress(text: str) -> str | None:
         out = _FENCE_CLOSE.sub("", out)
     if out.strip() == "`":
         return None
+    if out.endswith("**") or out.endswith("** "):
+        m = _BOLD.match(out)
+        if m is not None:
+            out = m.group(1) + m.group(2)
     m = _BULLET.match(out)
     if m is not None:
         out = out[m.end() :]
