@@ -255,7 +255,16 @@ def test_a_pastes_markdown_comes_off_and_a_log_lines_own_marks_stay() -> None:
         "    …",
     ):
         assert undress(dress) is None, dress
-    for own in ("- vllm.engine - ERROR - boom", "a `b` c", "[rank0]: Traceback (most recent call last):", "plain"):
+    for own in (
+        "- vllm.engine - ERROR - boom",
+        "a `b` c",
+        "[rank0]: Traceback (most recent call last):",
+        " > 0) failed",  # the rest of a line a paste cut, not a quote
+        "               ~~~~~^^^^^^^^^^",  # carets under a Python 3.11+ frame, not a fence
+        "    ^^^^^^^^~~~~~",
+        "*" * 50,  # a separator, not bold
+        "plain",
+    ):
         assert undress(own) == own
     assert undress(">       assert x == 2") == "      assert x == 2"  # pytest's marker: the code stays
 

@@ -96,10 +96,12 @@ _NOT_WORD_LABEL = re.compile(
 # first or last line of the log, a block quote's "> " (nested too), inline code's backticks around one line
 # (the closing one alone on the next line), <details>/<summary>/<pre> tags, a line marked in bold, and a bullet
 # before a traceback or an exception. Stripped per line, never the text between: a line keeps whatever it says after the dress.
-_FENCE_ONLY = re.compile(r"^\s*(?:`{3,}|~{3,})\s*[\w+#.-]*\s*$")
-_FENCE_OPEN = re.compile(r"^\s*(?:`{3,}|~{3,})(?=\S)")
-_FENCE_CLOSE = re.compile(r"(?<=\S)(?:`{3,}|~{3,})\s*$")
-_QUOTE = re.compile(r"^(?:[ \t]{0,3}>(?:[ \t]|$))+|^>+(?=\s|$)")
+# (a glued fence is a backtick one: "~~~~~^^^^" and "^^^^~~~~" are the carets under a Python 3.11+ frame's code)
+_FENCE_ONLY = re.compile(r"^[ \t]{0,3}(?:`{3,}|~{3,})[ \t]*[\w+#.-]*\s*$")
+_FENCE_OPEN = re.compile(r"^\s*`{3,}(?=[^`\s])")
+_FENCE_CLOSE = re.compile(r"(?<=\S)`{3,}\s*$")
+# a quote starts at the line's first column (" > 0) failed" is the rest of a line a paste cut)
+_QUOTE = re.compile(r"^>(?:[ \t]|$)(?:[ \t]{0,3}>(?:[ \t]|$))*|^>+(?=\s|$)")
 _TAGS = re.compile(
     r"^\s*(?:</?(?:details|pre|code|blockquote)(?:\s[^<>]{0,200})?>\s*)+$"
     r"|^\s*<summary>[^<>]{0,300}</summary>\s*$|^\s*</?summary>\s*$",
@@ -107,7 +109,7 @@ _TAGS = re.compile(
 )
 _TICK_OPEN = re.compile(r"^`(?=[^`\s])")
 _TICK_CLOSE = re.compile(r"(?<=[^`\s])`\s*$")
-_BOLD = re.compile(r"^(\s*)\*\*(?=\S)(.*\S)\*\*\s*$")  # a line a user marked in bold: "**RuntimeError: …**"
+_BOLD = re.compile(r"^(\s*)\*\*(?=[^*\s])(.*[^*\s])\*\*\s*$")  # a line a user marked in bold: "**RuntimeError: …**"
 _BULLET = re.compile(r"^[ \t]{0,3}[-*+] (?=Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception)\b)")
 # a user's elision of lines: "...", "…", "[...]", "(...)", "<snip>", "[snip]", "... (truncated) ...", "<omitted>"
 _ELISION = re.compile(
@@ -275,7 +277,7 @@ def undress(text: str) -> str | None:
     if c not in "`~><-*+.…[(":
         return text  # the common case: a line that starts like a log line
     out = text
-    if c == ">" or c == "<" or text[:3].strip()[:1] == ">":
+    if c == ">" or c == "<":
         m = _QUOTE.match(out)
         if m is not None:
             out = out[m.end() :]
@@ -289,7 +291,7 @@ def undress(text: str) -> str | None:
     elif _TICK_OPEN.match(out):
         out = out[1:]
         out = _TICK_CLOSE.sub("", out) if out.count("`") % 2 else out
-    if out.rstrip()[-1:] in ("`", "~"):
+    if out.rstrip()[-1:] == "`":
         out = _FENCE_CLOSE.sub("", out)
     if out.strip() == "`":
         return None
