@@ -181,6 +181,8 @@ def test_markdown_and_front_end_prefixes_are_read_in_linear_time() -> None:
         "a." * 2047 + " 1 ERROR",
         "[Info] " + "(" * 4089,
         "SUBPROCESS" * 409 + ": x",
+        "a" + "`" * 4090 + "x`",
+        "**" + "a*" * 2046 + "**",
     ]
     for text in bad:
         assert _seconds(undress, text) < 0.2, text[:20]
