@@ -294,6 +294,9 @@ def test_a_front_ends_level_counts_and_its_info_hides_nothing(rules) -> None:
     assert (child.level, child.msg) == ("WARNING", "load_hparams: x")  # the child's own level letter
     info = parse_line(0, Line(0, "2026-09-10 21:30:06.005 [Info] (Server) POST /api/v1/load", 1))
     assert info.level is None and info.relayed
+    journal = "Apr 27 09:35:17  lemond[17105]: 2026-04-27 09:35:17.908 [Error] (Process) HIP out of memory"
+    jl = parse_line(0, Line(0, journal, 1))
+    assert (jl.tags, jl.level, jl.msg) == (("lemond[17105]", "Process"), "ERROR", "HIP out of memory")
     xin = parse_line(
         0, Line(0, "2024-01-18 21:27:53,300 xinference.core.model 35043 ERROR    Model actor is out of memory.", 1)
     )

@@ -107,9 +107,10 @@ _RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
 
 # containerd/CRI log files (/var/log/pods): "2024-01-01T00:00:00.000000000Z stderr F message"
 _CRI = _p(r"(?:stdout|stderr) [FP] ")
-# syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message" (journalctl -o short-precise: 03:04:05.123456)
+# syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message" (journalctl -o short-precise: 03:04:05.123456;
+# a journal without a host name leaves two blanks: "Apr 27 09:35:17  lemond[17105]: ")
 _SYSLOG = _p(
-    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) \S+ "
+    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) (?:\S+ | )"
     r"(?P<tag>[\w.@/-]+\[\d+\]): "
 )
 
