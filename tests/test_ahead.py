@@ -4,6 +4,7 @@ heavy imports, and prints exactly what the CLI alone prints. Through the console
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import re
@@ -21,12 +22,16 @@ DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 # The console entry in this process, noting for each run request written to a Unix socket whether the CLI
 # (click, rich, the analysis) was imported by then; the notes go to stderr after the output.
 ENTRY = r"""
-import os, socket, sys
+import base64, os, re, socket, sys
 HEAVY = ("click", "rich", "fleetdiag.cli", "fleetdiag.analysis", "fleetdiag.inventory", "asyncio")
 notes = []
+marks = []
 def note(sock, data):
     if sock.family == socket.AF_UNIX and b'"op": "run"' in bytes(data[:4096]):
         notes.append(sorted(m for m in HEAVY if m in sys.modules))
+        b64 = re.search(rb"[A-Za-z0-9+/]{400,}", bytes(data))  # the script's start, base64 (the marker is on line 1)
+        script = base64.b64decode(b64.group()[:400]) if b64 else b""
+        marks.append(sorted(set(re.findall(rb"@@FD:[0-9a-f]+", script))))
 for name in ("send", "sendall"):
     def wrapped(self, data, *a, _real=getattr(socket.socket, name)):
         note(self, data)
@@ -35,12 +40,23 @@ for name in ("send", "sendall"):
 _exit = os._exit
 def exit_saying(code):
     sys.stderr.write("AHEAD-NOTES " + repr(notes) + "\n")
+    sys.stderr.write("AHEAD-MARKS " + repr(marks) + "\n")
     sys.stderr.flush()
     _exit(code)
 os._exit = exit_saying
+if os.environ.get("AHEAD_TEST_DIES"):  # a CLI killed right after its request left
+    from fleetdiag.ssh.keeper import ahead
+    ahead.send_early(sys.argv)
+    exit_saying(9)
 from fleetdiag.entry import run
 run()
 """
+
+
+def marks_sent(p: subprocess.CompletedProcess) -> list:
+    """The end markers in each run request the CLI wrote, in order (from ENTRY's notes)."""
+    line = next(ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-MARKS "))
+    return eval(line.split(" ", 1)[1])
 
 
 def cli(rt: Path, inv: Path, sshd, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list]:
@@ -156,6 +172,21 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         inv.write_text(inv.read_text() + "\n")
         p, notes = cli(rt, inv, sshd, "--json", *base)
         assert len(notes) == 1 and "click" in notes[0] and p.returncode == 1
+        # 6. a remembered marker goes out once: two CLIs at once, then one killed after its request left,
+        # never send the same one (the host saw it in the first command, its log could print it)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            pair = list(pool.map(lambda _: cli(rt, inv, sshd, "--json", *base), range(2)))
+        assert [q.returncode for q, _ in pair] == [1, 1], [q.stderr for q, _ in pair]
+        firsts = [marks_sent(q)[0] for q, _ in pair]
+        assert all(len(m) == 1 for m in firsts) and firsts[0] != firsts[1], firsts
+        assert sorted(len(n) for _, n in pair) == [1, 1] and sorted(n[0] == [] for _, n in pair) == [False, True]
+        entry = max((rt / "ahead").glob("*.json"), key=lambda f: f.stat().st_mtime_ns)  # this command line's
+        dying = json.loads(entry.read_text())["mark"].encode()
+        p, notes = cli(rt, inv, sshd, "--json", *base, env={"AHEAD_TEST_DIES": "1"})
+        assert p.returncode == 9 and marks_sent(p) == [[dying]], "the killed CLI sent its remembered request"
+        p, notes = cli(rt, inv, sshd, "--json", *base)
+        assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
+        assert all(dying not in m for m in marks_sent(p)), "the killed CLI's marker was sent again"
     finally:
         keeper_client.close_kept(rt)
 

@@ -14,7 +14,7 @@ equal to it is taken instead of sending again (``take``). Anything that would ha
 and the CLI's own goes out as usual. So the output is the one the CLI alone would print.
 
 The end-of-output marker is random per command (a log cannot forge it). The remembered request carries
-a fresh one, used once: the probe builds its command with the early request's marker (``command``), and
+a fresh one, used once (``send_early`` takes the entry away from its name): the probe builds its command with the early request's marker (``command``), and
 ``remember`` builds the next one with a new marker.
 
 Only the standard library and ``place`` are imported here: this runs before the CLI's own imports.
@@ -85,11 +85,21 @@ def _wanted(argv: list[str]) -> bool:
 
 
 def _entry(directory: Path, key: str) -> dict[str, Any] | None:
-    """The remembered entry of ``key``: a file of ours, private, of bounded size; None otherwise."""
-    try:
-        fd = os.open(directory / STORE_DIR / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    """The remembered entry of ``key``, claimed: a file of ours, private, of bounded size, that this
+    process took away from its name (so its marker goes out once: two CLIs at once, or one killed after
+    sending, never send it again; the next CLI that completes remembers a fresh one); None otherwise."""
+    store = directory / STORE_DIR
+    claimed = store / f".claim.{os.getpid()}.{key}"
+    try:  # a rename is atomic: of two processes, one gets the file (the other: no entry)
+        os.rename(store / f"{key}.json", claimed)
+        fd = os.open(claimed, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    finally:
+        try:
+            os.unlink(claimed)
+        except OSError:
+            pass
     try:
         st = os.fstat(fd)
         if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > MAX_ENTRY:
