@@ -15,6 +15,8 @@ from pathlib import Path
 from fleetdiag.ssh.keeper import client as keeper_client
 from fleetdiag.ssh.keeper import connect_params, connection_key, wire
 
+from .procs import pids_with
+
 REPO = Path(__file__).resolve().parent.parent
 SEED = (REPO / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text()
 DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
@@ -48,6 +50,16 @@ if os.environ.get("AHEAD_TEST_DIES"):  # a CLI killed right after its request le
     from fleetdiag.ssh.keeper import ahead
     ahead.send_early(sys.argv)
     exit_saying(9)
+if os.environ.get("AHEAD_TEST_KILLS"):  # the keeper killed right after the request left: then the CLI
+    import signal, time
+    from fleetdiag.ssh.keeper import ahead
+    assert ahead.send_early(sys.argv)
+    pid = int(os.environ["AHEAD_TEST_KILLS"])
+    os.kill(pid, signal.SIGKILL)
+    while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
+    from fleetdiag.cli import run
+    run()
 from fleetdiag.entry import run
 run()
 """
@@ -187,6 +199,12 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         p, notes = cli(rt, inv, sshd, "--json", *base)
         assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
         assert all(dying not in m for m in marks_sent(p)), "the killed CLI's marker was sent again"
+        # 7. the keeper dies after the early request left: the CLI's own request goes to the keeper it
+        # starts, as it would without send-ahead (not a lost keeper's error for a healthy host)
+        (keeper,) = pids_with("fleetdiag.ssh.keeper", str(rt))
+        p, notes = cli(rt, inv, sshd, "--json", *base, env={"AHEAD_TEST_KILLS": str(keeper)})
+        assert notes[0] == [] and p.returncode == 1, (notes, p.stdout, p.stderr)
+        assert DECISIVE in json.loads(p.stdout)["hosts"][0]["decisive"]["line"]
     finally:
         keeper_client.close_kept(rt)
 
