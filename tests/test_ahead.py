@@ -15,6 +15,7 @@ from pathlib import Path
 from fleetdiag.ssh.keeper import client as keeper_client
 from fleetdiag.ssh.keeper import connect_params, connection_key, wire
 
+from .cli_env import cli_env
 from .procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,17 +74,7 @@ def marks_sent(p: subprocess.CompletedProcess) -> list:
 
 def cli(rt: Path, inv: Path, sshd, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list]:
     argv = [sys.executable, "-c", ENTRY, "-i", str(inv), "probe", "uk-node", *args, *sshd.cli_args()]
-    full = {
-        **os.environ,
-        "NO_COLOR": "1",
-        "COLUMNS": "160",
-        "FLEETDIAG_RUNTIME_DIR": str(rt),
-        "PYTHONPATH": str(REPO),
-        "FLEETDIAG_DB": str(rt.parent / "history.db"),
-        "FLEETDIAG_KEEPER_HELLO": "3",
-    }
-    full.pop("FLEETDIAG_PERSIST", None)
-    full.update(env or {})
+    full = cli_env(rt, COLUMNS="160", **(env or {}))
     p = subprocess.run(argv, capture_output=True, text=True, timeout=150, env=full, cwd=rt.parent)
     line = next((ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-NOTES ")), None)
     assert line is not None, p.stderr
@@ -274,7 +265,7 @@ def test_analyze_starts_its_funnel_before_the_imports(rt, tmp_path):
     log.write_text(SEED)
     rules = tmp_path / "rules.yaml"
     rules.write_text("keywords: ['DP adjusted local rank']\n")
-    env = {**os.environ, "NO_COLOR": "1", "FLEETDIAG_RUNTIME_DIR": str(rt), "PYTHONPATH": str(REPO)}
+    env = cli_env(rt)
 
     def analyze(*extra: str, off: bool = False) -> tuple[dict, list]:
         argv = [sys.executable, "-c", LOCAL_ENTRY, "--rules", str(rules), "analyze", str(log), "--json", *extra]
@@ -318,6 +309,7 @@ def test_an_early_request_the_keeper_does_not_hold_is_sent_again(sshd, rt, monke
     from fleetdiag.ssh.keeper import ahead
 
     monkeypatch.setenv("FLEETDIAG_RUNTIME_DIR", str(rt))
+    monkeypatch.setenv("FLEETDIAG_KEEPER_HELLO", "3")  # a loaded machine's keeper still answers
     first = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None)
     other = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(keepalive=17.0), None)
     key = connection_key(other)

@@ -41,6 +41,7 @@ STORE_DIR = "ahead"  # one file per remembered command line, named by its digest
 KEEP = 32  # remembered command lines (the most recently written)
 MAX_ENTRY = 4 << 20  # bytes read from one entry at most (a probe's request is ~52 KB)
 WAIT = 0.2  # seconds for the keeper's hello (client.HELLO_TIMEOUT): a busy keeper is not waited on
+WAIT_ENV = "FLEETDIAG_KEEPER_HELLO"  # client.HELLO_ENV: the same override (a heavily loaded machine, tests)
 # What else decides a probe's request besides its arguments: where it looks for its files and whose they are.
 ENV_KEYS = ("HOME", "USER", "LOGNAME", "SSH_AUTH_SOCK", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME")
 
@@ -156,7 +157,7 @@ def send_early(argv: list[str] | None = None) -> bool:
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return False
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(WAIT)
+        sock.settimeout(float(os.environ.get(WAIT_ENV) or WAIT))
         sock.connect(str(path))
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         if struct.unpack("3i", raw)[1] != os.getuid():
