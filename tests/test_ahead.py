@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from fleetdiag.ssh.keeper import client as keeper_client
@@ -332,3 +333,72 @@ def test_an_early_request_the_keeper_does_not_hold_is_sent_again(sshd, rt, monke
     finally:
         ahead.reset()
         keeper_client.close_kept(rt)
+
+
+# A stand-in awk on the PATH: armed, its first run records its pid and sleeps (a long pass over a big log)
+SLOW_AWK = """#!/bin/sh
+if [ -e "$AHEAD_TEST_FLAGS/armed" ] && mkdir "$AHEAD_TEST_FLAGS/taken" 2>/dev/null; then
+  echo $$ > "$AHEAD_TEST_FLAGS/pid"
+  sleep 60
+fi
+exec {awk} "$@"
+"""
+
+
+def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
+    """The early funnel's whole process group goes when the CLI does not take its output: a script that
+    changed (a user rules file that appeared since) or a CLI that fails first (a --kernel file gone). Killing
+    its ``sh`` alone left the pipeline under it reading the log to its end."""
+    import shutil
+
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    kernel = tmp_path / "kern.log"
+    flags, bindir = tmp_path / "flags", tmp_path / "bin"
+    flags.mkdir()
+    bindir.mkdir()
+    (bindir / "awk").write_text(SLOW_AWK.format(awk=shutil.which("awk")))
+    (bindir / "awk").chmod(0o755)
+    cfg = tmp_path / "cfg"
+    env = cli_env(rt, XDG_CONFIG_HOME=str(cfg), AHEAD_TEST_FLAGS=str(flags), PATH=f"{bindir}:{os.environ['PATH']}")
+    argv = [sys.executable, "-c", LOCAL_ENTRY, "analyze", str(log), "--json", "--kernel", str(kernel)]
+
+    def analyze() -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+
+    def stopped() -> bool:
+        pid = int((flags / "pid").read_text())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return True
+            if state == "Z":
+                return True
+            time.sleep(0.05)
+        return False
+
+    def arm() -> None:
+        shutil.rmtree(flags / "taken", ignore_errors=True)
+        (flags / "pid").unlink(missing_ok=True)
+        (flags / "armed").touch()
+
+    kernel.write_text("[    1.000000] Linux version 6.8.0\n")
+    p = analyze()  # remembers its funnel
+    assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
+    # a user rules file appears: the early funnel (the old script) is not taken; the answer is the new one's
+    (cfg / "fleetdiag").mkdir(parents=True)
+    (cfg / "fleetdiag" / "rules.yaml").write_text("keywords: ['nothing matches this']\n")
+    arm()
+    p = analyze()
+    assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
+    notes = eval(next(ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-NOTES ")).split(" ", 1)[1])
+    assert len(notes) == 2 and notes[0] == [] and "fleetdiag.analysis" in notes[1], notes  # early, then its own
+    assert stopped(), "the early funnel's pipeline outlived the command"
+    # the CLI fails before it takes the output: the early funnel goes with it
+    arm()
+    kernel.unlink()
+    p = analyze()
+    assert p.returncode == 2 and "no such file" in p.stderr, p.stderr
+    assert stopped(), "the early funnel's pipeline outlived the failed command"

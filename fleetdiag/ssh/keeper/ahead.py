@@ -255,8 +255,7 @@ def reset() -> None:
     if _early is not None and not _early.taken:
         _early.sock.close()
     if _local is not None:
-        _local.proc.kill()
-        _local.proc.wait()
+        _stop(_local)
     _early, _active, _probe, _sent, _build = None, False, None, None, None
     _local, _local_active, _local_build = None, False, None
 
@@ -306,11 +305,41 @@ def start_local(argv: list[str] | None = None) -> bool:
         import tempfile
 
         out = tempfile.TemporaryFile()
-        proc = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(  # its own process group: stopped with the pipeline under it (_stop)
+            ["sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except (OSError, ValueError, TypeError):
         return False
     _local = EarlyLocal(proc, out, script, mark)
+    import atexit
+
+    atexit.register(stop_local)  # a CLI that ends before it takes the output (Ctrl-C; cli.run calls it too)
     return True
+
+
+def _stop(e: EarlyLocal) -> None:
+    """Stop the early funnel and every process of its group (its ``sh`` alone would leave the pipeline
+    reading the log to its end), and free its output."""
+    import signal
+
+    try:
+        os.killpg(e.proc.pid, signal.SIGKILL)
+    except OSError:  # the group is gone already
+        pass
+    e.proc.wait()
+    e.out.close()
+
+
+def stop_local() -> None:
+    """Stop an early funnel whose output was never taken (the command failed before it read its log)."""
+    global _local
+    e, _local = _local, None
+    if e is not None:
+        _stop(e)
 
 
 def local_script(build: Callable[[str | None], tuple[str, str]]) -> tuple[str, str]:
@@ -330,17 +359,17 @@ def local_output(script: str, timeout: float | None = None) -> bytes | None:
     if e is None:
         return None
     if e.script != script:
-        e.proc.kill()
-        e.proc.wait()
+        _stop(e)
         return None
     try:
         e.proc.wait(timeout)
     except Exception:  # subprocess.TimeoutExpired: as subprocess.run, the child is killed first
-        e.proc.kill()
-        e.proc.wait()
+        _stop(e)
         raise
     e.out.seek(0)
-    return e.out.read()
+    data = e.out.read()
+    e.out.close()
+    return data
 
 
 def remember_local(files: list[str] | tuple[str, ...] = (), argv: list[str] | None = None) -> None:
