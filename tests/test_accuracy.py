@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 269,
+    "tests/corpus_extra": 274,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -31,8 +31,10 @@ FLOORS = {
     # tests/corpus_extra's logs, not on this set)
     "tests/corpus_heldout2": 30,
     # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
-    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6)
-    "tests/corpus_heldout3": 21,
+    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6); 22 since a compiler's or
+    # linker's own error inside a build step's output is the cause and the build tool's lines its wrappers
+    # (the class made on tests/corpus_extra's logs; this set's case checked only after)
+    "tests/corpus_heldout3": 22,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,

@@ -93,11 +93,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # the third held-back set (tests/corpus_heldout3/README.md: nobody tunes on it), in the same form as
 # HELDOUT2_KNOWN_WRONG: each case the analyzer got wrong when the set was first scored, with its answer.
 HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "deepspeed_4889_fused_adam_nvcc_cuda_runtime_h_missing": (
-        "both",
-        "healthy, no line: the host compiler's 'cc1plus: fatal error: cuda_runtime.h: No such file or "
-        "directory' inside DeepSpeed's ninja build output is not known as a failure",
-    ),
     "ray_openrlhf_922_unhandled_error_attributeerror_stripped_indent": (
         "json",
         "line right, category python (labelled config): an OpenRLHF/vLLM version mismatch's AttributeError",

@@ -35,7 +35,9 @@ from .tracebacks import Event, build_events
 # line that quotes nothing; a consequence
 STRONG, WEAK, LAUNCH_TIER, INCOMPLETE, REPORTER, ONLY_SECONDARY = range(6)
 PEER_TIER = WEAK
-_TIER_OF_ROLE = {PEER: PEER_TIER, LAUNCHER: LAUNCH_TIER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
+# a signature whose role is wrapper names the step that failed (a build): it loses to any cause (the compiler's
+# own line it wraps) and beats the launcher's report of the process that ran the step
+_TIER_OF_ROLE = {PEER: PEER_TIER, LAUNCHER: LAUNCH_TIER, WRAPPER: WEAK, CONSEQUENCE: ONLY_SECONDARY}
 _TIER_OF_SECONDARY = {PEER: PEER_TIER, LAUNCHER: REPORTER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
 
 
