@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 274,
+    "tests/corpus_extra": 276,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -33,8 +33,9 @@ FLOORS = {
     # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
     # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6); 22 since a compiler's or
     # linker's own error inside a build step's output is the cause and the build tool's lines its wrappers
-    # (the class made on tests/corpus_extra's logs; this set's case checked only after)
-    "tests/corpus_heldout3": 22,
+    # (the class made on tests/corpus_extra's logs; this set's case checked only after); 23 since a job
+    # runner's report that the job failed (Hydra's "Error executing job with overrides") is a wrapper
+    "tests/corpus_heldout3": 23,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -43,9 +44,9 @@ FLOORS = {
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 148
+SUPPORTED_FLOOR = 149
 # set -> the most decoys accepted (the present values; every other set: none)
-DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 1}
+DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 0}
 
 
 def _bench():

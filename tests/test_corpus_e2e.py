@@ -97,11 +97,6 @@ HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "json",
         "line right, category python (labelled config): an OpenRLHF/vLLM version mismatch's AttributeError",
     ),
-    "ray_verl_217_raylet_system_error_then_hydra_overrides_cut": (
-        "both",
-        "failed on the decoy 'Error executing job with overrides: [...' (Hydra's wrapper, cut mid-line), "
-        "not the raylet's 'A worker died or was killed ... by an unexpected system error'",
-    ),
     "sglang_10408_alloc_req_slots_backtick_quoted": (
         "both",
         "healthy, no line: a RuntimeError quoted as inline code (a backtick before it) is not read",
