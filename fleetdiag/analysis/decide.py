@@ -583,7 +583,7 @@ def _confidence(best: Judged, judged: list[Judged], cascade: int) -> float:
         c = 0.2
     elif best.tier == INCOMPLETE:
         c = 0.3
-    elif best.tier == LAUNCH_TIER or (best.tier == WEAK and best.line_role == CAUSE):
+    elif best.tier == LAUNCH_TIER or (best.tier == WEAK and best.line_role in (CAUSE, WRAPPER)):
         c = 0.45
     elif best.cause is not None or best.line_role == PEER:
         c = 0.6
