@@ -618,6 +618,8 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
         what = "the failing process's own traceback is missing; this wrapper is the only line quoting its error"
     elif best.tier == INCOMPLETE:
         what = "a traceback without its final line (cut or still being written)"
+    elif best.line_role == WRAPPER and best.tier == WEAK:
+        what = "only the report of a failed step (a wrapper): the error it wraps is not in the lines read"
     elif best.tier == WEAK:
         what = "no exception found; earliest error line" if len(prim) > 1 else "the only error line"
     else:
