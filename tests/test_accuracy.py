@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 280,
+    "tests/corpus_extra": 289,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -32,9 +32,11 @@ FLOORS = {
     "tests/corpus_heldout2": 30,
     # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
     # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6); 23 since a paste's markdown
-    # (inline code, fences, block quotes) and a front-end's level/component prefix are dress (each class
-    # made on tests/corpus_extra's logs, not on this set)
-    "tests/corpus_heldout3": 23,
+    # (inline code, fences, block quotes) and a front-end's level/component prefix are dress, 25 since a
+    # compiler's or linker's own error inside a build step's output is the cause (the build tool's lines its
+    # wrappers) and a job runner's report that the job failed (Hydra's "Error executing job with overrides")
+    # is a wrapper (each class made on tests/corpus_extra's logs, this set's cases checked only after)
+    "tests/corpus_heldout3": 25,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -43,9 +45,9 @@ FLOORS = {
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 151
+SUPPORTED_FLOOR = 153
 # set -> the most decoys accepted (the present values; every other set: none)
-DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 1}
+DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 0}
 
 
 def _bench():

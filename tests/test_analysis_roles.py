@@ -158,3 +158,62 @@ def test_an_engine_holding_requests_without_progress_is_stalled(rules):
     # an idle server reports zeros with nothing held
     idle = "".join(_stats(f"16:1{i}:00", 0.0, 0.0, 0, 0) for i in range(4)) + HEALTH
     assert analyze_text(idle, rules=rules).verdict == "healthy"
+
+
+# A JIT extension build under torchrun, with and without the compiler's own line (class 1 of #22).
+BUILD_UNDER_TORCHRUN = """\
+[1/2] /usr/local/cuda/bin/nvcc -c /w/csrc/adam/multi_tensor_adam.cu -o multi_tensor_adam.cuda.o
+FAILED: multi_tensor_adam.cuda.o
+{compiler}ninja: build stopped: subcommand failed.
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/w/torch/utils/cpp_extension.py", line 2104, in _run_ninja_build
+[rank0]:     subprocess.run(
+[rank0]: subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.
+[rank0]: The above exception was the direct cause of the following exception:
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/w/train.py", line 9, in <module>
+[rank0]: RuntimeError: Error building extension 'fused_adam'
+E1201 10:00:01.000000 4242 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 0 (pid: 4250) of binary: /usr/bin/python
+"""
+
+
+@pytest.mark.parametrize(
+    ("compiler", "decisive", "role"),
+    [
+        (
+            "cc1plus: fatal error: cuda_runtime.h: No such file or directory\ncompilation terminated.\n",
+            "cc1plus: fatal",
+            "cause",
+        ),
+        ("", "FAILED: multi_tensor_adam.cuda.o", "wrapper"),
+    ],
+    ids=["compiler-line", "no-compiler-line"],
+)
+def test_build_step_wraps_the_compiler_and_beats_the_launcher(compiler, decisive, role, rules):
+    """The compiler's own line is the cause; without it the build's first report of the failed step, never torchrun's."""
+    dec = analyze_text(BUILD_UNDER_TORCHRUN.format(compiler=compiler), rules=rules).decisive
+    assert dec is not None and dec.line.startswith(decisive), dec.line
+    assert (dec.role, dec.category, dec.process) == (role, "config", None)
+    assert dec.confidence < 0.6 if role == "wrapper" else dec.confidence >= 0.75, dec.confidence
+
+
+def test_job_runner_report_loses_to_the_raylet(rules):
+    """Hydra's 'Error executing job with overrides' (cut mid-line) only says the job failed."""
+    text = (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker exit "
+        "type: SYSTEM_ERROR\nError executing job with overrides: ['trainer.n_gpus_per_node=8', 'data.tr\n"
+    )
+    dec = analyze_text(text, rules=rules).decisive
+    assert dec is not None and dec.line.startswith("(raylet) A worker died"), dec.line
+    assert dec.role == "launcher"
+    alone = analyze_text(text.split("\n", 1)[1], rules=rules).decisive
+    assert alone is not None and alone.line.startswith("Error executing job") and alone.role == "wrapper"
+
+
+def test_open_mpi_return_value_marks_the_step_above_it(rules):
+    """The line above '--> Returned ... instead of ...' names the step, whatever its words; alone it is no error."""
+    box = "here's some additional information:\n\n  getting local rank failed\n  --> Returned value Not found (-13) instead of ORTE_SUCCESS\n"
+    dec = analyze_text("*** An error occurred in MPI_Init\n" + box, rules=rules).decisive
+    assert dec is not None and dec.line.strip() == "getting local rank failed"
+    assert (dec.role, dec.category) == ("cause", "config")
+    assert analyze_text("  getting local rank failed\n  all good\n", rules=rules).decisive is None

@@ -35,7 +35,9 @@ from .tracebacks import Event, build_events
 # line that quotes nothing; a consequence
 STRONG, WEAK, LAUNCH_TIER, INCOMPLETE, REPORTER, ONLY_SECONDARY = range(6)
 PEER_TIER = WEAK
-_TIER_OF_ROLE = {PEER: PEER_TIER, LAUNCHER: LAUNCH_TIER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
+# a signature whose role is wrapper names the step that failed (a build): it loses to any cause (the compiler's
+# own line it wraps) and beats the launcher's report of the process that ran the step
+_TIER_OF_ROLE = {PEER: PEER_TIER, LAUNCHER: LAUNCH_TIER, WRAPPER: WEAK, CONSEQUENCE: ONLY_SECONDARY}
 _TIER_OF_SECONDARY = {PEER: PEER_TIER, LAUNCHER: REPORTER, WRAPPER: REPORTER, CONSEQUENCE: ONLY_SECONDARY}
 
 
@@ -583,7 +585,7 @@ def _confidence(best: Judged, judged: list[Judged], cascade: int) -> float:
         c = 0.2
     elif best.tier == INCOMPLETE:
         c = 0.3
-    elif best.tier == LAUNCH_TIER or (best.tier == WEAK and best.line_role == CAUSE):
+    elif best.tier == LAUNCH_TIER or (best.tier == WEAK and best.line_role in (CAUSE, WRAPPER)):
         c = 0.45
     elif best.cause is not None or best.line_role == PEER:
         c = 0.6
@@ -618,6 +620,8 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
         what = "the failing process's own traceback is missing; this wrapper is the only line quoting its error"
     elif best.tier == INCOMPLETE:
         what = "a traceback without its final line (cut or still being written)"
+    elif best.line_role == WRAPPER and best.tier == WEAK:
+        what = "only the report of a failed step (a wrapper): the error it wraps is not in the lines read"
     elif best.tier == WEAK:
         what = "no exception found; earliest error line" if len(prim) > 1 else "the only error line"
     else:

@@ -97,8 +97,11 @@ _LOGURU = _p(r"\| (?P<level>TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\|
 _COMPOSE = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*) +\| ")
 # pdsh / clush / DeepSpeed's multi-node runner put "host: " before every line.
 # A host name is lower-case labels with a digit or hyphen somewhere (an
-# exception type is CamelCase or dotted, "error: " has neither).
+# exception type is CamelCase or dotted, "error: " has neither). The toolchain's programs that
+# name themselves before their diagnostics look like hosts ("cc1plus: fatal error: ...", "collect2: ",
+# "gcc-12: error: "): they are the line's words, not a prefix.
 _PDSH = _p(
+    r"(?!(?:cc1(?:plus|obj)?|collect2|(?:gcc|cc|cpp|clang|lto|ld)-[0-9][0-9.]*): )"
     r"(?P<tag>(?=[a-z0-9.-]*[0-9-])[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*): (?=\S|$)"
 )
 # Ray's C++ components: "[2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: "

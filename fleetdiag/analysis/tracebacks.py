@@ -282,6 +282,8 @@ class _Stream:
 
     def _idle(self, ln: LogLine, m: str, s: str, shape: tuple[int, re.Match[str] | None]) -> None:
         kind, match = shape
+        if kind == _OTHER and s.startswith("--> Returned ") and self._returned(ln, s):
+            return
         if kind == _S_TB:
             head = m[: TB_START.search(m).start()].strip()  # type: ignore[union-attr]
             prev = (
@@ -333,6 +335,30 @@ class _Stream:
             ):
                 self.pending = ln
         self.last_idle = ln
+
+    def _returned(self, ln: LogLine, s: str) -> bool:
+        """Open MPI's help box: "  orte_ess_init failed" / "  --> Returned value X instead of ORTE_SUCCESS".
+
+        The return-value line says that the line above it names the step that failed, in
+        whatever words ("getting local rank failed", "mca_pml_base_open() failed"): that line is
+        the event, when a signature knows the return-value line.
+        """
+        prev = self.last
+        if prev is None or prev is not self.last_idle or not adjacent(prev, ln):
+            return False
+        text = prev.msg.strip()
+        if not text or (self.out and self.out[-1].line is prev):
+            return False
+        sig = self.rules.signature_for(s)
+        if sig is None:
+            return False
+        if self.pending is prev:
+            self.pending = None
+        self.out.append(
+            Event("signature", prev, self.key[0], block=[prev, ln], message=text, detail=[s], signature=sig)
+        )
+        self.last_idle = ln
+        return True
 
     def _exception(self, ln: LogLine, etype: str, msg: str) -> None:
         ev = Event(
