@@ -17,7 +17,7 @@ from .lines import SEVERITY, LogLine, adjacent
 from .rules import CAUSE, CONSEQUENCE, Rules, Signature
 
 TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
-FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
+FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 CODE = re.compile(r"^\s+\S")
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 REPEATED = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]")
