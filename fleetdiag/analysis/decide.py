@@ -27,7 +27,18 @@ from .frames import crosses_packages, frame_lines, frame_paths
 from .lines import SEVERITY, LogLine, clean, parse_all
 from .normalise import Normalised, filed_time, normalise
 from .processes import rank_of
-from .rules import ANOTHER_PACKAGE, CAUSE, RAISED_UNDER, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
+from .rules import (
+    ANOTHER_PACKAGE,
+    CAUSE,
+    CONSEQUENCE,
+    LAUNCHER,
+    PEER,
+    RAISED_UNDER,
+    WRAPPER,
+    Rules,
+    SecondaryRule,
+    Signature,
+)
 from .tracebacks import Event, build_events
 
 # tiers, best first: a cause; a weak cause (an error line of no known shape) or a peer-caused error,

@@ -36,7 +36,11 @@ _BUILTIN_TYPES = frozenset(
 
 
 def frame_lines(block: Sequence[LogLine], upto: int) -> list[str]:
-    """The frame lines of the last traceback section above the line at index ``upto``, outermost first."""
+    """The frames of the last traceback section above the line at index ``upto``, outermost first.
+
+    Each is the frame line, then a newline and the source line printed under it when there is one
+    (``... in _lazy_init`` / ``queued_call()``), so a rule can name the call a frame was making.
+    """
     out: list[str] = []
     for ln in block:
         if ln.index >= upto:
@@ -46,6 +50,8 @@ def frame_lines(block: Sequence[LogLine], upto: int) -> list[str]:
             out = []
         elif _FRAME.match(ln.msg) is not None:
             out.append(text)
+        elif out and "\n" not in out[-1] and text and not set(text) <= set("^~ "):
+            out[-1] += "\n" + text
     return out
 
 
@@ -53,7 +59,7 @@ def frame_paths(block: Sequence[LogLine], upto: int) -> list[str]:
     """The file paths of those frames, the import machinery's left out."""
     paths = []
     for text in frame_lines(block, upto):
-        m = _FRAME.match(text)
+        m = _FRAME.match(text.split("\n", 1)[0])
         p = (m.group("p") or m.group("q") or "") if m else ""
         if p and not _MACHINERY.search(p):
             paths.append(p)
