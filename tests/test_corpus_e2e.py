@@ -76,14 +76,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "another line of the same Open MPI start-up failure (rule mpi-init-failed), not the labelled one; "
         "the card shows the labelled line among its context lines",
     ),
-    "nccl_1514_truncated_start_internal_error_closed_by_remote_peer": (
-        "json",
-        "line 'Net : Connection closed by remote peer' (an accepted one), category network (labelled nccl)",
-    ),
-    "nccl_tests_322_many_hosts_unhandled_cuda_error_after_rows": (
-        "json",
-        "the first all_reduce_perf result row, not the 'HCA-128: Test NCCL failure common.cu:1204' lines",
-    ),
     # not listed: llamacpp_ramalama_1914 reads healthy here and in bench/accuracy.py (both judge a
     # fresh copy of each log) but `stalled` when its file is older than the 600 s stall window:
     # the idle llama-server's "all slots are idle" / "waiting for new tasks" is not known as idle
@@ -97,10 +89,6 @@ HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "both",
         "healthy, no line: the host compiler's 'cc1plus: fatal error: cuda_runtime.h: No such file or "
         "directory' inside DeepSpeed's ninja build output is not known as a failure",
-    ),
-    "ray_openrlhf_922_unhandled_error_attributeerror_stripped_indent": (
-        "json",
-        "line right, category python (labelled config): an OpenRLHF/vLLM version mismatch's AttributeError",
     ),
     "ray_verl_217_raylet_system_error_then_hydra_overrides_cut": (
         "both",
