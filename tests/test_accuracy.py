@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 280,
+    "tests/corpus_extra": 289,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -33,9 +33,11 @@ FLOORS = {
     # reasons, on the conventions tests/corpus_extra's logs set: tests/corpus_heldout2/README.md)
     "tests/corpus_heldout2": 32,
     # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
-    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6); 22 since one package using
-    # another's missing API is config by its frames (OpenRLHF #922; informed: tests/corpus_heldout3/README.md)
-    "tests/corpus_heldout3": 22,
+    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6); 23 since a paste's markdown
+    # (inline code, fences, block quotes) and a front-end's level/component prefix are dress (each class
+    # made on tests/corpus_extra's logs, not on this set); 24 since one package using another's missing API
+    # is config by its frames (OpenRLHF #922; informed: tests/corpus_heldout3/README.md)
+    "tests/corpus_heldout3": 24,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
