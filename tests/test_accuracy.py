@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 289,
+    "tests/corpus_extra": 291,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -42,7 +42,7 @@ FLOORS = {
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
     "tests/corpus_kernel": 10,
-    "tests/corpus_kernel_extra": 24,
+    "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
