@@ -77,14 +77,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "(labelled other): tests/corpus_extra's convention makes an MPI start-up failure config; this "
         "set's labels are not changed after scoring",
     ),
-    "nccl_1514_truncated_start_internal_error_closed_by_remote_peer": (
-        "json",
-        "line 'Net : Connection closed by remote peer' (an accepted one), category network (labelled nccl)",
-    ),
-    "nccl_tests_322_many_hosts_unhandled_cuda_error_after_rows": (
-        "json",
-        "the first all_reduce_perf result row, not the 'HCA-128: Test NCCL failure common.cu:1204' lines",
-    ),
     # not listed: llamacpp_ramalama_1914 reads healthy here and in bench/accuracy.py (both judge a
     # fresh copy of each log) but `stalled` when its file is older than the 600 s stall window:
     # the idle llama-server's "all slots are idle" / "waiting for new tasks" is not known as idle
@@ -94,10 +86,6 @@ HELDOUT2_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # the third held-back set (tests/corpus_heldout3/README.md: nobody tunes on it), in the same form as
 # HELDOUT2_KNOWN_WRONG: each case the analyzer got wrong when the set was first scored, with its answer.
 HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "ray_openrlhf_922_unhandled_error_attributeerror_stripped_indent": (
-        "json",
-        "line right, category python (labelled config): an OpenRLHF/vLLM version mismatch's AttributeError",
-    ),
     "trtllm_backend_710_triton_one_line_escaped_newlines_lookahead": (
         "json",
         "line right, category other (labelled config): Triton's lookahead-decoding assertion '16 != 40'",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +23,22 @@ from ..records import FAILED, HEALTHY, STALLED, STARTING, Decisive, Diagnosis, L
 from ..units import signal_name
 from . import hints
 from .fingerprint import fingerprint
+from .frames import crosses_packages, frame_lines, frame_paths
 from .lines import SEVERITY, LogLine, clean, parse_all
 from .normalise import Normalised, filed_time, normalise
 from .processes import rank_of
-from .rules import CAUSE, CONSEQUENCE, LAUNCHER, PEER, WRAPPER, Rules, SecondaryRule, Signature
+from .rules import (
+    ANOTHER_PACKAGE,
+    CAUSE,
+    CONSEQUENCE,
+    LAUNCHER,
+    PEER,
+    RAISED_UNDER,
+    WRAPPER,
+    Rules,
+    SecondaryRule,
+    Signature,
+)
 from .tracebacks import Event, build_events
 
 # tiers, best first: a cause; a weak cause (an error line of no known shape) or a peer-caused error,
@@ -189,6 +201,28 @@ def _raising_frames(ev: Event, n: int = 4) -> list[str]:
     return frames
 
 
+def _frame_test(ev: Event) -> Callable[[Signature], bool] | None:
+    """The frames condition of signatures for this event (None when it has no traceback)."""
+    if ev.kind != "exception" or len(ev.block) < 2:
+        return None
+    paths: list[str] | None = None
+    lines: list[str] | None = None
+
+    def holds(sig: Signature) -> bool:
+        nonlocal paths, lines
+        if sig.frames == ANOTHER_PACKAGE:
+            if paths is None:
+                paths = frame_paths(ev.block, ev.line.index)
+            return sig.pat.search(ev.text) is not None and crosses_packages(ev.message, paths)
+        if sig.frames == RAISED_UNDER:
+            if lines is None:
+                lines = frame_lines(ev.block, ev.line.index)
+            return any(sig.pat.search(f) is not None for f in lines)
+        return False
+
+    return holds
+
+
 def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[int] = frozenset()) -> list[Judged]:
     """Primary vs secondary for every event, repeats folded, quoting wrappers promoted.
 
@@ -234,7 +268,7 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             out.append(Judged(ev, "secondary", ONLY_SECONDARY, RESTATED, line_role=WRAPPER))
             continue
         detail = [d for d in ev.detail[:20] if not rules.is_benign(d)]
-        sig = rules.signature_for(text, *detail) or ev.signature
+        sig = rules.signature_for(text, *detail, frames=_frame_test(ev)) or ev.signature
         while sig is not None and sig.weak and ev.kind == "exception" and detail and not sig.pat.search(text):
             # an exit code after the message (the shell's "exit status 1") is how the process ended, not what
             # this exception is: it keeps its own signature, or a strong one of the lines after that code

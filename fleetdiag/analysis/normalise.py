@@ -53,11 +53,14 @@ _MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:
 # the order check looks past it, at the program's own text
 _SYSLOG = re.compile(r"^(?:(?:" + _TS + "|" + _MONTH_TS + r") )?(?:\S+ )?[\w.@/-]+\[\d+\]: ")
 # after a prefix is removed, what shows the remainder is a log line of its own; so does a host's tag
-# ("node-7: ", "HCA-14: ": a name with a digit or hyphen, as pdsh, srun --label and nccl-tests print it; a
-# shared library's "…so.12: " is the rest of a message: "libnv" + "rtc.so.12: cannot open shared object file"),
-# which keeps a fixed-width table (nccl-tests' result rows) from reading as lines a terminal cut
+# ("node-7: ", "HCA-14: ", "ip-10-0-3-7: ", "node07.cluster.local: ": a name with a digit or hyphen, as pdsh,
+# srun --label and nccl-tests print it; any host name before nccl-tests' "Test NCCL failure"; mpirun's
+# "[1,3]<stdout>:"; a shared library's "…so.12: " is the rest of a message: "libnv" + "rtc.so.12: cannot open
+# shared object file"), which keeps a fixed-width table (nccl-tests' result rows) from reading as lines a
+# terminal cut
 _OWN_HEADER = re.compile(
     r"^(?:\(\w[^)]*pid=\d+|\[(?:\d+(?=[-:./ T\]])|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
+    r"\[\d+,\d+\]<std(?:out|err)>:|[A-Za-z0-9][\w.-]*: Test (?:NCCL|CUDA) failure |"
     r"(?=[A-Za-z0-9.-]*[0-9-])(?![A-Za-z0-9-]*\.so[.:])[A-Za-z0-9][A-Za-z0-9.-]*: \S|"
     + _TS
     + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"

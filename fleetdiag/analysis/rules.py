@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -33,6 +33,10 @@ LIST_SECTIONS = ERE_SECTIONS + ("benign", "serving")
 # consequence of the failure.
 CAUSE, WRAPPER, LAUNCHER, PEER, CONSEQUENCE = "cause", "wrapper", "launcher", "peer-caused", "consequence"
 ROLES = (CAUSE, WRAPPER, LAUNCHER, PEER, CONSEQUENCE)
+# a signature's condition on its traceback's frames ("" = none): analysis/frames.py decides it
+ANOTHER_PACKAGE = "another-package"  # the failing frame and its caller are in different packages
+RAISED_UNDER = "raised-under"  # the pattern matches a frame of the exception's own traceback, not its message
+FRAME_CONDITIONS = ("", ANOTHER_PACKAGE, RAISED_UNDER)
 
 
 class RulesError(ValueError):
@@ -176,6 +180,10 @@ class Signature(_Compiled):
     standalone: bool = False  # a matching line is an error whatever its level
     weak: bool = False  # loses to any other error (e.g. a launcher's exit code)
     role: str = CAUSE  # a launcher's exit code, a peer's transport error: they lose to a cause
+    # a condition on the traceback's frames (see analysis/frames.py): "another-package" matches only when
+    # the failing frame and the frame calling it belong to different packages; "raised-under" matches the
+    # pattern against the exception's own frames instead of its text
+    frames: str = ""
     pat: Pat = field(init=False, repr=False, compare=False)
 
 
@@ -301,16 +309,22 @@ class Rules:
         return ere_union(self.ready)
 
     # -- lookups the analyzer uses --
-    def signature_for(self, *texts: str) -> Signature | None:
+    def signature_for(self, *texts: str, frames: Callable[[str], bool] | None = None) -> Signature | None:
         """The first signature, in rules order, that matches any of the texts.
 
         Rules order is specificity order, so an error line saying "NCCL error"
         whose detail line says "out of memory" is an out-of-memory error.
+        A signature with a ``frames`` condition counts only when ``frames``
+        (the caller's test of its traceback) says it holds for that signature.
         """
         live = [t for t in texts if t and self._open("signatures", t)]
-        if not live:
+        if not live and frames is None:
             return None
         for sig in self.signatures:
+            if sig.frames:
+                if frames is not None and frames(sig):
+                    return sig
+                continue
             for text in live:
                 if sig.pat.search(text) is not None:
                     return sig
@@ -570,7 +584,7 @@ def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) 
         "signatures",
         "name",
         ("name", "pattern"),
-        ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "role", "disable"),
+        ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "role", "frames", "disable"),
         first,
     )
 
@@ -604,6 +618,8 @@ def _merge_named(
                 raise RulesError(f"{where}: hint_facts must be a list of strings or {{text, if}} mappings")
         if section == "secondary" and not isinstance(item.get("header", False), bool):
             raise RulesError(f"{where}: header must be true or false")
+        if section == "signatures" and item.get("frames", "") not in FRAME_CONDITIONS:
+            raise RulesError(f"{where}: frames must be one of {', '.join(c for c in FRAME_CONDITIONS if c)}")
         if "role" in item and item["role"] not in ROLES:
             raise RulesError(f"{where}: role {item['role']!r} is not one of {', '.join(ROLES)}")
         for i, old in enumerate(target):
@@ -654,6 +670,7 @@ def _build(
                 standalone=bool(s.get("standalone")),
                 weak=bool(s.get("weak")),
                 role=str(s.get("role", CAUSE)),
+                frames=str(s.get("frames", "")),
             )
         )
     return Rules(

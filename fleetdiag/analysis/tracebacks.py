@@ -17,7 +17,9 @@ from .lines import SEVERITY, LogLine, adjacent
 from .rules import CAUSE, CONSEQUENCE, Rules, Signature
 
 TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
-FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
+FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+# a frame line whose head a paste cut ('models/llama_kivi.py", line 25, in __init__'): only at a block's start
+CUT_FRAME = re.compile(r'^[^\s"]+\.py", line \d+, in \S')
 CODE = re.compile(r"^\s+\S")
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 REPEATED = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]")
@@ -89,6 +91,8 @@ def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
     if "Traceback" in m and TB_START.search(m):
         return _S_TB, None
     if 'File "' in m and FRAME.match(m):
+        return _S_FRAME, None
+    if '", line ' in m and CUT_FRAME.match(m):
         return _S_FRAME, None
     if "terminate called" in s:
         tm = TERMINATE.search(s)
