@@ -21,7 +21,7 @@ def test_rust_panic_message_on_the_next_line_is_decisive() -> None:
     dec = _dec(
         "INFO model loaded\n"
         "thread 'main' panicked at src/engine.rs:88:14:\n"
-        "called `Result::unwrap()` on an `Err` value: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n"
+        'called `Result::unwrap()` on an `Err` value: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")\n'
         "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n"
     )
     assert dec.line.startswith("called `Result::unwrap()`")
@@ -48,7 +48,9 @@ def test_an_exception_whose_message_runs_on_takes_the_category_of_the_rest() -> 
 
 
 def test_tensorrt_bracketed_level_letter_is_an_error_level() -> None:
-    d = analyze_text("[05/21/2024-16:18:49] [I] Loading\n[05/21/2024-16:18:49] [E] Error[2]: [x.cpp::f::1] Error Code 2\n")
+    d = analyze_text(
+        "[05/21/2024-16:18:49] [I] Loading\n[05/21/2024-16:18:49] [E] Error[2]: [x.cpp::f::1] Error Code 2\n"
+    )
     assert d.decisive is not None and "Error Code 2" in d.decisive.line
     assert analyze_text("[05/21/2024-16:18:49] [I] Error correction: on\n").verdict == "healthy"
 
