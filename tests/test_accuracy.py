@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 295,
+    "tests/corpus_extra": 297,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -39,11 +39,11 @@ FLOORS = {
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
     "tests/corpus_kernel": 10,
-    "tests/corpus_kernel_extra": 24,
+    "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 152
+SUPPORTED_FLOOR = 153
 # set -> the most decoys accepted (the present values; every other set: none)
 # tests/corpus_extra: other_tensorrt_4511's skipped tactic ([E], not fatal) is chosen over the build's failure
 # (a known-wrong case: one source shows the form, no rule was written for it)
