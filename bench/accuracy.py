@@ -446,6 +446,7 @@ CODE_RULES = {
     "code:python traceback (Traceback … Type: message)": "the decisive line ends a Python traceback",
     "code:exception line without a traceback": "a `Type: message` line standing alone",
     "code:C++ terminate / what()": "`terminate called after throwing an instance of 'X'` with its what()",
+    "code:Rust panic (thread … panicked at, message on the next line)": "a Rust thread's panic and its message",
     "code:error-level line": "an ERROR/FATAL line of no known shape (a weak cause)",
     "code:traceback without its final line": "a traceback cut before its exception line",
     "code:chained exception is a wrapper": "a later exception of a chain that began with a cause",
@@ -525,7 +526,7 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
     from fleetdiag.analysis import decide
     from fleetdiag.analysis.lines import parse_all, split_text
     from fleetdiag.analysis.normalise import normalise
-    from fleetdiag.analysis.tracebacks import build_events
+    from fleetdiag.analysis.tracebacks import PANIC, build_events
 
     out: set[str] = set()
     norm = normalise(split_text(text))
@@ -559,6 +560,8 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
             out.add(
                 "code:python traceback (Traceback … Type: message)" if tb else "code:exception line without a traceback"
             )
+        elif ev.kind == "native" and ev.block and PANIC.match(ev.block[0].msg.strip()):
+            out.add("code:Rust panic (thread … panicked at, message on the next line)")
         elif ev.kind == "native":
             out.add("code:C++ terminate / what()")
         elif ev.kind == "error":

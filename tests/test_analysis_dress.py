@@ -19,11 +19,20 @@ from fleetdiag.analysis.lines import split_text
 from fleetdiag.analysis.normalise import normalise
 
 ROOT = Path(__file__).resolve().parent
+
+
+def _line_known_wrong(label: dict) -> bool:
+    """The undressed log's decisive line is a known miss (its ``known_wrong``): no dress can keep it."""
+    why = label.get("known_wrong")
+    return bool(why) and (not isinstance(why, dict) or "test_decisive_line" in why)
+
+
 CASES = [
     p
     for d in ("corpus", "corpus_extra")
     for p in sorted((ROOT / d).glob("*.json"))
     if json.loads(p.read_text()).get("verdict", "failed") == "failed"
+    and not _line_known_wrong(json.loads(p.read_text()))
 ]
 
 
@@ -120,8 +129,8 @@ def test_dressed_corpus_keeps_its_decisive_line(dress, rules):
         text = p.with_suffix(".log").read_text(encoding="utf-8", errors="replace")
         if dress == "wrapped" and sum(1 for ln in text.split("\n") if len(ln.rstrip()) > 100) < 2:
             continue  # one cut line is indistinguishable from a line that long
-        if dress not in ("crlf", "wrapped") and sum(1 for ln in text.split("\n") if ln.strip()) < 2:
-            continue  # a prefix on a one-line log is indistinguishable from that line's own text
+        if dress not in ("crlf", "wrapped") and sum(1 for ln in text.split("\n") if ln.strip()) < 3:
+            continue  # a prefix on one or two lines is indistinguishable from their own text (normalise needs three)
         steps = normalise(split_text(text)).steps
         if dress != "crlf" and "newest-first order reversed" in steps:
             continue  # already an export (journalctl -r): a second dress over it is two layers, one is undone

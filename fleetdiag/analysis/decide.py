@@ -289,6 +289,10 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             j.line_role = PEER
         if j.line_role != CAUSE:
             j.tier = max(j.tier, _TIER_OF_ROLE.get(j.line_role, ONLY_SECONDARY))
+        if weak and j.line_role == PEER and ev.kind == "signature" and ev.line.severity < SEVERITY["ERROR"]:
+            # a weak peer signature on a line of no error level (torch's "what(): ... remote process exited")
+            # loses to the rank's specific transport line ("Connection closed by remote peer") or its error
+            j.tier = max(j.tier, LAUNCH_TIER)
         j.fp = fingerprint(ev.exception_type or (sig.name if sig else ev.kind), ev.message)
         first = seen.get(j.fp)
         if first is not None:

@@ -74,6 +74,8 @@ _BRACKET_NAME_LEVEL = _p(
     r"\[(?P<source>[A-Za-z][\w.+-]*)\] ?(?:\[RANK \d+\] )?\[(?P<level>" + _LVL + r"|TRACE|[EWIF])\] ?"
 )
 _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
+# TensorRT's own loggers (trtexec, polygraphy) after their "[05/21/2024-16:18:49] ": "[E] ", "[W] ", "[I] "
+_BRACKET_LETTER = _p(r"\[(?P<level>[EWIF])\] ")
 _ISO_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?=\S)")
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
 # nccl-tests name the host before their failure lines: "node7: Test NCCL failure common.cu:959 '...'"
@@ -133,6 +135,7 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
         _BRACKET_SOURCE,
         _BRACKET_NAME_LEVEL,
         _BRACKET_PID,
+        _BRACKET_LETTER,
     ),
     "-": (_PYDASH,),
     "|": (_LOGURU,),

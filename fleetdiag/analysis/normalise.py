@@ -341,8 +341,10 @@ def normalise(lines: list[Line]) -> Normalised:
         changed = True
     work, labelled = _without_labels(work)
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
+    records: set[int] = set()  # the lines that carried the service's prefix: each is a record of its own
     if rx is not None:
         new = [(_unprefixed(t, rx), k, st) for t, k, st in work]
+        records = {k for (t, k, _), (u, _, _) in zip(work, new) if u != t}
         if any(a[0] != b[0] for a, b in zip(new, work)):
             work = new
             out.steps.append("service prefix removed")
@@ -364,8 +366,8 @@ def normalise(lines: list[Line]) -> Normalised:
             j = i
             text = work[i][0]
             while j + 1 < len(work) and _continues(work[j][0], work[j + 1][0], work[i][0], width):
-                if not _adjacent(lines[work[j][1]], lines[work[j + 1][1]]):
-                    break
+                if not _adjacent(lines[work[j][1]], lines[work[j + 1][1]]) or work[j + 1][1] in records:
+                    break  # a line the service stamped is the next record (newest first: the one before), not a cut
                 j += 1
                 text += work[j][0]
             joined.append((text, work[i][1], work[i][2]))

@@ -37,6 +37,9 @@ TERMINATE = re.compile(
     r"terminate called (?:after throwing an instance of '(?P<type>[^']+)'|without an active exception|recursively)"
 )
 WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
+# A Rust panic: "thread 'main' panicked at src/main.rs:12:5:" with the message on the next line (Rust 1.73+),
+# or "thread 'main' panicked at 'message', src/main.rs:12:5" (older). A paste may wrap it in markdown.
+PANIC = re.compile(r"^[*_`]{0,2}thread '(?P<thread>[^']*)' panicked at (?P<rest>.*)$")
 NATIVE_STACK = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+:|\s*\d+# |\s+\S)")
 UNRAISABLE = re.compile(r"^Exception ignored (?:in|on)\b")
 ERROR_WORD = re.compile(r"^(?:ERROR|FATAL|CRITICAL|Error|Fatal error)\b")
@@ -83,7 +86,7 @@ class Event:
         return self.message
 
 
-_OTHER, _S_TB, _S_FRAME, _S_TERM, _S_EXC = range(5)
+_OTHER, _S_TB, _S_FRAME, _S_TERM, _S_EXC, _S_PANIC = range(6)
 
 
 def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
@@ -98,6 +101,10 @@ def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
         tm = TERMINATE.search(s)
         if tm:
             return _S_TERM, tm
+    if "panicked at " in s:
+        pm = PANIC.match(s)
+        if pm:
+            return _S_PANIC, pm
     em = EXC_STANDALONE.match(s)
     if em:
         return _S_EXC, em
@@ -150,6 +157,7 @@ class _Stream:
         "pending",
         "native",
         "truncated",
+        "awaiting",
     )
 
     def __init__(self, key: tuple[str | None, str | None], rules: Rules, out: list[Event]) -> None:
@@ -170,6 +178,7 @@ class _Stream:
         self.pending: LogLine | None = None
         self.native: Event | None = None
         self.truncated = False
+        self.awaiting = False  # a panic's location line was read: its message is the next line
 
     # -- does an unprefixed line belong to this stream's open structure? --
     def wants(self, ln: LogLine, prev: LogLine | None) -> bool:
@@ -184,7 +193,7 @@ class _Stream:
         if self.state in (_EXC, _CHAIN):
             return not m.strip() or bool(CHAIN.match(m.strip())) or (self.state == _CHAIN and bool(TB_START.search(m)))
         if self.state == _NATIVE:
-            return bool(WHAT.match(m) or NATIVE_STACK.match(m))
+            return bool(self.awaiting and m.strip() or WHAT.match(m) or NATIVE_STACK.match(m))
         if self.state == _IDLE and TB_START.match(m.strip()) and self.last is not None:
             return self.last is prev and self.last.severity >= SEVERITY["ERROR"] and adjacent(prev, ln)
         return False
@@ -255,6 +264,12 @@ class _Stream:
                 self._close()
         elif self.state == _NATIVE:
             assert self.native is not None
+            if self.awaiting and s:
+                self.awaiting = False
+                self.native.line = ln  # the panic's message states what failed; its location is the line above
+                self.native.message = s
+                self.block.append(ln)
+                return
             wm = WHAT.match(m)
             if wm:
                 self.native.line = ln
@@ -281,6 +296,8 @@ class _Stream:
             return False
         if ln.level is not None and first.level is not None and ln.level != first.level:
             return False
+        if self.cont == 0 and first.msg.rstrip().endswith(":") and self.exc.message:
+            return True  # "... Status Message: " announces the rest of the message on the next line
         sig = self.rules.standalone_for(s)
         return sig is None or sig.weak  # a launcher summary's "exitcode: -9" is part of it
 
@@ -313,6 +330,13 @@ class _Stream:
             self.native = Event("native", ln, self.key[0], exception_type=tm.group("type"), message=s)
             self.block = [ln]
             self.state = _NATIVE
+            return
+        if kind == _S_PANIC:
+            assert match is not None
+            self.native = Event("native", ln, self.key[0], message=s)
+            self.block = [ln]
+            self.state = _NATIVE
+            self.awaiting = match.group("rest").rstrip().rstrip("*_`").endswith(":")  # newer form: message follows
             return
         quiet = 0 < ln.severity <= SEVERITY["INFO"]
         em = match if kind == _S_EXC else None
@@ -421,6 +445,7 @@ class _Stream:
         self.exc = self.native = None
         self.header = self.header_line = None
         self.cont, self.blank, self.foreign, self.truncated = 0, False, 0, False
+        self.awaiting = False
         self.last_idle = None
 
     def _stated_by_header(self) -> bool:

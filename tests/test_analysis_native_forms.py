@@ -1,0 +1,69 @@
+"""Native programs' failure forms the analyzer reads as lines of their own (issue #22, class 2 and 3).
+
+Pure logic on short texts in the shapes real programs print (the real logs are tests/corpus_extra's
+`other_mistralrs_*`, `other_candle_*`, `other_tower_http_*`, `other_onnxruntime_*`, `other_tensorrt_*`,
+`nccl_deepep_*` and `torch_pytorch_150916_*` cases, proven through the CLI in tests/test_corpus_e2e.py).
+"""
+
+from __future__ import annotations
+
+from fleetdiag.analysis import analyze_text
+
+
+def _dec(text: str):
+    d = analyze_text(text)
+    assert d.verdict == "failed", d.summary
+    assert d.decisive is not None
+    return d.decisive
+
+
+def test_rust_panic_message_on_the_next_line_is_decisive() -> None:
+    dec = _dec(
+        "INFO model loaded\n"
+        "thread 'main' panicked at src/engine.rs:88:14:\n"
+        'called `Result::unwrap()` on an `Err` value: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")\n'
+        "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n"
+    )
+    assert dec.line.startswith("called `Result::unwrap()`")
+    assert dec.exception_type is None
+    assert dec.category == "oom"
+    assert dec.traceback[0].startswith("thread 'main' panicked at src/engine.rs:88:14:")
+
+
+def test_rust_panic_of_the_older_one_line_form_and_in_markdown() -> None:
+    old = _dec("thread 'tokio-runtime-worker' panicked at 'index out of bounds', router/src/infer.rs:598:14\n")
+    assert old.line.startswith("thread 'tokio-runtime-worker' panicked at 'index out of bounds'")
+    bold = _dec("**thread 'main' panicked at src/main.rs:3:9:\nno model named foo**\nstack backtrace:\n   0: x\n")
+    assert bold.line == "no model named foo**"
+
+
+def test_an_exception_whose_message_runs_on_takes_the_category_of_the_rest() -> None:
+    dec = _dec(
+        "RuntimeException: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while "
+        "running Conv node. Name:'c1' Status Message: \n"
+        "bfc_arena.cc:376 AllocateRawInternal Failed to allocate memory for requested buffer of size 1024\n"
+    )
+    assert dec.line.startswith("RuntimeException: [ONNXRuntimeError]")
+    assert dec.category == "oom"
+
+
+def test_tensorrt_bracketed_level_letter_is_an_error_level() -> None:
+    d = analyze_text(
+        "[05/21/2024-16:18:49] [I] Loading\n[05/21/2024-16:18:49] [E] Error[2]: [x.cpp::f::1] Error Code 2\n"
+    )
+    assert d.decisive is not None and "Error Code 2" in d.decisive.line
+    assert analyze_text("[05/21/2024-16:18:49] [I] Error correction: on\n").verdict == "healthy"
+
+
+def test_a_levelless_nccl_remote_error_loses_to_the_ranks_own_transport_line() -> None:
+    dec = _dec(
+        "  what():  [Rank 1] Process group watchdog thread terminated with exception: NCCL error: remote process "
+        "exited or there was a network error, NCCL version 2.21.5\n"
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"
+        "Last error:\n"
+        "socketProgress: Connection closed by remote peer node-2<59116>\n"
+    )
+    assert dec.line.startswith("socketProgress: Connection closed by remote peer")
+    assert dec.role == "peer-caused"
+    alone = _dec("ith exception: NCCL error: remote process exited or there was a network error, NCCL version 2.20.5\n")
+    assert alone.role == "peer-caused" and alone.category == "nccl"
