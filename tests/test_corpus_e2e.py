@@ -132,11 +132,6 @@ HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "json",
         "line right, category python (labelled config): Megatron's local-rank / device-count assertion",
     ),
-    "nccl_deepep_106_remote_error_ib_completion_terminal_reflowed": (
-        "both",
-        "healthy, no line: an ncclRemoteError and its IB completion error reflowed by the terminal into "
-        "long space-padded lines (starting mid-word) are not read",
-    ),
     "nccl_tests_217_single_gpu_socket_closed_by_remote_peer": (
         "json",
         "line right, category nccl (labelled network) and role peer-caused: 'NCCL WARN socketProgress: "
