@@ -40,19 +40,29 @@ FLOORS = {
     # is a wrapper (each class made on tests/corpus_extra's logs, this set's cases checked only after); 26 since
     # one package using another's missing API is config by its frames (OpenRLHF #922; informed)
     "tests/corpus_heldout3": 26,
+    # the fourth held-back set, never tuned on (tests/corpus_heldout4/README.md): 23 of 31 when first
+    # measured (commit d850d30's labels, the analyzer of main at 1f3cc2e), 23 of 30 once a miss whose
+    # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2
+    "tests/corpus_heldout4": 23,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
     "tests/corpus_kernel": 10,
     "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
+    "tests/corpus_heldout4/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
 SUPPORTED_FLOOR = 161
 # set -> the most decoys accepted (the present values; every other set: none)
 # tests/corpus_extra: other_tensorrt_4511's skipped tactic ([E], not fatal) is chosen over the build's failure
 # (a known-wrong case: one source shows the form, no rule was written for it)
-DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 0, "tests/corpus_extra": 1}
+DECOY_CEILINGS: dict[str, int] = {
+    "tests/corpus_heldout2": 0,
+    "tests/corpus_heldout3": 0,
+    "tests/corpus_extra": 1,
+    "tests/corpus_heldout4": 1,
+}
 
 
 def _bench():

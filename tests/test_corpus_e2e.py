@@ -4,7 +4,7 @@ One sshd, one inventory with a host entry per case (each host's ``logs:``
 pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
-tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, and every node of the multinode
+tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -48,6 +48,7 @@ def _cases():
         "tests/corpus_heldout",
         "tests/corpus_heldout2",
         "tests/corpus_heldout3",
+        "tests/corpus_heldout4",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -93,11 +94,60 @@ HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 }
 
 
+# the fourth held-back set (tests/corpus_heldout4/README.md: nobody tunes on it), in the same form: each
+# case the analyzer got wrong when the set was first scored (labels of d850d30, the analyzer of main at
+# 1f3cc2e), with its answer.
+HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "megatron_deepspeed_3408_local_rank_assert_then_second_rank": (
+        "json",
+        "line right, category python (labelled config): Megatron's local-rank / device-count assertion",
+    ),
+    "nccl_tests_217_single_gpu_socket_closed_by_remote_peer": (
+        "json",
+        "line right, category nccl (labelled network) and role peer-caused: 'NCCL WARN socketProgress: "
+        "Connection closed by remote peer localhost'",
+    ),
+    "nccl_tests_294_bootstrap_address_family_neither_inet": (
+        "json",
+        "line right, category nccl (labelled network): NCCL's 'connecting to address with family 33621 is "
+        "neither AF_INET(2) nor AF_INET6(10)'",
+    ),
+    "ray_lmmr1_43_llmrayactor_cumem_oom_then_driver_traceback": (
+        "both",
+        "the driver traceback's last (cut) 'File ...' line, category other, not the vLLM actor's "
+        "'CUDA Error: out of memory at .../cumem_allocator.cpp:62'",
+    ),
+    "sglang_6555_quoted_scheduler_watchdog_timeout_pyspy_missing": (
+        "both",
+        "healthy, no line: SGLang's scheduler 'Watchdog timeout (self.watchdog_timeout=300)' behind a "
+        "'> ' quote is not read",
+    ),
+    "tensorrt_llm_4392_flash_attn_undefined_symbol_two_lines": (
+        "json",
+        "the decoy 'RuntimeError: Failed to import transformers.models.bert.modeling_bert because of the "
+        "following error' (category config right), not the flash-attn 'undefined symbol' line under it",
+    ),
+    "tensorrt_llm_backend_550_triton_bls_escaped_quotes_kvcache_assert": (
+        "json",
+        "the C++ stack's cut frame line '1 0x7f3a740272b5 tensorrt_llm::common::throwRuntimeError(...', not "
+        "the 'Assertion failed: mNextBlocks.empty()' inside the TritonModelException (the card shows it among "
+        "the context lines)",
+    ),
+}
+
+
+HELD_BACK = {
+    "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
+    "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
+    "tests/corpus_heldout4": HELDOUT4_KNOWN_WRONG,
+}
+
+
 def _xfail(case, test: str = "json") -> list:
     if case.set == "tests/corpus_heldout" and case.id in HELDOUT_KNOWN_WRONG:
         return [pytest.mark.xfail(reason="tests/corpus_heldout: known wrong", strict=True)]
-    if case.set in ("tests/corpus_heldout2", "tests/corpus_heldout3"):
-        known = HELDOUT2_KNOWN_WRONG if case.set == "tests/corpus_heldout2" else HELDOUT3_KNOWN_WRONG
+    if case.set in HELD_BACK:
+        known = HELD_BACK[case.set]
         where, why = known.get(case.id, ("", ""))
         if where == "both" or where == test:
             return [pytest.mark.xfail(reason=f"held back (never tuned on), known wrong: {why}", strict=True)]

@@ -2,8 +2,8 @@
 
 Only consistency is checked here (every quoted line is in its file, no decoy sits on a
 decisive line, no source repeats another corpus's), never what the analyzer answers:
-tests/corpus_heldout, tests/corpus_heldout2 and tests/corpus_heldout3 are kept out of rule
-development, and the kernel cases are judged through the kernel tests.
+tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3 and tests/corpus_heldout4 are kept
+out of rule development, and the kernel cases are judged through the kernel tests.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ TESTS = Path(__file__).resolve().parent
 HELDOUT = TESTS / "corpus_heldout"
 HELDOUT2 = TESTS / "corpus_heldout2"
 HELDOUT3 = TESTS / "corpus_heldout3"
-KERNEL_SETS = [TESTS / "corpus_kernel_extra", HELDOUT / "kernel"]
+HELDOUT4 = TESTS / "corpus_heldout4"
+KERNEL_SETS = [TESTS / "corpus_kernel_extra", HELDOUT / "kernel", HELDOUT4 / "kernel"]
 APP_KEYS = {"id", "source", "framework", "decisive", "decisive_process", "exception_type", "category", "decoys", "why"}
 KERNEL_KEYS = {"id", "source", "kind", "xid", "decisive_kernel_line", "decoys", "meaning", "files"}
 CATEGORIES = {"config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other"}
@@ -35,7 +36,9 @@ def _sources(*folders: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "path", [*_labels(HELDOUT), *_labels(HELDOUT2), *_labels(HELDOUT3)], ids=lambda p: f"{p.parent.name}/{p.stem}"
+    "path",
+    [*_labels(HELDOUT), *_labels(HELDOUT2), *_labels(HELDOUT3), *_labels(HELDOUT4)],
+    ids=lambda p: f"{p.parent.name}/{p.stem}",
 )
 def test_heldout_label_matches_its_log(path: Path) -> None:
     label = json.loads(path.read_text(encoding="utf-8"))
@@ -103,4 +106,20 @@ def test_third_heldout_set_shares_no_source() -> None:
         other |= {json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in shared.glob("*/*.json")}
     held = _sources(HELDOUT3)
     assert len(held) >= 24 and len(held) == len(set(held))
+    assert not other & set(held), other & set(held)
+
+
+def test_fourth_heldout_set_shares_no_source() -> None:
+    """tests/corpus_heldout4 (and its kernel cases) is held back from every other corpus, the first three
+    held-back sets included."""
+    other = set(_sources(TESTS / "corpus", TESTS / "corpus_extra", HELDOUT, HELDOUT / "kernel", HELDOUT2, HELDOUT3))
+    other |= set(_sources(*(d for d in TESTS.glob("corpus_kernel*") if d.is_dir())))
+    other |= {
+        json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in (TESTS / "corpus_multinode").glob("*.json")
+    }
+    shared = Path(os.environ.get("FLEETDIAG_SHARED", "/work/shared")) / "corpus"  # where this machine has them
+    if shared.is_dir():
+        other |= {json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in shared.glob("*/*.json")}
+    held = _sources(HELDOUT4, HELDOUT4 / "kernel")
+    assert len(held) >= 30 and len(held) == len(set(held))
     assert not other & set(held), other & set(held)
