@@ -48,8 +48,8 @@ from .. import units as _units
 from ..redact import SECRET_NAME as _SECRET_NAME  # noqa: F401
 from ..redact import redact_argv, redact_cmdline, redact_env
 from .collect import (
-    FACTS_TIMEOUT,
     BASE_SNIPPET,
+    FACTS_TIMEOUT,
     GPU_SNIPPET,
     LOG_ERE,
     SERVE_ERE,
