@@ -73,7 +73,7 @@ def test_every_script_uses_the_one_builder_and_awk_lib():
     lib = "FD_AWKLIB=" + remote.quote(remote.awk_lib())
     for s in scripts:
         assert lib in s
-    assert remote.load("facts_gpu.sh") == facts.GPU_SNIPPET
+    assert remote.load("facts_base.sh") + remote.load("facts_gpu.sh") == facts.GPU_SNIPPET
     # the awk programs clip with the shared helper, none with its own copy
     for name in SHIPPED:
         text = remote.load(name)
