@@ -2,6 +2,7 @@
 # #27, fourth pass, on the lent GPU host: this tree ("after") beside $BEFORE (another source tree,
 # "before"), each measured with this tree's bench scripts, in one call. Parts (COST4_PARTS, words):
 #   remote  bench/remote_split.py: the warm probe's remote work taken apart on the real GPU
+#   decode  bench/decode_ab.py: the exec under base64 -d vs the awk decoder (this tree only)
 #   warm    bench/warm_probe.py --gap 2: warm probe at 240 ms, back to back and after a gap
 #   cpu     bench/cpu_floor.py --only warm at COST4_CPU_HOSTS (600) hosts: controller CPU beside clush
 #   profile bench/warm_profile.py --plain: a warm sweep's CLI and keeper CPU apart
@@ -41,6 +42,12 @@ case " $parts " in *" remote "*)
         in_tree "$t" timeout "${COST4_REMOTE_S:-60}" "$PY" bench/remote_split.py --repeat 7 \
             --json-out "$OUTDIR/remote_$t.json" 2>&1 | tee "$OUTDIR/remote_$t.txt"
     done
+    ;;
+esac
+
+case " $parts " in *" decode "*)
+    s "the payload's decoders"
+    timeout 60 "$PY" bench/decode_ab.py --repeat 15 2>&1 | tee "$OUTDIR/decode.txt"
     ;;
 esac
 
