@@ -94,7 +94,7 @@ class Connection:
         The next spare's open leaves with each command's exec (``Spare.create_process``): by the time
         that command's answer is back (one round trip at least), the next one's channel is open. Opened
         when a command ended instead, a request that came within a round trip of the end waited for it
-        (a warm probe right after another: 0.18 s of its 0.59 s exec at 240 ms)."""
+        (a warm probe right after another, at 240 ms: 0.16 s of its 0.59 s exec)."""
         if self.spare is None:
             self.spare = sshfast.Spare(self.conn)
         self.spare.prime()
