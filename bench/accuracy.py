@@ -459,6 +459,8 @@ CODE_RULES = {
     "code:normalise: service prefix removed": "a log service's timestamp and severity on every line",
     "code:normalise: newest-first order reversed": "an export printed newest first",
     "code:normalise: re-wrapped lines joined": "lines a terminal or a paste cut at its width",
+    "code:normalise: line label removed": "a sidecar's, collector's or launcher's constant label on every line",
+    "code:normalise: markdown removed": "a paste's fences, quotes, inline code, tags, bold or elisions",
 }
 
 # Kernel evidence (evidence/correlate.py) by class; the Xid codes are the classes' data (data/xid.yaml,

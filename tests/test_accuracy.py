@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 269,
+    "tests/corpus_extra": 278,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -31,8 +31,10 @@ FLOORS = {
     # tests/corpus_extra's logs, not on this set)
     "tests/corpus_heldout2": 30,
     # the third held-back set, never tuned on (tests/corpus_heldout3/README.md): 21 of 27 when first
-    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6)
-    "tests/corpus_heldout3": 21,
+    # measured (commit 6dfc11b's labels, the analyzer of main at 63b59f6); 23 since a paste's markdown
+    # (inline code, fences, block quotes) and a front-end's level/component prefix are dress (each class
+    # made on tests/corpus_extra's logs, not on this set)
+    "tests/corpus_heldout3": 23,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -41,7 +43,7 @@ FLOORS = {
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 148
+SUPPORTED_FLOOR = 150
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 1}
 

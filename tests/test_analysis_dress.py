@@ -71,6 +71,25 @@ def kubectl_prefix(text: str) -> str:
     return "".join(f"[pod/vllm-0/vllm] {ln}\n" for ln in text.rstrip("\n").split("\n"))
 
 
+def markdown_reply(text: str) -> str:
+    """A log pasted into an issue and then quoted in a reply: "> " before a <details> block, a fence, the lines."""
+    body = ["<details>", "<summary>Logs</summary>", "", "```text", *text.rstrip("\n").split("\n"), "```", "</details>"]
+    return "".join(f"> {ln}".rstrip(" ") + "\n" for ln in body)
+
+
+def front_end_relay(text: str) -> str:
+    """A desktop front-end's relay of its child: its stamp, "[Info]" (whatever the line says) and component."""
+    return "".join(
+        f"2026-05-08 11:{i // 60 % 60:02d}:{i % 60:02d}.093 [Info] (Process) {ln}\n"
+        for i, ln in enumerate(text.rstrip("\n").split("\n"))
+    )
+
+
+def word_label(text: str) -> str:
+    """A launcher's "SUBPROCESS: " before every line of the worker it runs."""
+    return "".join(f"SUBPROCESS: {ln}".rstrip(" ") + "\n" for ln in text.rstrip("\n").split("\n"))
+
+
 DRESSES = {
     "crlf": crlf,
     "export-newest-first": export_newest_first,
@@ -78,6 +97,9 @@ DRESSES = {
     "wrapped": wrapped,
     "sidecar-label": sidecar_label,
     "kubectl-prefix": kubectl_prefix,
+    "markdown-reply": markdown_reply,
+    "front-end-relay": front_end_relay,
+    "word-label": word_label,
 }
 
 
@@ -100,8 +122,11 @@ def test_dressed_corpus_keeps_its_decisive_line(dress, rules):
             continue  # one cut line is indistinguishable from a line that long
         if dress not in ("crlf", "wrapped") and sum(1 for ln in text.split("\n") if ln.strip()) < 2:
             continue  # a prefix on a one-line log is indistinguishable from that line's own text
-        if dress != "crlf" and "newest-first order reversed" in normalise(split_text(text)).steps:
+        steps = normalise(split_text(text)).steps
+        if dress != "crlf" and "newest-first order reversed" in steps:
             continue  # already an export (journalctl -r): a second dress over it is two layers, one is undone
+        if dress in ("front-end-relay", "word-label") and steps:
+            continue  # a relay around a log in a whole-log dress of its own (a label, markdown): two layers
         plain = analyze_text(text, rules=rules).decisive
         dressed = DRESSES[dress](text)
         dec = analyze_text(dressed, rules=rules).decisive
@@ -198,3 +223,87 @@ def test_one_record_repeated_at_the_widest_length_is_not_a_terminals_wrap() -> N
     log = "also reduce the `max_num_seqs` as needed.\n" + "".join(rec.format(s=s) for s in range(4))
     log += "Capturing CUDA graph shapes: 100%|██████████| 35/35\n" + "".join(rec.format(s=s) for s in range(4, 7))
     assert normalise(split_text(log)).steps == []
+
+
+def test_a_pastes_markdown_comes_off_and_a_log_lines_own_marks_stay() -> None:
+    """Fences (glued to a line too), quotes, inline code, <details> tags, a bullet and a user's elision are dress;
+    a logger's "- name - LEVEL - ", pytest's "> " marker and backticks inside a message are the line's own."""
+    from fleetdiag.analysis.normalise import undress
+
+    assert undress("```common_init_from_params: warming up") == "common_init_from_params: warming up"
+    assert undress("[Inferior 1 (process 35621) detached]```") == "[Inferior 1 (process 35621) detached]"
+    assert undress("> > RuntimeError: boom") == "RuntimeError: boom"
+    assert undress("`RuntimeError: set a smaller `--max-running-requests`. n=2,") == (
+        "RuntimeError: set a smaller `--max-running-requests`. n=2,"
+    )
+    assert (
+        undress("`torch.cuda.OutOfMemoryError: CUDA out of memory.`")
+        == "torch.cuda.OutOfMemoryError: CUDA out of memory."
+    )
+    assert undress("- RuntimeError: CUDA error: out of memory") == "RuntimeError: CUDA error: out of memory"
+    for dress in (
+        "```",
+        "```python",
+        "~~~",
+        "`",
+        "<details>",
+        "</details>",
+        "<summary>Logs</summary>",
+        "...",
+        "[...]",
+        "<snip>",
+        "    …",
+    ):
+        assert undress(dress) is None, dress
+    for own in (
+        "- vllm.engine - ERROR - boom",
+        "a `b` c",
+        "[rank0]: Traceback (most recent call last):",
+        " > 0) failed",  # the rest of a line a paste cut, not a quote
+        "               ~~~~~^^^^^^^^^^",  # carets under a Python 3.11+ frame, not a fence
+        "    ^^^^^^^^~~~~~",
+        "*" * 50,  # a separator, not bold
+        "plain",
+    ):
+        assert undress(own) == own
+    assert undress(">       assert x == 2") == "      assert x == 2"  # pytest's marker: the code stays
+
+
+def test_an_elision_inside_a_quoted_traceback_keeps_it_one_traceback(rules) -> None:
+    text = (
+        "> Traceback (most recent call last):\n"
+        '>   File "serve.py", line 3, in <module>\n'
+        "> ...\n"
+        '>   File "model.py", line 9, in load\n'
+        "> torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "`\n"
+    )
+    d = analyze_text(text, rules=rules)
+    assert d.decisive is not None and d.decisive.exception_type == "torch.OutOfMemoryError"
+    assert d.decisive.lineno == 5 and d.decisive.line.startswith("> torch.OutOfMemoryError")
+    assert "markdown removed" in d.decisive.reason
+
+
+def test_a_front_ends_level_counts_and_its_info_hides_nothing(rules) -> None:
+    from fleetdiag.analysis.lines import parse_line
+    from fleetdiag.records import Line
+
+    err = parse_line(0, Line(0, "2026-05-08 11:42:09.093 [Error] (Process) HIP out of memory", 1))
+    assert (err.level, err.process, err.msg) == ("ERROR", "Process", "HIP out of memory")
+    child = parse_line(0, Line(0, "2026-09-10 21:30:06.005 [Info] (Process) 0.03.453.294 W load_hparams: x", 1))
+    assert (child.level, child.msg) == ("WARNING", "load_hparams: x")  # the child's own level letter
+    info = parse_line(0, Line(0, "2026-09-10 21:30:06.005 [Info] (Server) POST /api/v1/load", 1))
+    assert info.level is None and info.relayed
+    journal = "Apr 27 09:35:17  lemond[17105]: 2026-04-27 09:35:17.908 [Error] (Process) HIP out of memory"
+    jl = parse_line(0, Line(0, journal, 1))
+    assert (jl.tags, jl.level, jl.msg) == (("lemond[17105]", "Process"), "ERROR", "HIP out of memory")
+    xin = parse_line(
+        0, Line(0, "2024-01-18 21:27:53,300 xinference.core.model 35043 ERROR    Model actor is out of memory.", 1)
+    )
+    assert (xin.level, xin.source, xin.msg) == ("ERROR", "xinference.core.model", "Model actor is out of memory.")
+    relayed = "".join(
+        f"2026-05-08 11:42:0{k}.093 [Info] (Process) {ln}\n"
+        for k, ln in enumerate(["load_tensors: loading", "RuntimeError: CUDA error: out of memory", "[New LWP 7]", "x"])
+    )
+    d = analyze_text(relayed, rules=rules)
+    assert d.verdict == "failed" and d.decisive is not None and d.decisive.category == "oom"

@@ -162,3 +162,30 @@ def test_the_latest_run_of_many_stages_is_found_in_linear_time() -> None:
     assert kept(log) == [log[0], log[2], log[3], log[4]]  # the banner's own stage loses its older run
     again = [*log, "db  | INFO Starting vLLM API server on http://0.0.0.0:8002"]
     assert kept(again) == [*log[1:], again[-1]]  # db started again, last: its old error is gone
+
+
+def test_markdown_and_front_end_prefixes_are_read_in_linear_time() -> None:
+    """Hostile 4 KiB lines (the funnel's cap) of a paste's dress or a front-end's prefix pieces: each is one
+    anchored pass, never a scan per occurrence."""
+    from fleetdiag.analysis.normalise import normalise, undress
+
+    bad = [
+        "`" * 4096,
+        "> " * 2048,
+        ">" * 4096,
+        "~" * 4096,
+        "[" + "." * 4095,
+        "<summary>" + "<" * 4087,
+        "- " + "a" * 4094,
+        "``" + " `" * 2047,
+        "a." * 2047 + " 1 ERROR",
+        "[Info] " + "(" * 4089,
+        "SUBPROCESS" * 409 + ": x",
+        "a" + "`" * 4090 + "x`",
+        "**" + "a*" * 2046 + "**",
+    ]
+    for text in bad:
+        assert _seconds(undress, text) < 0.2, text[:20]
+        assert _seconds(parse_line, 0, Line(0, "2026-05-08 11:42:09.093 " + text, 1)) < 0.2, text[:20]
+    lines = [Line(k * 4200, t, k + 1) for k, t in enumerate(bad * 40)]
+    assert _seconds(normalise, lines) < 1.0

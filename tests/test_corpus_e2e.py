@@ -107,18 +107,9 @@ HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "failed on the decoy 'Error executing job with overrides: [...' (Hydra's wrapper, cut mid-line), "
         "not the raylet's 'A worker died or was killed ... by an unexpected system error'",
     ),
-    "sglang_10408_alloc_req_slots_backtick_quoted": (
-        "both",
-        "healthy, no line: a RuntimeError quoted as inline code (a backtick before it) is not read",
-    ),
     "trtllm_backend_710_triton_one_line_escaped_newlines_lookahead": (
         "json",
         "line right, category other (labelled config): Triton's lookahead-decoding assertion '16 != 40'",
-    ),
-    "vllm_lemonade_5_hip_oom_process_level_prefix_ellipsis": (
-        "both",
-        "healthy, no line: behind Lemonade's 'timestamp [Error] (Process) (EngineCore pid=N)' prefix the "
-        "HIP out-of-memory error is not read",
     ),
 }
 

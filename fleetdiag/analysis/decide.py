@@ -391,8 +391,10 @@ def _normal(ln: LogLine, rules: Rules) -> bool:
         return False
     if '" ' in m and _PROBE.search(m):
         return False
-    if ln.level is None and (ln.msg[:1].isspace() or not rules.is_ready(ln.raw) and not ln.tags and not ln.time):
-        return False  # an unlabelled line could be anything (a traceback's tail, a print)
+    if ln.level is None and (
+        ln.msg[:1].isspace() or not rules.is_ready(ln.raw) and (ln.relayed or not ln.tags and not ln.time)
+    ):
+        return False  # an unlabelled line could be anything (a traceback's tail, a print), relayed or not
     if rules.is_ready(ln.raw):
         return True
     return not (rules.is_keyword(m) or _ENDING.search(m) or _UNWINDING.search(m) or rules.secondary_for(m) is not None)

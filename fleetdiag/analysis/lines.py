@@ -58,6 +58,15 @@ _MPI = _p(r"\[(?P<tag>\d+,\d+)\]<std(?:out|err)>: ?")
 _GLOG_BR = _p(r"\[(?P<level>[IWEF])(?P<time>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)(?: \d+)? (?P<source>" + _SRC + r")\] ?")
 _GLOG_BR_OLD = _p(r"\[(?P<level>[IWEF]) (?P<source>" + _SRC + r")\] ?")
 _BRACKET_LEVEL = _p(r"\[(?P<level>" + _LVL + r")\] *")
+# a launcher's or desktop front-end's own level and component before the line it relays, in title case:
+# "2026-05-08 11:42:09.093 [Error] (Process) ..." (the component is peeled as the line's process tag). A
+# relay writes a child's every line at Info whatever it says, so only Warn and above count as the line's level
+_BRACKET_LEVEL_TITLE = _p(r"\[(?P<relay>Debug|Info|Notice|Warn|Warning|Error|Critical|Fatal|Trace)\] *")
+_RELAY_LEVEL = {"Warn": "WARNING", "Warning": "WARNING", "Error": "ERROR", "Critical": "CRITICAL", "Fatal": "CRITICAL"}
+_PAREN_COMPONENT = _p(r"\((?P<tag>[A-Za-z][\w.-]{0,39})\) ?")
+# Python logging's "%(asctime)s %(name)s %(process)d %(levelname)s" (Xinference's and other servers'):
+# "2024-01-18 21:27:53,300 xinference.core.model 35043 ERROR    Model actor is out of memory."
+_LOGGER_PID_LEVEL = _p(r"(?P<source>[A-Za-z_][\w.]{0,80}) \d{1,7} (?P<level>" + _LVL + r")(?: +|$)")
 # TensorRT-LLM's "[06/21/2025-01:30:42] "
 _BRACKET_TIME_MDY = _p(r"\[(?P<time>\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d(?:\.\d+)?)\] ?")
 # a native library's own prefix: "[TensorRT-LLM][ERROR] ", "[TRT-LLM] [RANK 0] [E] "
@@ -98,13 +107,14 @@ _RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
 
 # containerd/CRI log files (/var/log/pods): "2024-01-01T00:00:00.000000000Z stderr F message"
 _CRI = _p(r"(?:stdout|stderr) [FP] ")
-# syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message" (journalctl -o short-precise: 03:04:05.123456)
+# syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message" (journalctl -o short-precise: 03:04:05.123456;
+# a journal without a host name leaves two blanks: "Apr 27 09:35:17  lemond[17105]: ")
 _SYSLOG = _p(
-    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) \S+ "
+    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) (?:\S+ | )"
     r"(?P<tag>[\w.@/-]+\[\d+\]): "
 )
 
-_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _SYSLOG, _NCCL)
+_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _SYSLOG, _NCCL, _LOGGER_PID_LEVEL)
 _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "(": (_PAREN_TAG, _RAY_SYS, _ASCEND_PID),
     "[": (
@@ -116,6 +126,7 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
         _GLOG_BR,
         _GLOG_BR_OLD,
         _BRACKET_LEVEL,
+        _BRACKET_LEVEL_TITLE,
         _BRACKET_SOURCE,
         _BRACKET_NAME_LEVEL,
         _BRACKET_PID,
@@ -128,8 +139,8 @@ for _c in "0123456789":
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _DISPATCH[_c] = _UPPER
 for _c in "abcdefghijklmnopqrstuvwxyz":
-    _DISPATCH[_c] = (_NCCL,)
-_DISPATCH["s"] = (_CRI, _NCCL)
+    _DISPATCH[_c] = (_NCCL, _LOGGER_PID_LEVEL)
+_DISPATCH["s"] = (_CRI, _NCCL, _LOGGER_PID_LEVEL)
 
 _GROUPS = {
     rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
@@ -140,6 +151,7 @@ _GROUPS = {
         _RAY_CPP_SRC,
         _UNIT_PID,
         _UNIT_PID_START,
+        _PAREN_COMPONENT,
         *{r for v in _DISPATCH.values() for r in v},
     )
 }
@@ -188,6 +200,7 @@ class LogLine:
     level: str | None = None
     time: str | None = None
     source: str | None = None
+    relayed: bool = False  # a front-end's "[Info] (Component)" relays it: its level is the child's, if any
 
     @property
     def process(self) -> str | None:
@@ -261,6 +274,7 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
     level: str | None = None
     time: str | None = None
     source: str | None = None
+    relay = False  # a front-end's "[Info] " was peeled: its component may follow
     i, n = 0, len(s)
     for step in range(12):
         if i >= n:
@@ -279,6 +293,14 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
             m = _RAY_CPP_SRC.match(s, i)  # "(raylet) node_manager.cc:3069: ..."
         elif step == 1 and time is not None and not tags and level is None and s.find("]: ", i, i + 120) > 0:
             m = _UNIT_PID.match(s, i)  # "2026-03-25T19:17:07+02:00 gemma3.server[16376]: ..."
+        elif relay and source is None and s[i] == "(" and s.find(")", i, i + 42) > i:
+            m = _PAREN_COMPONENT.match(s, i)  # a front-end's "[Error] (Process) ": the component after its level
+        elif relay and level is None and source is None and i < n and s[i] in _FRAMES:
+            s = s[:i] + unframe(s[i:])  # the child drew a terminal UI's frame around its line
+            n = len(s)
+            continue
+        elif relay and level is None and source is None and s.find(": ", i, i + 80) > i:
+            m = _PDSH.match(s, i)  # the child's own "host: " (pdsh, srun --label) behind the relay
         elif tags and level is None and s.find(": Test ", i, i + 80) > i:
             m = _NCCL_TESTS.match(s, i)  # mpirun's "[1,0]<stdout>:" before nccl-tests' "node7: Test NCCL failure"
         if m is None:
@@ -305,6 +327,11 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 if i < n and s[i] == " " and not m.group(0)[-1:].isspace():
                     i += 1
                 continue
+        if m.re is _BRACKET_LEVEL_TITLE:
+            relay = True
+            lv = _RELAY_LEVEL.get(m.group("relay"))
+            if lv is not None and SEVERITY[lv] > SEVERITY.get(level or "", 0):
+                level = lv
         for name in _GROUPS[m.re]:
             v = m.group(name)
             if not v:
@@ -330,7 +357,7 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
         nm = _NCCL_LEVEL.search(msg[:200])
         if nm:
             level = {"WARN": "WARNING", "TRACE": "DEBUG"}.get(nm.group(1), nm.group(1))
-    return LogLine(index, line.pos, line.lineno, raw, msg, tuple(tags), level, time, source)
+    return LogLine(index, line.pos, line.lineno, raw, msg, tuple(tags), level, time, source, relay)
 
 
 def split_text(text: str | bytes) -> list[Line]:
@@ -428,7 +455,7 @@ def parse_all(lines: Sequence[Line], extra_tags: Sequence[tuple[re.Pattern[str],
         if fields is None:
             p = parse_line(i, ln, extra_tags)
             if isinstance(ln.text, str):
-                memo[ln.text] = (p.raw, p.msg, p.tags, p.level, p.time, p.source)
+                memo[ln.text] = (p.raw, p.msg, p.tags, p.level, p.time, p.source, p.relayed)
                 cache.size += 1
                 cache.chars += len(ln.text) + len(p.msg)
             out.append(p)

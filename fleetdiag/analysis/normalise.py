@@ -3,7 +3,9 @@
 Logs reach users through log services and pastes: an export newest-first, a
 service's own timestamp and severity before every line (CloudWatch, Loki,
 GCP, Datadog, ``kubectl logs --timestamps``), CRLF line ends, lines
-re-wrapped by a terminal at its width. Each is detected from the log itself
+re-wrapped by a terminal at its width, and the markdown a paste into an issue
+or a chat wraps around a log (fences, block quotes, inline code, ``<details>``
+tags, a bullet, a user's ``...`` elision). Each is detected from the log itself
 (never from a product name) and undone here, so the rest of the analyzer
 sees the program's own lines in the order it wrote them.
 
@@ -51,11 +53,12 @@ _MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:
 # the order check looks past it, at the program's own text
 _SYSLOG = re.compile(r"^(?:(?:" + _TS + "|" + _MONTH_TS + r") )?(?:\S+ )?[\w.@/-]+\[\d+\]: ")
 # after a prefix is removed, what shows the remainder is a log line of its own; so does a host's tag
-# ("node-7: ", "HCA-14: ": a name with a digit or hyphen, as pdsh, srun --label and nccl-tests print it),
+# ("node-7: ", "HCA-14: ": a name with a digit or hyphen, as pdsh, srun --label and nccl-tests print it; a
+# shared library's "…so.12: " is the rest of a message: "libnv" + "rtc.so.12: cannot open shared object file"),
 # which keeps a fixed-width table (nccl-tests' result rows) from reading as lines a terminal cut
 _OWN_HEADER = re.compile(
     r"^(?:\(\w[^)]*pid=\d+|\[(?:\d+(?=[-:./ T\]])|[A-Za-z][\w.+/:-]*\])|Traceback|\s+File \"|"
-    r"(?=[A-Za-z0-9.-]*[0-9-])[A-Za-z0-9][A-Za-z0-9.-]*: \S|"
+    r"(?=[A-Za-z0-9.-]*[0-9-])(?![A-Za-z0-9-]*\.so[.:])[A-Za-z0-9][A-Za-z0-9.-]*: \S|"
     + _TS
     + r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|[IWEF]\d{4} |\d\d-\d\d \d\d:|[A-Za-z_][\w.]*(?:Error|Exception)\b)"
 )
@@ -76,10 +79,44 @@ SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the se
 # is a rank or a job's tag, kept by the line model.
 _LABEL = re.compile(r"^\[(?P<label>[A-Za-z0-9][^\[\]]{0,100})\]:? ")
 _NOT_LABEL = re.compile(
-    r"^(?:rank|default)\d+$|^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
+    r"^(?:rank|default)\d+$|^(?i:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
     r"|^(?!\d{2,7}$)[^A-Za-z]*$|\d:\d\d"
 )
 LABELS = 3  # constant labels in a row, at most (a runner's step label, then its run id)
+# a front-end's own name for the program it relays, as a word and a colon ("SUBPROCESS: ", "STDERR: "): a
+# capitalised word without "_" or "." (a C function's "llama_model_loader: " or a logger's "vllm.engine: "
+# repeated on a window is the program's own text, not a label)
+_WORD_LABEL = re.compile(r"^(?P<label>[A-Z][A-Za-z0-9-]{1,39}): ")
+_NOT_WORD_LABEL = re.compile(
+    r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE|Traceback|File|Caused|Note|Hint)$|(?:Error|Exception|Warning)$",
+    re.IGNORECASE,
+)
+
+# Markdown around a pasted log (an issue, a chat): a fence line (```, ```python, ~~~), a fence glued to the
+# first or last line of the log, a block quote's "> " (nested too), inline code's backticks around one line
+# (the closing one alone on the next line), <details>/<summary>/<pre> tags, a line marked in bold, and a bullet
+# before a traceback or an exception. Stripped per line, never the text between: a line keeps whatever it says after the dress.
+# (a glued fence is a backtick one: "~~~~~^^^^" and "^^^^~~~~" are the carets under a Python 3.11+ frame's code)
+_FENCE_ONLY = re.compile(r"^[ \t]{0,3}(?:`{3,}|~{3,})[ \t]*[\w+#.-]*\s*$")
+_FENCE_OPEN = re.compile(r"^\s*`{3,}(?=[^`\s])")
+_FENCE_CLOSE = re.compile(r"(?<=\S)`{3,}\s*$")
+# a quote starts at the line's first column (" > 0) failed" is the rest of a line a paste cut)
+_QUOTE = re.compile(r"^>(?:[ \t]|$)(?:[ \t]{0,3}>(?:[ \t]|$))*|^>+(?=\s|$)")
+_TAGS = re.compile(
+    r"^\s*(?:</?(?:details|pre|code|blockquote)(?:\s[^<>]{0,200})?>\s*)+$"
+    r"|^\s*<summary>[^<>]{0,300}</summary>\s*$|^\s*</?summary>\s*$",
+    re.IGNORECASE,
+)
+_TICK_OPEN = re.compile(r"^`(?=[^`\s])")
+_TICK_CLOSE = re.compile(r"(?<=[^`\s])`\s*$")
+_BOLD = re.compile(r"^(\s*)\*\*(?=[^*\s])(.*[^*\s])\*\*\s*$")  # a line a user marked in bold: "**RuntimeError: …**"
+_BULLET = re.compile(r"^[ \t]{0,3}[-*+] (?=Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception)\b)")
+# a user's elision of lines: "...", "…", "[...]", "(...)", "<snip>", "[snip]", "... (truncated) ...", "<omitted>"
+_ELISION = re.compile(
+    r"^\s*(?:\.{3,}|…|[\[(<]\s*(?:\.{3,}|…|snip(?:ped)?|omitted|truncated)\s*[\])>]"
+    r"|\.{3}\s*\(?(?:snip(?:ped)?|omitted|truncated|more)\)?\s*\.{3})\s*$",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -114,11 +151,17 @@ def _constant_label(texts: list[str]) -> str | None:
     if len(lines) < 2:
         return None
     heads = Counter(m.group(0) for m in map(_LABEL.match, lines[:400]) if m is not None)
-    if not heads:
+    words = Counter(m.group(0) for m in map(_WORD_LABEL.match, lines[:400]) if m is not None)
+    if not heads and not words:
         return None
-    head = heads.most_common(1)[0][0]
-    if _NOT_LABEL.search(head[1 : head.index("]")]):
-        return None
+    if words and (not heads or words.most_common(1)[0][1] > heads.most_common(1)[0][1]):
+        head = words.most_common(1)[0][0]
+        if _NOT_WORD_LABEL.search(head[:-2]):
+            return None
+    else:
+        head = heads.most_common(1)[0][0]
+        if _NOT_LABEL.search(head[1 : head.index("]")]):
+            return None
     bare = head.rstrip()  # a label on an empty message keeps no space after it
     if sum(1 for t in lines if t.startswith(head) or t == bare or t == bare.rstrip(":")) < SHARE * len(lines):
         return None
@@ -225,6 +268,62 @@ def _adjacent(a: Line, b: Line) -> bool:
     return a.pos < b.pos <= a.pos + len(a.text.encode("utf-8", "surrogatepass")) + 2
 
 
+def undress(text: str) -> str | None:
+    """One line without the markdown a paste wrapped it in; None for a line that is only dress (a fence, a tag,
+    a user's elision). Linear: anchored patterns, each tried once."""
+    if not text:
+        return text
+    c = text.lstrip()[:1]
+    if c not in "`~><-*+.…[(":
+        return text  # the common case: a line that starts like a log line
+    out = text
+    if c == ">" or c == "<":
+        m = _QUOTE.match(out)
+        if m is not None:
+            out = out[m.end() :]
+        if _TAGS.match(out):
+            return None
+    if _FENCE_ONLY.match(out) or _ELISION.match(out):
+        return None
+    m = _FENCE_OPEN.match(out)
+    if m is not None:
+        out = out[m.end() :]
+    elif _TICK_OPEN.match(out):
+        out = out[1:]
+        out = _TICK_CLOSE.sub("", out) if out.count("`") % 2 else out
+    if out.rstrip()[-1:] == "`":
+        out = _FENCE_CLOSE.sub("", out)
+    if out.strip() == "`":
+        return None
+    if out.endswith("**") or out.endswith("** "):
+        m = _BOLD.match(out)
+        if m is not None:
+            out = m.group(1) + m.group(2)
+    m = _BULLET.match(out)
+    if m is not None:
+        out = out[m.end() :]
+    return out
+
+
+def _undressed(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], bool]:
+    """The lines without a paste's markdown; lines that were only dress are dropped."""
+    out: list[tuple[str, int, float | None]] = []
+    changed = False
+    for t, k, st in work:
+        u = undress(t)
+        if u is None:
+            changed = True
+            continue
+        if u != t:
+            changed = True
+            if not u.strip() and t.strip("`~> \t"):
+                u = t  # never strip a line to nothing that said something
+        out.append((u, k, st))
+    if not out:  # a log of nothing but dress: keep it as it is
+        return work, False
+    return out, changed
+
+
 def normalise(lines: list[Line]) -> Normalised:
     """Undo a service prefix, newest-first order and terminal re-wrapping (CR is stripped by the line model)."""
     out = Normalised(list(lines))
@@ -233,6 +332,10 @@ def normalise(lines: list[Line]) -> Normalised:
     # (text, index of the original line, the export's own time) in the order being built
     work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
     changed = False
+    work, dressed = _undressed(work)
+    if dressed:
+        out.steps.append("markdown removed")
+        changed = True
     work, labelled = _without_labels(work)
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if rx is not None:
@@ -244,8 +347,12 @@ def normalise(lines: list[Line]) -> Normalised:
             work, after = _without_labels(work)  # a runner's labels behind the service's stamp
             labelled = labelled or after
     if labelled:
-        out.steps.insert(0, "line label removed")
+        out.steps.insert(1 if dressed else 0, "line label removed")
         changed = True
+    if changed and not dressed:  # a paste's markdown inside a service's prefix or a relay's label
+        work, dressed = _undressed(work)
+        if dressed:
+            out.steps.append("markdown removed")
     width = _wrap_width([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if width is not None:
         joined = []

@@ -363,6 +363,11 @@ class _Stream:
         if self.state == _NATIVE and self.native is not None:
             self.native.block = block
             self.out.append(self.native)
+        elif self.state == _TB and not self.chain_events and block and self._stated_by_header():
+            # cut before its exception, under a logger's error line that states the failure: that line says it
+            hl = self.header_line
+            assert hl is not None
+            self.out.append(Event("error", hl, self.key[0], block=block, message=hl.msg.strip(), weak=True))
         elif self.state == _TB and not self.chain_events and block:
             last = block[-1]
             self.out.append(
@@ -387,6 +392,12 @@ class _Stream:
         self.header = self.header_line = None
         self.cont, self.blank, self.foreign, self.truncated = 0, False, 0, False
         self.last_idle = None
+
+    def _stated_by_header(self) -> bool:
+        """A traceback without its final line whose header is an error-level logger line with a message of its
+        own (Xinference's "<time> <logger> <pid> ERROR    <what failed>"): the header is the statement left."""
+        hl = self.header_line
+        return hl is not None and hl.severity >= SEVERITY["ERROR"] and len(hl.msg.strip()) >= 8
 
     def finish(self) -> None:
         if self.state != _IDLE:
