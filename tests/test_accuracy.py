@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 278,
+    "tests/corpus_extra": 280,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -39,11 +39,11 @@ FLOORS = {
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
     "tests/corpus_kernel": 10,
-    "tests/corpus_kernel_extra": 24,
+    "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 150
+SUPPORTED_FLOOR = 151
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {"tests/corpus_heldout2": 0, "tests/corpus_heldout3": 1}
 

@@ -4,15 +4,20 @@ heavy imports, and prints exactly what the CLI alone prints. Through the console
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from fleetdiag.ssh.keeper import client as keeper_client
 from fleetdiag.ssh.keeper import connect_params, connection_key, wire
+
+from .cli_env import cli_env
+from .procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = (REPO / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text()
@@ -21,12 +26,16 @@ DECISIVE = "AssertionError: DP adjusted local rank 3 is out of bounds"
 # The console entry in this process, noting for each run request written to a Unix socket whether the CLI
 # (click, rich, the analysis) was imported by then; the notes go to stderr after the output.
 ENTRY = r"""
-import os, socket, sys
+import base64, os, re, socket, sys
 HEAVY = ("click", "rich", "fleetdiag.cli", "fleetdiag.analysis", "fleetdiag.inventory", "asyncio")
 notes = []
+marks = []
 def note(sock, data):
     if sock.family == socket.AF_UNIX and b'"op": "run"' in bytes(data[:4096]):
         notes.append(sorted(m for m in HEAVY if m in sys.modules))
+        b64 = re.search(rb"[A-Za-z0-9+/]{400,}", bytes(data))  # the script's start, base64 (the marker is on line 1)
+        script = base64.b64decode(b64.group()[:400]) if b64 else b""
+        marks.append(sorted(set(re.findall(rb"@@FD:[0-9a-f]+", script))))
 for name in ("send", "sendall"):
     def wrapped(self, data, *a, _real=getattr(socket.socket, name)):
         note(self, data)
@@ -35,27 +44,38 @@ for name in ("send", "sendall"):
 _exit = os._exit
 def exit_saying(code):
     sys.stderr.write("AHEAD-NOTES " + repr(notes) + "\n")
+    sys.stderr.write("AHEAD-MARKS " + repr(marks) + "\n")
     sys.stderr.flush()
     _exit(code)
 os._exit = exit_saying
+if os.environ.get("AHEAD_TEST_DIES"):  # a CLI killed right after its request left
+    from fleetdiag.ssh.keeper import ahead
+    ahead.send_early(sys.argv)
+    exit_saying(9)
+if os.environ.get("AHEAD_TEST_KILLS"):  # the keeper killed right after the request left: then the CLI
+    import signal, time
+    from fleetdiag.ssh.keeper import ahead
+    assert ahead.send_early(sys.argv)
+    pid = int(os.environ["AHEAD_TEST_KILLS"])
+    os.kill(pid, signal.SIGKILL)
+    while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
+    from fleetdiag.cli import run
+    run()
 from fleetdiag.entry import run
 run()
 """
 
 
+def marks_sent(p: subprocess.CompletedProcess) -> list:
+    """The end markers in each run request the CLI wrote, in order (from ENTRY's notes)."""
+    line = next(ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-MARKS "))
+    return eval(line.split(" ", 1)[1])
+
+
 def cli(rt: Path, inv: Path, sshd, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list]:
     argv = [sys.executable, "-c", ENTRY, "-i", str(inv), "probe", "uk-node", *args, *sshd.cli_args()]
-    full = {
-        **os.environ,
-        "NO_COLOR": "1",
-        "COLUMNS": "160",
-        "FLEETDIAG_RUNTIME_DIR": str(rt),
-        "PYTHONPATH": str(REPO),
-        "FLEETDIAG_DB": str(rt.parent / "history.db"),
-        "FLEETDIAG_KEEPER_HELLO": "3",
-    }
-    full.pop("FLEETDIAG_PERSIST", None)
-    full.update(env or {})
+    full = cli_env(rt, COLUMNS="160", **(env or {}))
     p = subprocess.run(argv, capture_output=True, text=True, timeout=150, env=full, cwd=rt.parent)
     line = next((ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-NOTES ")), None)
     assert line is not None, p.stderr
@@ -156,6 +176,27 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         inv.write_text(inv.read_text() + "\n")
         p, notes = cli(rt, inv, sshd, "--json", *base)
         assert len(notes) == 1 and "click" in notes[0] and p.returncode == 1
+        # 6. a remembered marker goes out once: two CLIs at once, then one killed after its request left,
+        # never send the same one (the host saw it in the first command, its log could print it)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            pair = list(pool.map(lambda _: cli(rt, inv, sshd, "--json", *base), range(2)))
+        assert [q.returncode for q, _ in pair] == [1, 1], [q.stderr for q, _ in pair]
+        firsts = [marks_sent(q)[0] for q, _ in pair]
+        assert all(len(m) == 1 for m in firsts) and firsts[0] != firsts[1], firsts
+        assert sorted(len(n) for _, n in pair) == [1, 1] and sorted(n[0] == [] for _, n in pair) == [False, True]
+        entry = max((rt / "ahead").glob("*.json"), key=lambda f: f.stat().st_mtime_ns)  # this command line's
+        dying = json.loads(entry.read_text())["mark"].encode()
+        p, notes = cli(rt, inv, sshd, "--json", *base, env={"AHEAD_TEST_DIES": "1"})
+        assert p.returncode == 9 and marks_sent(p) == [[dying]], "the killed CLI sent its remembered request"
+        p, notes = cli(rt, inv, sshd, "--json", *base)
+        assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
+        assert all(dying not in m for m in marks_sent(p)), "the killed CLI's marker was sent again"
+        # 7. the keeper dies after the early request left: the CLI's own request goes to the keeper it
+        # starts, as it would without send-ahead (not a lost keeper's error for a healthy host)
+        (keeper,) = pids_with("fleetdiag.ssh.keeper", str(rt))
+        p, notes = cli(rt, inv, sshd, "--json", *base, env={"AHEAD_TEST_KILLS": str(keeper)})
+        assert notes[0] == [] and p.returncode == 1, (notes, p.stdout, p.stderr)
+        assert DECISIVE in json.loads(p.stdout)["hosts"][0]["decisive"]["line"]
     finally:
         keeper_client.close_kept(rt)
 
@@ -225,7 +266,7 @@ def test_analyze_starts_its_funnel_before_the_imports(rt, tmp_path):
     log.write_text(SEED)
     rules = tmp_path / "rules.yaml"
     rules.write_text("keywords: ['DP adjusted local rank']\n")
-    env = {**os.environ, "NO_COLOR": "1", "FLEETDIAG_RUNTIME_DIR": str(rt), "PYTHONPATH": str(REPO)}
+    env = cli_env(rt)
 
     def analyze(*extra: str, off: bool = False) -> tuple[dict, list]:
         argv = [sys.executable, "-c", LOCAL_ENTRY, "--rules", str(rules), "analyze", str(log), "--json", *extra]
@@ -269,6 +310,7 @@ def test_an_early_request_the_keeper_does_not_hold_is_sent_again(sshd, rt, monke
     from fleetdiag.ssh.keeper import ahead
 
     monkeypatch.setenv("FLEETDIAG_RUNTIME_DIR", str(rt))
+    monkeypatch.setenv("FLEETDIAG_KEEPER_HELLO", "3")  # a loaded machine's keeper still answers
     first = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None)
     other = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(keepalive=17.0), None)
     key = connection_key(other)
@@ -291,3 +333,72 @@ def test_an_early_request_the_keeper_does_not_hold_is_sent_again(sshd, rt, monke
     finally:
         ahead.reset()
         keeper_client.close_kept(rt)
+
+
+# A stand-in awk on the PATH: armed, its first run records its pid and sleeps (a long pass over a big log)
+SLOW_AWK = """#!/bin/sh
+if [ -e "$AHEAD_TEST_FLAGS/armed" ] && mkdir "$AHEAD_TEST_FLAGS/taken" 2>/dev/null; then
+  echo $$ > "$AHEAD_TEST_FLAGS/pid"
+  sleep 60
+fi
+exec {awk} "$@"
+"""
+
+
+def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
+    """The early funnel's whole process group goes when the CLI does not take its output: a script that
+    changed (a user rules file that appeared since) or a CLI that fails first (a --kernel file gone). Killing
+    its ``sh`` alone left the pipeline under it reading the log to its end."""
+    import shutil
+
+    log = tmp_path / "vllm.log"
+    log.write_text(SEED)
+    kernel = tmp_path / "kern.log"
+    flags, bindir = tmp_path / "flags", tmp_path / "bin"
+    flags.mkdir()
+    bindir.mkdir()
+    (bindir / "awk").write_text(SLOW_AWK.format(awk=shutil.which("awk")))
+    (bindir / "awk").chmod(0o755)
+    cfg = tmp_path / "cfg"
+    env = cli_env(rt, XDG_CONFIG_HOME=str(cfg), AHEAD_TEST_FLAGS=str(flags), PATH=f"{bindir}:{os.environ['PATH']}")
+    argv = [sys.executable, "-c", LOCAL_ENTRY, "analyze", str(log), "--json", "--kernel", str(kernel)]
+
+    def analyze() -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+
+    def stopped() -> bool:
+        pid = int((flags / "pid").read_text())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return True
+            if state == "Z":
+                return True
+            time.sleep(0.05)
+        return False
+
+    def arm() -> None:
+        shutil.rmtree(flags / "taken", ignore_errors=True)
+        (flags / "pid").unlink(missing_ok=True)
+        (flags / "armed").touch()
+
+    kernel.write_text("[    1.000000] Linux version 6.8.0\n")
+    p = analyze()  # remembers its funnel
+    assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
+    # a user rules file appears: the early funnel (the old script) is not taken; the answer is the new one's
+    (cfg / "fleetdiag").mkdir(parents=True)
+    (cfg / "fleetdiag" / "rules.yaml").write_text("keywords: ['nothing matches this']\n")
+    arm()
+    p = analyze()
+    assert p.returncode == 1 and DECISIVE in p.stdout, p.stderr
+    notes = eval(next(ln for ln in p.stderr.splitlines() if ln.startswith("AHEAD-NOTES ")).split(" ", 1)[1])
+    assert len(notes) == 2 and notes[0] == [] and "fleetdiag.analysis" in notes[1], notes  # early, then its own
+    assert stopped(), "the early funnel's pipeline outlived the command"
+    # the CLI fails before it takes the output: the early funnel goes with it
+    arm()
+    kernel.unlink()
+    p = analyze()
+    assert p.returncode == 2 and "no such file" in p.stderr, p.stderr
+    assert stopped(), "the early funnel's pipeline outlived the failed command"

@@ -13,6 +13,8 @@ from fleetdiag.analysis import analyze_text, load_rules
 from fleetdiag.analysis.lines import parse_line, unframe
 from fleetdiag.records import Line
 
+from .review_texts import WRAPPED
+
 RULES = load_rules(user_default=False)
 # the frame a terminal UI draws around each line, as the line model once matched it (cubic on a long blank run)
 _OLD_FRAME = re.compile(r"^[│┃║]\s?(.*?)\s*[│┃║]?\s*$")
@@ -73,18 +75,6 @@ def test_engine_reports_are_read_in_linear_time_and_never_raise() -> None:
     hung = analyze_text("\n".join(_STATS.format(k, "0.0", 2) for k in range(3)) + "\n", rules=RULES)
     assert hung.verdict == "stalled" and "engine hung: 3 reports in a row" in hung.summary
     assert "(running 2, waiting 3) and no progress (prompt 0.0, generation 0.0 tokens/s)" in hung.summary
-
-
-WRAPPED = """\
-Traceback (most recent call last):
-  File "/opt/job/run.py", line 40, in <module>
-    main()
-  File "/opt/job/run.py", line 36, in main
-    raise RuntimeError(f"shard writer failed:\\n{err}")
-RuntimeError: shard writer failed:
-exitcode: -9
-mmap of the shared buffer: Cannot allocate memory
-"""
 
 
 def test_an_exit_code_in_a_message_does_not_hide_the_cause_after_it() -> None:

@@ -11,21 +11,13 @@ from click.testing import CliRunner
 
 from fleetdiag.cli import main
 
+from .review_texts import WRAPPED
+
 CUDA = "ERROR 10-22 12:01:00 [core.py:12] RuntimeError: CUDA error: an illegal memory access was encountered"
 STATS = (
     "INFO 10-22 12:00:{:02d} [loggers.py:116] Engine 000: Avg prompt throughput: . tokens/s, Avg generation "
     "throughput: 0.0 tokens/s, Running: 1 reqs, Waiting: 3 reqs, GPU KV cache usage: 2.1%"
 )
-WRAPPED = """\
-Traceback (most recent call last):
-  File "/opt/job/run.py", line 40, in <module>
-    main()
-  File "/opt/job/run.py", line 36, in main
-    raise RuntimeError(f"shard writer failed:\\n{err}")
-RuntimeError: shard writer failed:
-exitcode: -9
-mmap of the shared buffer: Cannot allocate memory
-"""
 
 
 def _cli(*args: str) -> tuple[int, str]:

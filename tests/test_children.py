@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fleetdiag import child
 
+from .cli_env import cli_env
 from .procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,15 +35,7 @@ def plant(directory: Path, canaries: Path) -> None:
 def run_cli(cwd: Path, rt: Path, *args: str) -> subprocess.CompletedProcess:
     """The CLI started as its console script is: its own directory on the path, not the cwd."""
     boot = f"import sys; sys.path.append({str(REPO)!r}); from fleetdiag.cli import main; main()"
-    env = {
-        **os.environ,
-        "NO_COLOR": "1",
-        "FLEETDIAG_RUNTIME_DIR": str(rt),
-        "FLEETDIAG_DB": str(rt.parent / "history.db"),
-        "FLEETDIAG_KEEPER_HELLO": "3",
-        "PYTHONPATH": str(REPO),  # a child that honoured it would still not find the planted files
-    }
-    env.pop("FLEETDIAG_PERSIST", None)  # the default --persist: the keeper starts
+    env = cli_env(rt)  # PYTHONPATH: a child that honoured it would still not find the planted files
     return subprocess.run(
         [sys.executable, "-I", "-c", boot, *args], cwd=cwd, capture_output=True, text=True, timeout=150, env=env
     )

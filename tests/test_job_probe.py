@@ -11,7 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,6 +31,8 @@ from fleetdiag.records import FunnelResult, HostResult, JobFacts, Line, Timing, 
 from fleetdiag.remote.funnel import FunnelSpec
 from fleetdiag.store import Store
 
+from .cli_env import cli_env
+from .slack import slack
 from .test_job import CASES, HANG, MULTI, hang_hosts, shift
 
 assert FunnelSpec  # the funnel module loads (the clock snippet is a shipped file)
@@ -318,13 +325,13 @@ def test_sweep_report_and_history_keep_one_incident_for_the_job(sshd, tmp_path, 
 # --------------------------------------------------------------------------- watch
 
 
-def test_watch_names_the_job_root_as_the_evidence_arrives(sshd, tmp_path, write_inventory):
+def test_watch_names_the_job_root_as_the_evidence_arrives(sshd, tmp_path, write_inventory, rt):
     inv = job_inventory(
         write_inventory, tmp_path, {"node0": corpus("m1_exc", "node0"), "node1": corpus("m1_exc", "node1")}
     )
-    r = cli(sshd, inv, "watch", "all", "--duration", "4", "--grace", "0", "--no-facts", "--jsonl")
-    assert r.exit_code == 1, r.output
-    events = [json.loads(x) for x in r.output.splitlines()]
+    code, out = watch_until(sshd, rt, inv, '"event": "root_cause"', "--jsonl")
+    assert code == 1, out
+    events = [json.loads(x) for x in out.splitlines()]
     told = [e for e in events if e["event"] == "root_cause"]
     assert len(told) == 1 and told[0]["host"] == "node1" and told[0]["rank"] == 1 and told[0]["affected"] == ["node0"]
     failed = [e["host"] for e in events if e["event"] == "state" and e["state"] == "failed"]
@@ -365,13 +372,37 @@ def test_a_job_of_many_hosts_is_named_in_reasonable_time():
     assert took < 20, took  # about 0.2 s here; the cubic version took minutes
 
 
-def test_watch_table_view_prints_the_job_line_once(sshd, tmp_path, write_inventory):
+def test_watch_table_view_prints_the_job_line_once(sshd, tmp_path, write_inventory, rt):
+    """The job line is printed when the second host fails, and not again by a later event or the summary."""
     inv = job_inventory(
         write_inventory, tmp_path, {"node1": corpus("m2_oom", "node1"), "node0": corpus("m2_oom", "node0")}
     )
-    r = cli(sshd, inv, "watch", "all", "--duration", "3", "--grace", "0", "--no-facts")
-    assert r.exit_code == 1, r.output
-    assert r.output.count("job root cause: node1 · rank 1 · torch.OutOfMemoryError: CUDA out of memory") == 1, r.output
+    job = "job root cause: node1 · rank 1 · torch.OutOfMemoryError: CUDA out of memory"
+    code, out = watch_until(sshd, rt, inv, job)
+    assert code == 1 and "watch interrupted: 2 failed" in out, out
+    assert out.count(job) == 1, out
+
+
+def watch_until(sshd, rt: Path, inv: Path, text: str, *extra: str) -> tuple[int, str]:
+    """``watch all`` in its own process until ``text`` is printed, then two heartbeats more (a later event
+    must not undo or repeat it), then SIGTERM: it ends with its summary, as at --duration's end. A fixed
+    --duration of 3-4 s ended it before the second host's snapshot at load 25-40."""
+    argv = [sys.executable, "-c", "from fleetdiag.cli import main; main()", "-i", str(inv), "watch", "all", *extra]
+    argv += ["--duration", "10m", "--grace", "0", "--no-facts", "--heartbeat", "0.5s", *sshd.cli_args()]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(rt))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    deadline = time.monotonic() + 60 * slack()
+    try:
+        while not any(text in ln for ln in lines) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+        reader.join(10)
+    return code, "".join(lines)
 
 
 # --------------------------------------------------------------------------- the rendezvous from the log's head

@@ -25,6 +25,7 @@ from fleetdiag.ssh import sshfast
 from fleetdiag.ssh.keeper import client as keeper_client
 from fleetdiag.ssh.keeper import wire as keeper_wire
 
+from .cli_env import cli_env
 from .conftest import inventory_file
 from .procs import pids_with
 from .sshd import SSHD, start_sshd
@@ -118,19 +119,7 @@ def cli(
     if inv is not None:
         argv += ["-i", str(inv)]
     argv += list(args)
-    env = {
-        **os.environ,
-        "NO_COLOR": "1",
-        "COLUMNS": "160",
-        "FLEETDIAG_RUNTIME_DIR": str(rt),
-        "PYTHONPATH": str(REPO),
-        "FLEETDIAG_DB": str(rt.parent / "history.db"),
-        # login counts must not depend on how loaded the test machine is: the 200 ms default
-        # is exercised by test_wedged_keeper_means_a_direct_connection
-        "FLEETDIAG_KEEPER_HELLO": "3",
-    }
-    env.pop("FLEETDIAG_PERSIST", None)
-    env.update(env_extra or {})
+    env = cli_env(rt, COLUMNS="160", **(env_extra or {}))  # login counts must not depend on the machine's load
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -178,15 +167,7 @@ def test_second_probe_reuses_kept_connection(loud_sshd, rt, tmp_path):
 def test_concurrent_commands_share_one_keeper_and_one_login(loud_sshd, rt, tmp_path):
     inv = write_inv(tmp_path, loud_sshd)
     before = logins(loud_sshd)
-    env = {
-        **os.environ,
-        "NO_COLOR": "1",
-        "FLEETDIAG_RUNTIME_DIR": str(rt),
-        "PYTHONPATH": str(REPO),
-        "FLEETDIAG_DB": str(tmp_path / "history.db"),
-        "FLEETDIAG_KEEPER_HELLO": "3",
-    }  # a keeper busy with a handshake on a loaded machine still counts as there
-    env.pop("FLEETDIAG_PERSIST", None)
+    env = cli_env(rt)
     argv = [
         sys.executable,
         "-c",

@@ -42,6 +42,7 @@ BY_KIND = {
     "ecc": "hardware",
     "gpu-lost": "hardware",
     "xid-hw": "hardware",
+    "xid-driver": "driver",
     "xid-nvlink": "hardware",
     "pcie": "hardware",
     "gsp-timeout": "driver",

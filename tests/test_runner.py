@@ -16,6 +16,7 @@ from fleetdiag.probe import ProbeSettings, probe_host
 from fleetdiag.records import FAILED
 from fleetdiag.ssh import keeper as keeper_mod
 
+from .cli_env import cli_env
 from .procs import pids_with
 from .sshd import start_sshd
 
@@ -26,18 +27,7 @@ SECRET = "hunter2-correct-horse"
 
 
 def env_for(rt: Path, **extra: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "NO_COLOR": "1",
-        "HOME": str(rt.parent / "home"),
-        "FLEETDIAG_RUNTIME_DIR": str(rt),
-        "FLEETDIAG_DB": str(rt.parent / "history.db"),
-        "FLEETDIAG_KEEPER_HELLO": "3",
-        "PYTHONPATH": str(REPO),
-        **extra,
-    }
-    env.pop("FLEETDIAG_PERSIST", None)
-    return env
+    return cli_env(rt, HOME=str(rt.parent / "home"), **extra)
 
 
 def argv(inv: Path, server, *args: str) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 
 from fleetdiag.ssh.transport import KnownHosts
 
+from .cli_env import cli_env
 from .conftest import inventory_file
 from .procs import pids_with
 
@@ -29,18 +30,7 @@ def inventory(tmp_path: Path, sshd, names: tuple[str, ...] = ("n0",)) -> Path:
 
 
 def cli(rt: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    full = {
-        **os.environ,
-        "NO_COLOR": "1",
-        "COLUMNS": "200",
-        "HOME": str(rt.parent / "home"),
-        "FLEETDIAG_RUNTIME_DIR": str(rt),
-        "FLEETDIAG_DB": str(rt.parent / "history.db"),
-        "FLEETDIAG_KEEPER_HELLO": "3",
-        "PYTHONPATH": str(REPO),
-        **(env or {}),
-    }
-    full.pop("FLEETDIAG_PERSIST", None)
+    full = cli_env(rt, COLUMNS="200", HOME=str(rt.parent / "home"), **(env or {}))
     argv = [sys.executable, "-c", "from fleetdiag.cli import main; main()", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=150, env=full, cwd=cwd)
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,15 +72,41 @@ def host_inv(sshd: Any, logs: str) -> Any:
     return parse_inventory(text, "streams.yaml")
 
 
+def tail_reads(path: Path) -> bool:
+    """Whether a ``tail`` process (the follower's command, on this machine's sshd) has ``path`` open."""
+    want = str(path)
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or (proc / "comm").read_text().strip() != "tail":
+                continue
+            if any(os.readlink(fd) == want for fd in (proc / "fd").iterdir()):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def watch_until_failed(
-    sshd: Any, inv: Any, src: Path, bin_dir: Path | None = None, shell: str = "auto", settle: float = 0.5
+    sshd: Any,
+    inv: Any,
+    src: Path,
+    bin_dir: Path | None = None,
+    shell: str = "auto",
+    settle: float = 0.5,
+    ready: Callable[[], bool] | None = None,
 ) -> Any:
+    """Watch until the host is up, append the failure, and wait for ``failed``; ``ready``: what must hold
+    before the failure is appended (else ``settle`` seconds pass)."""
+
     async def go() -> Run:
         s = settings(sshd, path_prepend=str(bin_dir) if bin_dir else None, shell=shell)
         async with Run(Watch(list(inv.hosts.values()), s)) as run:
             await run.state("gpu01", HEALTHY, STARTING)
             assert run.watch.views["gpu01"].state != FAILED
-            await asyncio.sleep(settle)  # the follower is past its snapshot: the line arrives through it
+            if ready is not None:
+                await run.until(ready, what="the follower ready for the appended line")
+            else:
+                await asyncio.sleep(settle)  # the follower is past its snapshot: the line arrives through it
             append(src, SEED_FAILURE)
             await run.state("gpu01", FAILED)
             return run
@@ -121,7 +149,8 @@ def test_command_source_stdout_is_followed_as_a_stream(sshd, tmp_path):
     q = "'" + str(src).replace("'", "'\\''") + "'"
     # the snapshot reads it once; the follower's run (FLEETDIAG_FOLLOW set) streams what comes next
     cmd = f'if [ -n "$FLEETDIAG_FOLLOW" ]; then exec tail -n 0 -f {q}; else cat {q}; fi'
-    run = watch_until_failed(sshd, host_inv(sshd, json.dumps({"command": cmd})), src)
+    # `tail -n 0 -f` starts at the end: a line written before it opened the log was never the stream's
+    run = watch_until_failed(sshd, host_inv(sshd, json.dumps({"command": cmd})), src, ready=lambda: tail_reads(src))
     v = run.watch.views["gpu01"]
     assert DECISIVE in v.result.decisive.line
     assert v.result.log_source["kind"] == "command" and v.idle_from == "last line received"

@@ -589,6 +589,9 @@ def run() -> None:
         code: Any = 0
     except SystemExit as exc:
         code = exc.code
+    ahead = sys.modules.get("fleetdiag.ssh.keeper.ahead")
+    if ahead is not None:  # an early funnel the command never took (it failed first): os._exit skips atexit
+        ahead.stop_local()
     if code is None:
         code = 0
     elif not isinstance(code, int):  # sys.exit("message"): said on stderr, exit 1, as Python does

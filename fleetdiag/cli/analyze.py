@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 
@@ -99,12 +100,21 @@ def analyze(
             if not os.path.exists(path):  # the user's input, not a host's state
                 raise click.BadParameter(f"{path}: no such file", param_hint="PATH")
             target = os.path.abspath(path)
-        fr = _funnel(spec_for(target, rules), rules.sources if path != "-" else None)
+            if stat.S_ISFIFO(os.stat(path).st_mode):
+                # `analyze <(kubectl logs pod)`, a named FIFO: read as stdin is (the funnel reads regular files
+                # only, since on a host a FIFO could block it), and never remembered for an early start
+                fd, tmp = tempfile.mkstemp(prefix="fleetdiag-pipe-", suffix=".log")
+                with os.fdopen(fd, "wb") as fh, open(path, "rb") as src:
+                    shutil.copyfileobj(src, fh)
+                target = tmp
+        fr = _funnel(spec_for(target, rules), rules.sources if path != "-" and tmp is None else None)
         res = finish("-" if path == "-" else path, fr, rules, stall_after)
         if kc is not None:
             res = apply_collection(res, fr, kc, live=False)
         if path == "-":
             res.log = "<stdin>"
+        elif tmp is not None:
+            res.log = path
     finally:
         if tmp:
             os.unlink(tmp)

@@ -14,7 +14,7 @@ equal to it is taken instead of sending again (``take``). Anything that would ha
 and the CLI's own goes out as usual. So the output is the one the CLI alone would print.
 
 The end-of-output marker is random per command (a log cannot forge it). The remembered request carries
-a fresh one, used once: the probe builds its command with the early request's marker (``command``), and
+a fresh one, used once (``send_early`` takes the entry away from its name): the probe builds its command with the early request's marker (``command``), and
 ``remember`` builds the next one with a new marker.
 
 Only the standard library and ``place`` are imported here: this runs before the CLI's own imports.
@@ -41,6 +41,7 @@ STORE_DIR = "ahead"  # one file per remembered command line, named by its digest
 KEEP = 32  # remembered command lines (the most recently written)
 MAX_ENTRY = 4 << 20  # bytes read from one entry at most (a probe's request is ~52 KB)
 WAIT = 0.2  # seconds for the keeper's hello (client.HELLO_TIMEOUT): a busy keeper is not waited on
+WAIT_ENV = "FLEETDIAG_KEEPER_HELLO"  # client.HELLO_ENV: the same override (a heavily loaded machine, tests)
 # What else decides a probe's request besides its arguments: where it looks for its files and whose they are.
 ENV_KEYS = ("HOME", "USER", "LOGNAME", "SSH_AUTH_SOCK", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME")
 
@@ -85,11 +86,21 @@ def _wanted(argv: list[str]) -> bool:
 
 
 def _entry(directory: Path, key: str) -> dict[str, Any] | None:
-    """The remembered entry of ``key``: a file of ours, private, of bounded size; None otherwise."""
-    try:
-        fd = os.open(directory / STORE_DIR / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    """The remembered entry of ``key``, claimed: a file of ours, private, of bounded size, that this
+    process took away from its name (so its marker goes out once: two CLIs at once, or one killed after
+    sending, never send it again; the next CLI that completes remembers a fresh one); None otherwise."""
+    store = directory / STORE_DIR
+    claimed = store / f".claim.{os.getpid()}.{key}"
+    try:  # a rename is atomic: of two processes, one gets the file (the other: no entry)
+        os.rename(store / f"{key}.json", claimed)
+        fd = os.open(claimed, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    finally:
+        try:
+            os.unlink(claimed)
+        except OSError:
+            pass
     try:
         st = os.fstat(fd)
         if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > MAX_ENTRY:
@@ -146,7 +157,7 @@ def send_early(argv: list[str] | None = None) -> bool:
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return False
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(WAIT)
+        sock.settimeout(float(os.environ.get(WAIT_ENV) or WAIT))
         sock.connect(str(path))
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         if struct.unpack("3i", raw)[1] != os.getuid():
@@ -244,8 +255,7 @@ def reset() -> None:
     if _early is not None and not _early.taken:
         _early.sock.close()
     if _local is not None:
-        _local.proc.kill()
-        _local.proc.wait()
+        _stop(_local)
     _early, _active, _probe, _sent, _build = None, False, None, None, None
     _local, _local_active, _local_build = None, False, None
 
@@ -295,11 +305,41 @@ def start_local(argv: list[str] | None = None) -> bool:
         import tempfile
 
         out = tempfile.TemporaryFile()
-        proc = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(  # its own process group: stopped with the pipeline under it (_stop)
+            ["sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except (OSError, ValueError, TypeError):
         return False
     _local = EarlyLocal(proc, out, script, mark)
+    import atexit
+
+    atexit.register(stop_local)  # a CLI that ends before it takes the output (Ctrl-C; cli.run calls it too)
     return True
+
+
+def _stop(e: EarlyLocal) -> None:
+    """Stop the early funnel and every process of its group (its ``sh`` alone would leave the pipeline
+    reading the log to its end), and free its output."""
+    import signal
+
+    try:
+        os.killpg(e.proc.pid, signal.SIGKILL)
+    except OSError:  # the group is gone already
+        pass
+    e.proc.wait()
+    e.out.close()
+
+
+def stop_local() -> None:
+    """Stop an early funnel whose output was never taken (the command failed before it read its log)."""
+    global _local
+    e, _local = _local, None
+    if e is not None:
+        _stop(e)
 
 
 def local_script(build: Callable[[str | None], tuple[str, str]]) -> tuple[str, str]:
@@ -319,17 +359,17 @@ def local_output(script: str, timeout: float | None = None) -> bytes | None:
     if e is None:
         return None
     if e.script != script:
-        e.proc.kill()
-        e.proc.wait()
+        _stop(e)
         return None
     try:
         e.proc.wait(timeout)
     except Exception:  # subprocess.TimeoutExpired: as subprocess.run, the child is killed first
-        e.proc.kill()
-        e.proc.wait()
+        _stop(e)
         raise
     e.out.seek(0)
-    return e.out.read()
+    data = e.out.read()
+    e.out.close()
+    return data
 
 
 def remember_local(files: list[str] | tuple[str, ...] = (), argv: list[str] | None = None) -> None:

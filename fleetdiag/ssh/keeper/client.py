@@ -160,6 +160,7 @@ class KeptConnection:
                 return self._keep(res)
         out: list[bytes] = []
         err: list[bytes] = []
+        gone = False
         limit = (
             None
             if timeout is None
@@ -177,11 +178,14 @@ class KeptConnection:
                     end = CommandEnd.from_plain(json.loads(data))
                     break
         except (OSError, ValueError, TypeError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
-            why = f"nothing for {limit:g}s" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else "it ended"
-            end = CommandEnd(KEEPER_LOST, reason=why)
+            silent = isinstance(exc, (asyncio.TimeoutError, TimeoutError))
+            end = CommandEnd(KEEPER_LOST, reason=f"nothing for {limit:g}s" if silent else "it ended")
+            gone = not silent  # the keeper closed the socket: it died or restarted
         finally:
             writer.close()
-        if early is not None and end.ended == NOT_RUN and end.kind == NOT_KEPT:  # sent ahead, not run: ours now
+        if early is not None and (gone or (end.ended == NOT_RUN and end.kind == NOT_KEPT)):
+            # sent ahead and not run, or its keeper gone since (killed, restarted): the command's own request
+            # goes now, as it would have without send-ahead (once: ``take`` hands the early socket out once)
             return await self.execute(command, timeout, cap)
         if end.reused is False:  # the keeper had to dial again (the connection had died)
             self.connect_ms += float(end.connect_ms or 0)
