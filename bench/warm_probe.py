@@ -29,6 +29,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,6 +65,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeat", type=int, default=5, help="runs per row; the median is shown")
     ap.add_argument("--rtt", type=float, default=240.0, help="round-trip time in ms")
     ap.add_argument("--log-mb", type=float, default=5, help="size of the log (MB)")
+    ap.add_argument(
+        "--gap",
+        type=float,
+        default=2.0,
+        help="seconds between the previous command's end and the warm rows' 'after a gap' probes (0: none)",
+    )
     args = ap.parse_args(argv)
     fd = fleetdiag_bin()
     lab = Lab.start([args.rtt])
@@ -134,14 +141,26 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
         "fleetdiag probe, cold (starts the keeper)": [],
         "fleetdiag probe, warm (kept connection)": [],
         "fleetdiag probe, warm, FLEETDIAG_AHEAD=0 (not sent ahead)": [],
-        "fleetdiag probe, fresh (--persist 0)": [],
     }
+    if args.gap > 0:
+        rows[f"fleetdiag probe, warm, {args.gap:g} s after the previous probe"] = []
+        rows[f"fleetdiag probe, warm, FLEETDIAG_AHEAD=0, {args.gap:g} s after"] = []
+    rows["fleetdiag probe, fresh (--persist 0)"] = []
     for rep in range(args.repeat):
         rows["ssh true"].append(ssh_true())
         run_measured([fd, "connections", "--close"], env=env)  # no keeper: the next probe is cold
         rows["fleetdiag probe, cold (starts the keeper)"].append(probe("10m", "cold"))
+        # back to back: each right after the previous probe's process ended (the keeper's spare
+        # channel for it opens when the previous command ends)
         rows["fleetdiag probe, warm (kept connection)"].append(probe("10m", "warm"))
         rows["fleetdiag probe, warm, FLEETDIAG_AHEAD=0 (not sent ahead)"].append(probe("10m", "noahead", False))
+        if args.gap > 0:  # the same after a pause, as a person typing the next command would
+            time.sleep(args.gap)
+            rows[f"fleetdiag probe, warm, {args.gap:g} s after the previous probe"].append(probe("10m", "gap"))
+            time.sleep(args.gap)
+            rows[f"fleetdiag probe, warm, FLEETDIAG_AHEAD=0, {args.gap:g} s after"].append(
+                probe("10m", "gap-noahead", False)
+            )
         rows["fleetdiag probe, fresh (--persist 0)"].append(probe("0", "fresh"))
         probe("10m")  # the keeper dials again: the next one is warm
         first_send()
@@ -166,7 +185,9 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
     for label, det in timings.items():
         if label:
             print(
-                f"  {label:7}: connect {median(d.get('connect_ms') or 0 for d in det):.0f}, exec "
+                f"  {label:11}: connect {median(d.get('connect_ms') or 0 for d in det):.0f}, start "
+                f"{median(d.get('rtt_ms') or 0 for d in det):.0f} per trip "
+                f"({median(d.get('round_trips') or 0 for d in det):g} trips), exec "
                 f"{median(d.get('exec_ms') or 0 for d in det):.0f}, probe total "
                 f"{median(d.get('total_ms') or 0 for d in det):.0f}, CPU {median(d['cpu_s'] for d in det):.2f}"
             )
@@ -193,6 +214,7 @@ def run(lab: Lab, fd: str, rt: Path, args) -> dict:
         f"{verdict(w <= 0.2 * base)}"
     )
     summary["warm_vs_ssh_true"] = w / base
+    summary["timings"] = timings
     return summary
 
 

@@ -266,8 +266,9 @@ def remote_spec(
     path_prepend: str | None = None,
     command_timeout: float | None = None,
 ) -> funnel_mod.FunnelSpec:
-    """What runs on a host in one exec: the funnel on its log source, the facts after it, the kernel
-    part beside it, the remote clock last. The one builder: probe, sweep and the demo send it as it
+    """What runs on a host in one exec: the funnel on its log source; beside it, from the start, the kernel
+    part and the GPU facts (each beside the other); after it the serving facts and the node part; the
+    remote clock last. The one builder: probe, sweep and the demo send it as it
     is, watch's follower sends it as its snapshot, so a host's first watch verdict is probe's.
     ``command_timeout``: the exec's own limit; a ``command`` source gets half of it to end."""
     path_prepend = path_prepend or getattr(host, "path_prepend", None)  # --path-prepend, else the host's own
@@ -275,15 +276,19 @@ def remote_spec(
     if command_timeout:
         spec.command_timeout = max(1, int(command_timeout / 2))
     apply_source(spec, source, host, path_prepend)
-    if facts:  # same exec: the facts snippet runs after the funnel
-        spec.extra += facts_mod.SNIPPET
+    gpus = ""
+    if facts:  # same exec: the GPU facts beside the funnel, the serving process after it (it reads the log's path)
+        gpus = facts_mod.GPU_SNIPPET
+        spec.extra += facts_mod.BASE_SNIPPET + facts_mod.SERVE_SNIPPET
         spec.extra_vars.update(facts_mod.snippet_vars(path_prepend))
     # same exec, after the funnel: what the node knows (the job's rank variables, error files, Flight Recorder)
     spec.extra += node_mod.SCRIPT
     spec.extra_vars.update(node_mod.script_vars((host.funnel or {}).get("flight_recorder")))
-    if kernel:  # same exec, beside the funnel: kernel log and GPU health
-        spec.side += evidence_mod.SCRIPT
+    if kernel:  # same exec, beside the funnel: kernel log and GPU health, and beside both the GPU facts
+        spec.side += ("{\n" + gpus + "} | {\n" + evidence_mod.SCRIPT + "cat\n}\n") if gpus else evidence_mod.SCRIPT
         spec.extra_vars.update(evidence_mod.script_vars(path_prepend))
+    else:
+        spec.side += gpus
     spec.last += CLOCK_SNIPPET  # last: read right before the answer leaves
     return spec
 

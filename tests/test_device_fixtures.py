@@ -298,7 +298,8 @@ def test_kernel_sh_output_of_a_healthy_host() -> None:
 
 
 def _stand_in_smi(tmp_path: Path, help_text: str) -> tuple[Path, Path]:
-    """An nvidia-smi that prints the recorded help text and the recorded health CSV, logging each query."""
+    """An nvidia-smi that prints the recorded help text and the recorded health CSV, logging each query; a
+    field its help text does not list is refused with the driver's own words, as a real driver refuses it."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (tmp_path / "help.txt").write_text(help_text)
@@ -308,8 +309,15 @@ def _stand_in_smi(tmp_path: Path, help_text: str) -> tuple[Path, Path]:
     smi = bindir / "nvidia-smi"
     smi.write_text(f"""#!/bin/sh
 case "$1" in
-  --help-query-gpu) cat '{tmp_path}/help.txt' ;;
-  --query-gpu=*) printf '%s\\n' "$1" >> '{log}'; cat '{tmp_path}/health.csv' ;;
+  --help-query-gpu) echo help >> '{log}'; cat '{tmp_path}/help.txt' ;;
+  --query-gpu=*)
+    printf '%s\\n' "$1" >> '{log}'
+    for f in $(printf '%s' "${{1#--query-gpu=}}" | tr ',' ' '); do
+      if ! grep -q "\"$f\"" '{tmp_path}/help.txt'; then
+        echo "Field \"$f\" is not a valid field to query."; exit 2
+      fi
+    done
+    cat '{tmp_path}/health.csv' ;;
   *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
 """)
@@ -338,7 +346,7 @@ def _gpu_health(bindir: Path, shell: str = "sh") -> str:
 def test_kernel_sh_picks_event_reason_names_from_the_real_help(tmp_path: Path, shell: str) -> None:
     bindir, log = _stand_in_smi(tmp_path, read("smi/help_query_gpu.txt"))
     out = _gpu_health(bindir, shell)
-    (query,) = log.read_text().splitlines()
+    (query,) = log.read_text().splitlines()  # one call: no --help-query-gpu before it, no retry
     fields = query.removeprefix("--query-gpu=").split(",")
     reasons = [f for f in fields if f.startswith("clocks_")]
     assert reasons == [
@@ -362,8 +370,10 @@ def test_kernel_sh_picks_throttle_names_when_the_help_lacks_event_names(tmp_path
     old = re.sub(r'"clocks_event_reasons\.\w+" or ', "", read("smi/help_query_gpu.txt"))
     assert '"clocks_event_reasons.' not in old and '"clocks_throttle_reasons.hw_slowdown"' in old
     bindir, log = _stand_in_smi(tmp_path, old)
-    _gpu_health(bindir, shell)
-    (query,) = log.read_text().splitlines()
+    kc = parse_sections(_gpu_health(bindir, shell))
+    refused, query = log.read_text().splitlines()  # today's names refused, then the older ones
+    assert "clocks_event_reasons.hw_slowdown" in refused
+    assert kc.smi_status == "ok" and kc.smi_fields == query.removeprefix("--query-gpu=")
     reasons = [f for f in query.removeprefix("--query-gpu=").split(",") if f.startswith("clocks_")]
     assert reasons == [
         "clocks_throttle_reasons.hw_slowdown",

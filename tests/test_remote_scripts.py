@@ -73,7 +73,7 @@ def test_every_script_uses_the_one_builder_and_awk_lib():
     lib = "FD_AWKLIB=" + remote.quote(remote.awk_lib())
     for s in scripts:
         assert lib in s
-    assert remote.load("facts_gpu.sh") == facts.GPU_SNIPPET
+    assert remote.load("facts_base.sh") + remote.load("facts_gpu.sh") == facts.GPU_SNIPPET
     # the awk programs clip with the shared helper, none with its own copy
     for name in SHIPPED:
         text = remote.load(name)
@@ -91,3 +91,28 @@ def test_awk_lib_clips_both_ends_and_prints_big_integers():
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split("\n")
         assert out[0] == "abcde...[fleetdiag: 12 bytes cut]...RSTUV", awk
         assert out[1] == "10737418240", awk
+
+
+def test_the_wrapper_decodes_with_base64_without_it_and_when_it_fails(tmp_path):
+    """The exec line decodes its payload with ``base64 -d`` where the host has one, and with awk where
+    it has none, or one that fails or prints nothing: the same script runs, once, every time."""
+    script = remote.script({"FD_X": 'it\'s "quoted" $HOME `id`'}, 'printf "%s|%s\\n" "$FD_X" "$0"\n')
+    command = remote.remote_command(script)
+    want = 'it\'s "quoted" $HOME `id`|fleetdiag-remote\n'
+    tools = {name: shutil.which(name) for name in ("sh", "awk", "base64")}
+    assert all(tools.values()), tools
+    for variant in ("real", "missing", "failing", "silent"):
+        bindir = tmp_path / variant
+        bindir.mkdir()
+        for name in ("sh", "awk"):
+            (bindir / name).symlink_to(tools[name])
+        if variant == "real":
+            (bindir / "base64").symlink_to(tools["base64"])
+        elif variant != "missing":
+            fake = bindir / "base64"
+            fake.write_text("#!/bin/sh\nexit 1\n" if variant == "failing" else "#!/bin/sh\nexit 0\n")
+            fake.chmod(0o755)
+        out = subprocess.run(
+            [tools["sh"], "-c", command], env={"PATH": str(bindir)}, capture_output=True, text=True, timeout=30
+        )
+        assert (out.stdout, out.returncode) == (want, 0), (variant, out.stderr)

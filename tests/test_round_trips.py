@@ -208,9 +208,10 @@ def test_a_server_that_is_not_openssh_gets_no_pipelined_auth(tmp_path, monkeypat
     assert short == (standard - 2 if SHORT else standard), (short, standard)
 
 
-def _runs(sshd, spare_after: int, n: int = 4) -> tuple[list[int], int]:
+def _runs(sshd, spare_after: int, n: int = 4, gap: float = 0.3, work: float = 0.0) -> tuple[list[int], int]:
     """``n`` commands on one connection through a 40 ms proxy, a spare channel from command
-    ``spare_after`` on: (exchanges until each command had started, commands that ran on a spare)."""
+    ``spare_after`` on, each ``gap`` seconds after the previous one ended and ``work`` seconds long on
+    the host: (exchanges until each command had started, commands that ran on a spare)."""
     import asyncssh
 
     from fleetdiag.ssh.transport import connect
@@ -224,9 +225,10 @@ def _runs(sshd, spare_after: int, n: int = 4) -> tuple[list[int], int]:
             for i in range(n):
                 if i == spare_after:
                     conn.keep_spare()
-                await asyncio.sleep(0.3)  # the spare's open has come back (it overlaps the user's own work)
+                await asyncio.sleep(gap)  # the user's own work between two commands
                 proxy.reset_counts(turn=True)
-                proc = await conn.create_process(f"echo run{i}", stdin=asyncssh.DEVNULL)
+                command = f"sleep {work:g}; echo run{i}" if work else f"echo run{i}"
+                proc = await conn.create_process(command, stdin=asyncssh.DEVNULL)
                 counts.append(proxy.exchanges)  # what the command waited for before it ran
                 out = await proc.stdout.read()
                 await proc.wait_closed()
@@ -247,6 +249,16 @@ def test_a_spare_channel_saves_the_open_round_trip(sshd):
     counts, used = _runs(sshd, spare_after=2)
     assert counts == ([2, 2, 1, 1] if SHORT else [2, 2, 2, 2]), counts
     assert used == (2 if SHORT else 0)
+
+
+def test_a_command_right_after_another_ends_finds_its_spare_open(sshd):
+    """The next spare's open leaves with each command's exec, so a command sent the moment the previous
+    one ended (a warm probe right after another) starts in one round trip too: opened when the
+    previous command ended, its open would still be on the way and the command would wait for it."""
+    counts, used = _runs(sshd, spare_after=1, n=4, gap=0.0, work=0.3)  # a command's remote work, a probe's
+    # command 1 may wait for the first spare (asked for right before it); 2 and 3 came right after a command
+    assert counts[2:] == ([1, 1] if SHORT else [2, 2]), counts
+    assert used == (3 if SHORT else 0)
 
 
 def test_spare_channel_off_with_the_standard_login(sshd, monkeypatch):

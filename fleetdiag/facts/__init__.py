@@ -48,6 +48,7 @@ from .. import units as _units
 from ..redact import SECRET_NAME as _SECRET_NAME  # noqa: F401
 from ..redact import redact_argv, redact_cmdline, redact_env
 from .collect import (
+    BASE_SNIPPET,
     FACTS_TIMEOUT,
     GPU_SNIPPET,
     LOG_ERE,
@@ -94,6 +95,7 @@ __all__ = [
     "APP_QUERY",
     "FACTS_TIMEOUT",
     "GPU_QUERY",
+    "BASE_SNIPPET",
     "GPU_SNIPPET",
     "LOG_ERE",
     "SERVE_ERE",

@@ -42,7 +42,10 @@ LOG_ERE = (
 # Shared by probe and preflight: GPUs and their compute processes. Every
 # external command reads /dev/null, runs under $FTO (timeout) when there is
 # one, and its output is cut in lines and bytes.
-GPU_SNIPPET = remote.load("facts_gpu.sh")
+# What both snippets need (fd_f, the timeout prefix, the PATH): the probe runs the GPU part beside the
+# funnel (its two nvidia-smi calls need nothing the funnel finds) and the serving part after it.
+BASE_SNIPPET = remote.load("facts_base.sh")
+GPU_SNIPPET = BASE_SNIPPET + remote.load("facts_gpu.sh")
 
 # Probe only: the serving process and the latest run's parallel settings. It
 # runs after the funnel's fd_log, which leaves $f (the log path), $rp (the

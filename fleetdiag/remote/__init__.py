@@ -7,8 +7,8 @@ one fixed line, the same for every script, that every login shell (bash,
 dash, zsh, ksh, csh/tcsh, fish) reads the same way: ``exec sh -c '<decoder>'
 fleetdiag-remote <base64>``. The decoder contains no backslash, no newline, no
 ``!`` and no single quote; the payload contains only ``[A-Za-z0-9+/=]``. Only
-``sh`` decodes the payload (with ``awk``, present wherever the funnel runs;
-``base64`` is not) and ``eval``s it, with stdin still the channel.
+``sh`` decodes the payload (with ``base64 -d`` where the host has it, else with
+``awk``, present wherever the funnel runs) and ``eval``s it, with stdin still the channel.
 """
 
 from __future__ import annotations
@@ -34,7 +34,14 @@ _DECODER = (
     " printf f, b % 256; b = 0; k = 0 } } } }"
     " if (k == 3) { printf f, int(b / 1024); printf f, int(b / 4) % 256 } else if (k == 2) printf f, int(b / 16) }"
 )
-WRAPPER = 'exec sh -c \'eval "$(printf %s "$1" | LC_ALL=C awk -v a=' + B64 + ' -v f=%c "' + _DECODER + '")"\' ' + ARG0
+# ``base64 -d`` where the host has it (coreutils, busybox): the awk decoder takes 40-140 ms of a warm
+# probe's remote work for its ~50 KB payload, base64 a few. Decoded into a variable first, so a base64 that
+# fails (or prints nothing) leaves the awk decoder to do it: the script is never run half-decoded.
+_AWK = 'printf %s "$1" | LC_ALL=C awk -v a=' + B64 + ' -v f=%c "' + _DECODER + '"'
+WRAPPER = (
+    'exec sh -c \'if command -v base64 >/dev/null 2>&1 && fd_b64=$(printf %s "$1" | base64 -d 2>/dev/null)'
+    ' && [ -n "$fd_b64" ]; then eval "$fd_b64"; else eval "$(' + _AWK + ")\"; fi' " + ARG0
+)
 # Linux refuses one argument over 128 KiB (MAX_ARG_STRLEN); stay well below.
 MAX_PAYLOAD = 120 * 1024
 

@@ -1,14 +1,6 @@
 # shellcheck shell=sh disable=SC2209
 # SC2209: a plain word, not a command
-# GPUs and their compute processes (probe and preflight): see fleetdiag/facts/collect.py.
-
-fd_f() { printf 'F\t%s\t%s\n' "$1" "$2"; }
-# timeout -k: a tool that ignores TERM (a wedged driver) is killed, never left running.
-FTO=
-if command -v timeout >/dev/null 2>&1; then
-  if timeout -k 1 1 true >/dev/null 2>&1; then FTO="timeout -k 2 $FD_FTMO"; else FTO="timeout $FD_FTMO"; fi
-fi
-if [ -n "$FD_FPATH" ]; then PATH=$FD_FPATH:$PATH; export PATH; fi
+# GPUs and their compute processes (probe and preflight), after facts_base.sh: see fleetdiag/facts/collect.py.
 # nvidia-smi's output, at most FD_SMICAP bytes (never buffered whole), in $o; its exit status
 # in $rc, or rc=cut when the output ran past the cap (the status line did not arrive).
 fd_smi() {

@@ -58,18 +58,20 @@ fd_kernel_gpu_health() {
     echo '@@fd_gpu_health status=absent'
     return 0
   fi
-  fd_kernel_r=clocks_throttle_reasons
-  if fd_kernel_to 10 nvidia-smi --help-query-gpu 2>/dev/null | grep -q 'clocks_event_reasons\.hw_slowdown'; then
-    fd_kernel_r=clocks_event_reasons
-  fi
-  fd_kernel_q="index,pci.bus_id,uuid,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,$fd_kernel_r.hw_slowdown,$fd_kernel_r.hw_thermal_slowdown,$fd_kernel_r.hw_power_brake_slowdown,$fd_kernel_r.sw_thermal_slowdown"
-  fd_kernel_out=$(fd_kernel_to 15 nvidia-smi --query-gpu="$fd_kernel_q" --format=csv 2>&1 | head -c 32768)
-  case $fd_kernel_out in
-    *'is not a valid field'*|*'Invalid combination'*)
-      # an older driver: the fields every driver knows
+  # The fields of today's drivers first (one call; asking --help-query-gpu which name the slowdown
+  # reasons have cost a second one), then the older name of the reasons, then the fields every driver knows.
+  for fd_kernel_r in clocks_event_reasons clocks_throttle_reasons -; do
+    if [ "$fd_kernel_r" = - ]; then
       fd_kernel_q='index,pci.bus_id,uuid,ecc.errors.uncorrected.volatile.total,retired_pages.pending,pcie.link.width.current,pcie.link.width.max'
-      fd_kernel_out=$(fd_kernel_to 15 nvidia-smi --query-gpu="$fd_kernel_q" --format=csv 2>&1 | head -c 32768) ;;
-  esac
+    else
+      fd_kernel_q="index,pci.bus_id,uuid,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,$fd_kernel_r.hw_slowdown,$fd_kernel_r.hw_thermal_slowdown,$fd_kernel_r.hw_power_brake_slowdown,$fd_kernel_r.sw_thermal_slowdown"
+    fi
+    fd_kernel_out=$(fd_kernel_to 15 nvidia-smi --query-gpu="$fd_kernel_q" --format=csv 2>&1 | head -c 32768)
+    case $fd_kernel_out in
+      *'is not a valid field'*|*'Invalid combination'*) ;;
+      *) break ;;
+    esac
+  done
   printf '@@fd_gpu_health status=ok fields=%s\n%s\n@@fd_gpu_health_end\n' "$fd_kernel_q" "$fd_kernel_out"
 }
 

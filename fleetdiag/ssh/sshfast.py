@@ -302,6 +302,7 @@ class Spare:
         """Start ``command`` on the spare channel when it is open, else on a new one (asyncssh's way)."""
         chan, task = self._chan, self._task
         self._chan = self._task = None
+        self.prime()  # the next command's channel opens in this one's flight, and is open by its end
         if chan is not None and task is not None:
             alive = getattr(chan, "_conn", None) is not None and not task.done() and not chan.wanted.done()
             if alive and not chan.opened.done():  # its open is on the way: no sooner than a new one

@@ -91,7 +91,10 @@ class Connection:
         """From now on keep one session channel open ahead of need: each command costs its exec only.
 
         For connections that serve many commands (the keeper's); a one-command probe does not need it.
-        The next spare opens when a command ends (``command_done``), not while it runs."""
+        The next spare's open leaves with each command's exec (``Spare.create_process``): by the time
+        that command's answer is back (one round trip at least), the next one's channel is open. Opened
+        when a command ended instead, a request that came within a round trip of the end waited for it
+        (a warm probe right after another, at 240 ms: 0.16 s of its 0.59 s exec)."""
         if self.spare is None:
             self.spare = sshfast.Spare(self.conn)
         self.spare.prime()
@@ -108,7 +111,8 @@ class Connection:
             self.open_trips = 1 if self.spare.used > used else 2
 
     def command_done(self) -> None:
-        """A command ended: open the next spare now (with its close, in the same flight) when spares are kept."""
+        """A command ended: open the next spare now when spares are kept and none is open or on its way
+        (its start opened one; that one failed or was taken by another command meanwhile)."""
         if self.spare is not None:
             self.spare.prime()
 
