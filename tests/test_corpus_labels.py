@@ -83,43 +83,28 @@ def test_no_source_is_used_twice() -> None:
     assert not tuned & set(held)
 
 
-def test_second_heldout_set_shares_no_source() -> None:
-    """tests/corpus_heldout2 is held back from every other corpus, the first held-back set included."""
-    other = set(_sources(TESTS / "corpus", TESTS / "corpus_extra", TESTS / "corpus_kernel_extra", HELDOUT))
-    other |= set(_sources(HELDOUT / "kernel", *(d for d in TESTS.glob("corpus_kernel*") if d.is_dir())))
-    multinode = TESTS / "corpus_multinode"
-    other |= {json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in multinode.glob("*.json")}
-    held = _sources(HELDOUT2)
-    assert len(held) >= 25 and len(held) == len(set(held))
-    assert not other & set(held), other & set(held)
-
-
-def test_third_heldout_set_shares_no_source() -> None:
-    """tests/corpus_heldout3 is held back from every other corpus, both earlier held-back sets included."""
-    other = set(_sources(TESTS / "corpus", TESTS / "corpus_extra", HELDOUT, HELDOUT / "kernel", HELDOUT2))
-    other |= set(_sources(*(d for d in TESTS.glob("corpus_kernel*") if d.is_dir())))
+def _sources_besides(held: Path) -> set[str]:
+    """Every source of every other corpus: the tests' sets (kernel folders included), the multi-node
+    recordings, and the shared corpus where this machine has it."""
+    folders = [d for d in TESTS.glob("corpus*") if d.is_dir() and d != held and d.name != "corpus_multinode"]
+    folders += [d / "kernel" for d in folders if (d / "kernel").is_dir()]
+    other = set(_sources(*folders))
     other |= {
         json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in (TESTS / "corpus_multinode").glob("*.json")
     }
-    shared = Path(os.environ.get("FLEETDIAG_SHARED", "/work/shared")) / "corpus"  # where this machine has them
+    shared = Path(os.environ.get("FLEETDIAG_SHARED", "/work/shared")) / "corpus"
     if shared.is_dir():
         other |= {json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in shared.glob("*/*.json")}
-    held = _sources(HELDOUT3)
-    assert len(held) >= 24 and len(held) == len(set(held))
-    assert not other & set(held), other & set(held)
+    return other
 
 
-def test_fourth_heldout_set_shares_no_source() -> None:
-    """tests/corpus_heldout4 (and its kernel cases) is held back from every other corpus, the first three
-    held-back sets included."""
-    other = set(_sources(TESTS / "corpus", TESTS / "corpus_extra", HELDOUT, HELDOUT / "kernel", HELDOUT2, HELDOUT3))
-    other |= set(_sources(*(d for d in TESTS.glob("corpus_kernel*") if d.is_dir())))
-    other |= {
-        json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in (TESTS / "corpus_multinode").glob("*.json")
-    }
-    shared = Path(os.environ.get("FLEETDIAG_SHARED", "/work/shared")) / "corpus"  # where this machine has them
-    if shared.is_dir():
-        other |= {json.loads(p.read_text(encoding="utf-8")).get("source", "") for p in shared.glob("*/*.json")}
-    held = _sources(HELDOUT4, HELDOUT4 / "kernel")
-    assert len(held) >= 30 and len(held) == len(set(held))
-    assert not other & set(held), other & set(held)
+@pytest.mark.parametrize(
+    "held, least", [(HELDOUT2, 25), (HELDOUT3, 24), (HELDOUT4, 30)], ids=["heldout2", "heldout3", "heldout4"]
+)
+def test_a_later_heldout_set_shares_no_source(held: Path, least: int) -> None:
+    """tests/corpus_heldout2, 3 and 4 (with their kernel cases) are each held back from every other corpus,
+    the other held-back sets included."""
+    sources = _sources(held, *([held / "kernel"] if (held / "kernel").is_dir() else []))
+    assert len(sources) >= least and len(sources) == len(set(sources))
+    other = _sources_besides(held)
+    assert not other & set(sources), other & set(sources)
