@@ -104,3 +104,14 @@ finally:
     s.stop()
 EOF
 
+
+# what the cost benches run under after the setup: many sockets and ports for the simulated hosts,
+# unbuffered output (partial tables reach $OUT as each bench ends), and a stamped step line
+cost_bench_env() {
+    ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+    sysctl -qw net.ipv4.ip_local_port_range="10000 65000" net.ipv4.tcp_tw_reuse=1 2>/dev/null || true
+    export PYTHONUNBUFFERED=1
+    # shellcheck disable=SC2034  # PY: the sourcing bench runs its Python with it
+    PY=$VENV/bin/python
+}
+s() { echo "== $(date -u +%T) $* (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores)"; }

@@ -13,12 +13,8 @@ set -eu
 # shellcheck source=bench/_device_setup.sh
 . "$(dirname "$0")/_device_setup.sh"
 set +e
-ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-sysctl -qw net.ipv4.ip_local_port_range="10000 65000" net.ipv4.tcp_tw_reuse=1 2>/dev/null || true
-export PYTHONUNBUFFERED=1
-PY=$VENV/bin/python
+cost_bench_env
 AFTER=$PWD
-s() { echo "== $(date -u +%T) $* (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores)"; }
 parts=${COST4_PARTS:-remote warm}
 trees="after"
 if [ -n "${BEFORE:-}" ] && [ -d "$BEFORE" ]; then

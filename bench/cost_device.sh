@@ -10,11 +10,7 @@ set -eu
 # shellcheck source=bench/_device_setup.sh
 . "$(dirname "$0")/_device_setup.sh"
 set +e
-ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-sysctl -qw net.ipv4.ip_local_port_range="10000 65000" net.ipv4.tcp_tw_reuse=1 2>/dev/null || true
-export PYTHONUNBUFFERED=1
-PY=$VENV/bin/python
-s() { echo "== $(date -u +%T) $* (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores)"; }
+cost_bench_env
 
 s "warm probe, 240 ms"
 timeout "${COST_WARM_S:-110}" "$PY" bench/warm_probe.py --repeat 3 >"$OUTDIR/warm.txt" 2>&1
