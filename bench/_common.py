@@ -117,6 +117,22 @@ def _role(pid: int) -> str:
     return name
 
 
+# the CLI under cProfile, run as `python -c PROFILED_CLI OUT ARGS...`: its console entry point ends with
+# os._exit, which would skip the dump. Process time, so that a host's waits are not counted as its cost.
+PROFILED_CLI = """
+import cProfile, sys, time
+from fleetdiag.cli import main
+out = sys.argv.pop(1)
+prof = cProfile.Profile(time.process_time)
+try:
+    prof.runcall(main.main, args=sys.argv[1:], prog_name="fleetdiag")
+except BaseException:
+    pass
+finally:
+    prof.dump_stats(out)
+"""
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """The environment for measured commands: as a normal shell has it.
 

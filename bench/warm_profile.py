@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     DECISIVE,
+    PROFILED_CLI,
     Lab,
     child_env,
     fleetdiag_bin,
@@ -37,19 +38,6 @@ from _common import (  # noqa: E402
     table,
     write_inventory,
 )
-
-PROFILED_CLI = """
-import cProfile, sys, time
-from fleetdiag.cli import main
-out = sys.argv.pop(1)
-prof = cProfile.Profile(time.process_time)
-try:
-    prof.runcall(main.main, args=sys.argv[1:], prog_name="fleetdiag")
-except BaseException:
-    pass
-finally:
-    prof.dump_stats(out)
-"""
 
 PROFILED_KEEPER = """
 import cProfile, signal, sys, time

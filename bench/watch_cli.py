@@ -35,27 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import PROFILED_CLI  # noqa: E402
+
 from tests.sshd import ssh_argv, start_sshd  # noqa: E402
 
 SEED = (ROOT / "fleetdiag" / "data" / "demo" / "dp_rank.log").read_text().splitlines(keepends=True)
 CUT = next(i for i, ln in enumerate(SEED) if " ERROR " in ln)
 HEAD, FAILURE = "".join(SEED[:CUT]), "".join(SEED[CUT:])
 DECISIVE = "DP adjusted local rank 3 is out of bounds"
-
-
-# the CLI under cProfile (its console entry point ends with os._exit, which would skip the dump)
-PROFILED = """
-import cProfile, sys
-from fleetdiag.cli import main
-out = sys.argv.pop(1)
-prof = cProfile.Profile()
-try:
-    prof.runcall(main.main, args=sys.argv[1:], prog_name="fleetdiag")
-except BaseException:
-    pass
-finally:
-    prof.dump_stats(out)
-"""
 
 
 # the CLI with its garbage collections, the follower records that end a burst (sync marks, heartbeats)
@@ -259,7 +246,7 @@ def run(
         return run_floor(n, rounds, rtt, server, ports, logs, names, proxyd, load0)
     exe = [str(Path(sys.executable).parent / "fleetdiag")]
     if profile:
-        exe = [sys.executable, "-c", PROFILED, f"{profile}.{n}"]
+        exe = [sys.executable, "-c", PROFILED_CLI, f"{profile}.{n}"]
     elif trace:
         exe = [sys.executable, "-c", TRACED, f"{trace}.{n}"]
     argv = [*exe, "-i", str(inv), "watch", "all", "--jsonl", "--known-hosts", str(server.known_hosts)]
