@@ -115,3 +115,15 @@ cost_bench_env() {
     PY=$VENV/bin/python
 }
 s() { echo "== $(date -u +%T) $* (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores)"; }
+
+# the simulated hosts share the device's one driver: a stand-in nvidia-smi answers for each of them from
+# a cache of the real one's answers (bench/_simhost_nvidia_smi.sh). Returns 1 where there is no nvidia-smi.
+simhost_nvidia_smi() {
+    real=$(command -v nvidia-smi) || return 1
+    sim=/opt/fleetdiag-simhost
+    mkdir -p "$sim/cache"
+    cp bench/_simhost_nvidia_smi.sh "$sim/nvidia-smi"
+    chmod 0755 "$sim/nvidia-smi"
+    echo "$real" >"$sim/real"
+    export FLEETDIAG_BENCH_HOST_PATH=$sim FLEETDIAG_BENCH_HOST_NICE=10
+}

@@ -57,15 +57,7 @@ case " $parts " in *" warm "*)
     ;;
 esac
 
-if [ -x "$(command -v nvidia-smi)" ]; then # the simulated hosts share one driver: a stand-in answers for it
-    real=$(command -v nvidia-smi)
-    sim=/opt/fleetdiag-simhost
-    mkdir -p "$sim/cache"
-    cp bench/_simhost_nvidia_smi.sh "$sim/nvidia-smi"
-    chmod 0755 "$sim/nvidia-smi"
-    echo "$real" >"$sim/real"
-    export FLEETDIAG_BENCH_HOST_PATH=$sim FLEETDIAG_BENCH_HOST_NICE=10
-fi
+simhost_nvidia_smi || true # the simulated hosts share one driver: a stand-in answers for it
 
 case " $parts " in *" profile "*)
     for t in $trees; do

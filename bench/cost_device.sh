@@ -24,14 +24,7 @@ echo "rc=$?"
 tail -30 "$OUTDIR/analyze.txt"
 
 if [ "${COST_CPU_S:-120}" -gt 0 ]; then
-    real=$(command -v nvidia-smi) && {
-        sim=/opt/fleetdiag-simhost
-        mkdir -p "$sim/cache"
-        cp bench/_simhost_nvidia_smi.sh "$sim/nvidia-smi"
-        chmod 0755 "$sim/nvidia-smi"
-        echo "$real" >"$sim/real"
-        export FLEETDIAG_BENCH_HOST_PATH=$sim FLEETDIAG_BENCH_HOST_NICE=10
-    }
+    simhost_nvidia_smi || true
     s "controller CPU per host, ${COST_CPU_HOSTS:-200} hosts"
     PATH="$VENV/bin:$PATH" timeout "${COST_CPU_S:-120}" "$PY" bench/cpu_floor.py --hosts "${COST_CPU_HOSTS:-200}" \
         --fanout 64 --repeat 1 --only "kept,probe_many,warm" --json-out "$OUTDIR/cpu.json" 2>&1 | tee "$OUTDIR/cpu.txt"
