@@ -39,7 +39,7 @@ def test_demo_probes_the_simulated_fleet():
     # the two-node job: node B's rank broke it, node A shows only the NCCL consequence
     flat = " ".join(out.split())  # the fleet view's title wraps
     assert "job root cause: fr-node-b · rank 1 · RuntimeError: mat1 and mat2 shapes" in flat
-    assert "1 other host failed as a consequence: fr-node-a (NCCL remote error" in flat
+    assert "1 other host failed as a consequence: fr-node-a (peer closed the connection" in flat
     assert "consequence of fr-node-b (job root cause)" in out
     # the three-node gloo job: the victims' own line is gloo's closed connection, never their launcher's report
     assert "job root cause: se-node-1 · rank 1 · RuntimeError: mat1 and mat2 shapes" in flat

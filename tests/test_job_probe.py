@@ -119,8 +119,8 @@ def test_fleet_view_opens_with_the_job_and_folds_the_victim(sshd, tmp_path, writ
     out = r.output
     job = "job root cause: node1 · rank 1 · RuntimeError: mat1 and mat2 shapes"
     assert out.count(job) == 2, out  # over the root's card, and as the fleet view's opening line
-    assert "1 other host failed as a consequence: node0 (NCCL remote error, " in out
-    assert "failed as a consequence of node1: node0 (NCCL remote error, stamped 0.4 s earlier)" in out
+    assert "1 other host failed as a consequence: node0 (peer closed the connection, " in out
+    assert "failed as a consequence of node1: node0 (peer closed the connection, stamped 0.8 s earlier)" in out
     assert "consequence of node1 (job root cause)" in out  # the victim's row, folded under the root's
     assert "node1  FAILED" in out and "node0  FAILED" not in out, out  # the victim's card folds under the root
     assert out.index(job) < out.index("node1  FAILED")
