@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 319,
+    "tests/corpus_extra": 324,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -42,8 +42,10 @@ FLOORS = {
     "tests/corpus_heldout3": 26,
     # the fourth held-back set, never tuned on (tests/corpus_heldout4/README.md): 23 of 31 when first
     # measured (commit d850d30's labels, the analyzer of main at 1f3cc2e), 23 of 30 once a miss whose
-    # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2
-    "tests/corpus_heldout4": 23,
+    # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2; 25 since a wrapper that
+    # announces the error under it (transformers' lazy import) and a native CUDA check's "CUDA Error: … at
+    # file:line" are classes (made on tests/corpus_extra's logs, this set's two cases checked only after)
+    "tests/corpus_heldout4": 25,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
