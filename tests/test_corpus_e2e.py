@@ -98,10 +98,6 @@ HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # case the analyzer got wrong when the set was first scored (labels of d850d30, the analyzer of main at
 # 1f3cc2e), with its answer.
 HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "megatron_deepspeed_3408_local_rank_assert_then_second_rank": (
-        "json",
-        "line right, category python (labelled config): Megatron's local-rank / device-count assertion",
-    ),
     "nccl_tests_217_single_gpu_socket_closed_by_remote_peer": (
         "json",
         "line right, category nccl (labelled network) and role peer-caused: 'NCCL WARN socketProgress: "
@@ -111,11 +107,6 @@ HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "json",
         "line right, category nccl (labelled network): NCCL's 'connecting to address with family 33621 is "
         "neither AF_INET(2) nor AF_INET6(10)'",
-    ),
-    "sglang_6555_quoted_scheduler_watchdog_timeout_pyspy_missing": (
-        "both",
-        "healthy, no line: SGLang's scheduler 'Watchdog timeout (self.watchdog_timeout=300)' behind a "
-        "'> ' quote is not read",
     ),
     "tensorrt_llm_backend_550_triton_bls_escaped_quotes_kvcache_assert": (
         "json",
