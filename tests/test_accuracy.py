@@ -42,7 +42,10 @@ FLOORS = {
     "tests/corpus_heldout3": 26,
     # the fourth held-back set, never tuned on (tests/corpus_heldout4/README.md): 23 of 31 when first
     # measured (commit d850d30's labels, the analyzer of main at 1f3cc2e), 23 of 30 once a miss whose
-    "tests/corpus_extra": 332,
+    # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2; 27 since a wrapper that
+    # announces the error under it (transformers' lazy import), a native CUDA check's "CUDA Error: ... at
+    # file:line", an engine's own hang detector and a launch-layout assertion are classes (made on
+    # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes)
     "tests/corpus_heldout4": 27,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
