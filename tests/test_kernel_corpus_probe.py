@@ -124,7 +124,10 @@ def _journal_epoch(line: str) -> float:
     mo = [c.lower() for c in calendar.month_abbr].index(m.group(1).lower())
     now = time.gmtime()
     year = now.tm_year if (mo, int(m.group(2))) <= (now.tm_mon, now.tm_mday) else now.tm_year - 1
-    return float(calendar.timegm((year, mo, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))))
+    t = float(calendar.timegm((year, mo, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))))
+    if t > time.time():  # later today than now: last year's, as the stand-in gives it
+        t = float(calendar.timegm((year - 1, mo, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))))
+    return t
 
 
 def _dmesg_recording(lines: list[str], uptime: float) -> tuple[list[str], list[float | None]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -484,6 +485,9 @@ class HostWatcher:
             self.evaluate()
 
 
+_FRAMEISH = re.compile(r'File "[^"]*", line \d+|[\^~]{3,}\s*$')
+
+
 def _unfinished(res: HostResult) -> bool:
     """The decisive line is a traceback's header, frame, code or caret line, with no exception type: the
     block is being written (its exception line, the real decisive one, comes with the next burst)."""
@@ -491,4 +495,9 @@ def _unfinished(res: HostResult) -> bool:
     if res.verdict != Verdict.FAILED or d is None or d.exception_type or d.source != "log":
         return False
     m = d.message or d.line
-    return bool(TB_START.search(m) or FRAME.match(m) or CARET.match(m) or CODE.match(m))
+    if TB_START.search(m) or FRAME.match(m) or CARET.match(m) or CODE.match(m):
+        return True
+    # a logger's error line over a traceback that still ends in a frame: its exception line is on the way
+    # (a frame, or the code or carets under one, last; its lines keep their process prefix, so searched)
+    tb = d.traceback or []
+    return any(_FRAMEISH.search(x) for x in tb[-2:])
