@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 319,
+    "tests/corpus_extra": 332,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -42,8 +42,11 @@ FLOORS = {
     "tests/corpus_heldout3": 26,
     # the fourth held-back set, never tuned on (tests/corpus_heldout4/README.md): 23 of 31 when first
     # measured (commit d850d30's labels, the analyzer of main at 1f3cc2e), 23 of 30 once a miss whose
-    # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2
-    "tests/corpus_heldout4": 23,
+    # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2; 27 since a wrapper that
+    # announces the error under it (transformers' lazy import), a native CUDA check's "CUDA Error: ... at
+    # file:line", an engine's own hang detector and a launch-layout assertion are classes (made on
+    # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes)
+    "tests/corpus_heldout4": 27,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -53,7 +56,7 @@ FLOORS = {
     "tests/corpus_heldout4/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 161
+SUPPORTED_FLOOR = 164
 # set -> the most decoys accepted (the present values; every other set: none)
 # tests/corpus_extra: other_tensorrt_4511's skipped tactic ([E], not fatal) is chosen over the build's failure
 # (a known-wrong case: one source shows the form, no rule was written for it)
@@ -61,7 +64,7 @@ DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,
     "tests/corpus_heldout3": 0,
     "tests/corpus_extra": 1,
-    "tests/corpus_heldout4": 1,
+    "tests/corpus_heldout4": 0,
 }
 
 

@@ -98,10 +98,6 @@ HELDOUT3_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # case the analyzer got wrong when the set was first scored (labels of d850d30, the analyzer of main at
 # 1f3cc2e), with its answer.
 HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "megatron_deepspeed_3408_local_rank_assert_then_second_rank": (
-        "json",
-        "line right, category python (labelled config): Megatron's local-rank / device-count assertion",
-    ),
     "nccl_tests_217_single_gpu_socket_closed_by_remote_peer": (
         "json",
         "line right, category nccl (labelled network) and role peer-caused: 'NCCL WARN socketProgress: "
@@ -111,21 +107,6 @@ HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "json",
         "line right, category nccl (labelled network): NCCL's 'connecting to address with family 33621 is "
         "neither AF_INET(2) nor AF_INET6(10)'",
-    ),
-    "ray_lmmr1_43_llmrayactor_cumem_oom_then_driver_traceback": (
-        "both",
-        "the driver traceback's last (cut) 'File ...' line, category other, not the vLLM actor's "
-        "'CUDA Error: out of memory at .../cumem_allocator.cpp:62'",
-    ),
-    "sglang_6555_quoted_scheduler_watchdog_timeout_pyspy_missing": (
-        "both",
-        "healthy, no line: SGLang's scheduler 'Watchdog timeout (self.watchdog_timeout=300)' behind a "
-        "'> ' quote is not read",
-    ),
-    "tensorrt_llm_4392_flash_attn_undefined_symbol_two_lines": (
-        "json",
-        "the decoy 'RuntimeError: Failed to import transformers.models.bert.modeling_bert because of the "
-        "following error' (category config right), not the flash-attn 'undefined symbol' line under it",
     ),
     "tensorrt_llm_backend_550_triton_bls_escaped_quotes_kvcache_assert": (
         "json",

@@ -779,13 +779,24 @@ def _time_as_filed(first: LogLine | Line, own: str | None, norm: Normalised | No
     return own
 
 
+# A wrapper's message that points at the error printed under it: transformers' and diffusers' lazy modules
+# ("Failed to import X because of the following error (look up to see its traceback):"), "… see below:".
+ANNOUNCES_CAUSE = re.compile(
+    r"(?:because of|due to) the following (?:error|exception)|look up to see its traceback|\bsee (?:below|the error below)\b",
+    re.IGNORECASE,
+)
+
+
 def _message_line(ev: Event) -> LogLine:
     """The line that states the error: an exception whose message starts on the next line is that line.
 
     A message that begins with a newline (torch.utils.cpp_extension's CUDA mismatch) prints a bare
-    ``RuntimeError:``; the words an operator needs are on the line after it.
+    ``RuntimeError:``; the words an operator needs are on the line after it. A wrapper whose message
+    only announces the error under it (``… because of the following error …:``) is stated there too.
     """
-    if ev.kind != "exception" or ev.message.strip() or not ev.detail or not ev.line.msg.rstrip().endswith(":"):
+    if ev.kind != "exception" or not ev.detail or not ev.line.msg.rstrip().endswith(":"):
+        return ev.line
+    if ev.message.strip() and not ANNOUNCES_CAUSE.search(ev.message):
         return ev.line  # a bare name ("KeyboardInterrupt") has no message: what follows it is not one
     return next((ln for ln in ev.block if ln.index > ev.line.index and ln.msg.strip()), ev.line)
 
