@@ -143,7 +143,7 @@ _RELAYED_PART = re.compile(
 # Assertion failed: …"): the library's own record starts there, so it is a line of its own too
 _INNER_RECORD = re.compile(r"(?<=: )\[[A-Za-z][\w.+-]*\] ?\[(?:ERROR|FATAL|E|F)\] (?=\S)")
 MAX_UNFOLD = 400  # parts of one line, at most: a relayed message is bounded like any other
-_UNESCAPE = {"\\\"": '"', "\\'": "'", "\\t": "\t", "\\\\": "\\"}
+_UNESCAPE = {'\\"': '"', "\\'": "'", "\\t": "\t", "\\\\": "\\"}
 _ESCAPED = re.compile(r"\\[\"'t\\]")
 
 
@@ -426,7 +426,7 @@ def _undressed(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[st
 def normalise(lines: list[Line]) -> Normalised:
     """Undo a service prefix, newest-first order and terminal re-wrapping (CR is stripped by the line model)."""
     out = Normalised(list(lines))
-    if len(lines) < 2:
+    if not lines or len(lines) < 2 and "\\n" not in lines[0].text and "][" not in lines[0].text:
         return out
     # (text, index of the original line, the export's own time) in the order being built
     work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
