@@ -745,7 +745,9 @@ def hung_engine(run: list[LogLine], rules: Rules) -> str | None:
 # an access log's line: the request's method and path, then the status the front end answered with
 _ACCESS = re.compile(r'"(?:GET|POST|PUT|PATCH|DELETE) (?P<path>/[^ "]*) HTTP/[0-9.]+" (?P<code>[1-5][0-9][0-9])\b')
 # a load balancer's or an orchestrator's probe: its answer says the front end is up, not that the engine serves
-_PROBE = re.compile(r"^/(?:health|ping|metrics|ready|readiness|live|liveness|version|favicon|v1/models|models)\b")
+_PROBE_PATH = re.compile(
+    r"^/(?:health|ping|metrics|ready|readiness|live|liveness|version|favicon|v1/models|models|stats)\b"
+)
 FAILING_REQUESTS = 5  # the log's last requests, all answered with a server error: the engine behind does not serve
 
 
@@ -767,7 +769,7 @@ def failing_front_end(run: list[LogLine]) -> str | None:
         if m is None:
             continue
         code = m.group("code")
-        if _PROBE.match(m.group("path")):
+        if _PROBE_PATH.match(m.group("path")):
             continue
         if code[0] != "5":
             break
