@@ -143,7 +143,11 @@ def test_dressed_corpus_keeps_its_decisive_line(dress, rules):
         # ``line`` is the file's line (a terminal-cut line's first part): the logical line goes on after it
         phys = dressed.split("\n")
         said = "".join(phys[dec.lineno - 1 : dec.lineno + 40]) if dec is not None and dec.lineno else ""
-        ok = dec is not None and _squash(said).startswith(_squash(dec.line))
+        # (a part of it, when the line relays a message unfolded into lines of its own)
+        relayed = "relayed message unfolded" in steps and dec is not None and dec.lineno
+        ok = dec is not None and (
+            _squash(said).startswith(_squash(dec.line)) or bool(relayed) and _squash(dec.line) in _squash(said)
+        )
         ok = ok and any(_squash(a) in _squash(said) for a in accepted)
         ok = ok and not any(_squash(d) in _squash(dec.line) for d in label.get("decoys", []))
         ok = ok and dec.category == plain.category

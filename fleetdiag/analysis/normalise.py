@@ -124,7 +124,7 @@ _ELISION = re.compile(
 
 # a runner that relays every node's streams names the node and the stream before each line it prints
 # ("dinov2-giant-nodes.cn-d004 [stderr] ", milabench; its "[start]", "[end (1)]" lines); its console wraps
-# a long line at a blank, which stays at the end of the first part, and prints the rest without the name
+# a long line at a blank and prints the rest without the name
 _STREAMED = re.compile(r"^[A-Za-z0-9][\w.-]* \[(?:stdout|stderr|start|end(?: \(-?\d+\))?)\] ")
 STREAMED_SHARE = 0.5  # of non-empty lines that carry the runner's name and stream
 
@@ -199,8 +199,9 @@ def _unfolded(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str
 
 
 def _streams_joined(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], bool]:
-    """A relaying runner's wrapped lines joined: a line without its name and stream, after one that ends in the
-    blank the console wrapped at, is the rest of that line."""
+    """A relaying runner's wrapped lines joined: in a log where the runner names nearly every line, a line without
+    the name and stream is the rest of the line before it (the console wrapped it at a blank, which a paste may
+    have trimmed)."""
     texts = [t for t, _, _ in work if t.strip()]
     if len(texts) < 3:
         return work, False
@@ -210,8 +211,9 @@ def _streams_joined(work: list[tuple[str, int, float | None]]) -> tuple[list[tup
     out: list[tuple[str, int, float | None]] = []
     joined = False
     for t, k, st in work:
-        if out and t.strip() and not _STREAMED.match(t) and out[-1][0].endswith(" ") and _STREAMED.match(out[-1][0]):
-            out[-1] = (out[-1][0] + t, out[-1][1], out[-1][2])
+        if out and t.strip() and not _STREAMED.match(t) and _STREAMED.match(out[-1][0]):
+            prev = out[-1][0]
+            out[-1] = (prev + t if prev.endswith(" ") else f"{prev} {t}", out[-1][1], out[-1][2])
             joined = True
             continue
         out.append((t, k, st))
@@ -454,10 +456,6 @@ def normalise(lines: list[Line]) -> Normalised:
         work, dressed = _undressed(work)
         if dressed:
             out.steps.append("markdown removed")
-    work, streamed = _streams_joined(work)
-    if streamed:
-        out.steps.append("a runner's wrapped lines joined")
-        changed = True
     width = _wrap_width([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if width is not None:
         joined = []
@@ -480,6 +478,10 @@ def normalise(lines: list[Line]) -> Normalised:
     if _newest_first(own, [st for _, _, st in work]):
         work.reverse()
         out.steps.append("newest-first order reversed")
+        changed = True
+    work, streamed = _streams_joined(work)
+    if streamed:
+        out.steps.append("a runner's wrapped lines joined")
         changed = True
     shown: dict[int, str] = {}
     if any("\\n" in t or "][" in t for t, _, _ in work):
