@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 332,
+    "tests/corpus_extra": 336,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -45,8 +45,10 @@ FLOORS = {
     # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2; 27 since a wrapper that
     # announces the error under it (transformers' lazy import), a native CUDA check's "CUDA Error: ... at
     # file:line", an engine's own hang detector and a launch-layout assertion are classes (made on
-    # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes)
-    "tests/corpus_heldout4": 27,
+    # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes); 28 since
+    # a message relayed inside another (a native library's record in an exception's message, a quoted message's
+    # escaped newlines) is unfolded into lines of its own (made on tensorrtllm_backend #712, TensorRT-LLM #2419)
+    "tests/corpus_heldout4": 28,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
