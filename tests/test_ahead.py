@@ -347,8 +347,8 @@ exec {awk} "$@"
 
 def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
     """The early funnel's whole process group goes when the CLI does not take its output: a script that
-    changed (a user rules file that appeared since) or a CLI that fails first (a --kernel file gone). Killing
-    its ``sh`` alone left the pipeline under it reading the log to its end."""
+    changed (a user rules file that appeared since), a CLI that fails first (a --kernel file gone) or one
+    killed. Killing its ``sh`` alone left the pipeline under it reading the log to its end."""
     import shutil
 
     log = tmp_path / "vllm.log"
@@ -360,7 +360,15 @@ def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
     (bindir / "awk").write_text(SLOW_AWK.format(awk=shutil.which("awk")))
     (bindir / "awk").chmod(0o755)
     cfg = tmp_path / "cfg"
-    env = cli_env(rt, XDG_CONFIG_HOME=str(cfg), AHEAD_TEST_FLAGS=str(flags), PATH=f"{bindir}:{os.environ['PATH']}")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = cli_env(
+        rt,
+        XDG_CONFIG_HOME=str(cfg),
+        AHEAD_TEST_FLAGS=str(flags),
+        PATH=f"{bindir}:{os.environ['PATH']}",
+        TMPDIR=str(tmpdir),
+    )
     argv = [sys.executable, "-c", LOCAL_ENTRY, "analyze", str(log), "--json", "--kernel", str(kernel)]
 
     def analyze() -> subprocess.CompletedProcess:
@@ -402,3 +410,17 @@ def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
     p = analyze()
     assert p.returncode == 2 and "no such file" in p.stderr, p.stderr
     assert stopped(), "the early funnel's pipeline outlived the failed command"
+    # the CLI killed while its early funnel runs (SIGKILL, as SIGTERM or a closed terminal: no atexit runs): the
+    # funnel's group goes too, and neither a temp file nor a claimed entry is left
+    kernel.write_text("[    1.000000] Linux version 6.8.0\n")
+    assert analyze().returncode == 1  # remembers its funnel again
+    arm()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path, env=env)
+    deadline = time.monotonic() + 60
+    while not (flags / "pid").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (flags / "pid").exists(), "the early funnel did not start"
+    proc.kill()
+    proc.wait()
+    assert stopped(), "the early funnel's pipeline outlived the killed command"
+    assert not list(tmpdir.iterdir()) and not list((rt / "ahead").glob(".*")), "a killed command left files"

@@ -279,6 +279,11 @@ class EarlyLocal:
     mark: str
 
 
+# The early funnel's ``sh`` ($1) under a watcher that kills its whole process group when the CLI's end of
+# the stdin pipe closes: a CLI killed before it took the output (SIGKILL, SIGTERM, a closed terminal: no
+# atexit runs) leaves nothing reading the log. The funnel itself reads /dev/null, as before.
+_WATCHED = 'exec 3<&0 </dev/null; { read -r _ <&3; kill -KILL 0; } & exec sh -c "$1" 3<&-'
+
 _local: EarlyLocal | None = None
 _local_active = False
 _local_build: Callable[[str | None], tuple[str, str]] | None = None
@@ -306,8 +311,8 @@ def start_local(argv: list[str] | None = None) -> bool:
 
         out = tempfile.TemporaryFile()
         proc = subprocess.Popen(  # its own process group: stopped with the pipeline under it (_stop)
-            ["sh", "-c", script],
-            stdin=subprocess.DEVNULL,
+            ["sh", "-c", _WATCHED, "sh", script],
+            stdin=subprocess.PIPE,  # the CLI's end: when it closes, the watcher stops the group
             stdout=out,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -331,6 +336,15 @@ def _stop(e: EarlyLocal) -> None:
     except OSError:  # the group is gone already
         pass
     e.proc.wait()
+    _release(e)
+
+
+def _release(e: EarlyLocal) -> None:
+    """Close the watcher's pipe (it ends, with what is left of the group) and the output file."""
+    try:
+        e.proc.stdin.close()
+    except OSError:
+        pass
     e.out.close()
 
 
@@ -368,7 +382,7 @@ def local_output(script: str, timeout: float | None = None) -> bytes | None:
         raise
     e.out.seek(0)
     data = e.out.read()
-    e.out.close()
+    _release(e)
     return data
 
 
