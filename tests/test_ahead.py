@@ -142,11 +142,20 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         assert len(notes) == 1 and "asyncio" in notes[0]
         (entry,) = (rt / "ahead").glob("*.json")
         assert (os.stat(entry).st_mode & 0o077) == 0 and (os.stat(rt / "ahead").st_mode & 0o077) == 0
+        # what CLIs killed between claiming an entry and dropping it, or while writing one, leave behind (the
+        # window is a rename or a write: made here); a live process's claim stays
+        dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
+        left = [rt / "ahead" / f".claim.{dead}.{'0' * 32}", rt / "ahead" / f".{'1' * 32}.{dead}"]
+        live = rt / "ahead" / f".claim.{os.getpid()}.{'2' * 32}"
+        for f in (*left, live):
+            f.write_text("{}")
         # 2. warm: one run request, and it left before click, rich, the analysis or asyncio were imported
         n0 = uses(rt)
         p, notes = cli(rt, inv, sshd, "--json", *base)
         assert p.returncode == 1, p.stderr
         assert notes == [[]], notes
+        assert not any(f.exists() for f in left) and live.exists(), "a dead CLI's claimed entry was not reaped"
+        live.unlink()
         assert uses(rt) == n0 + 1, "the early request was the probe's: the host ran one command"
         ahead = comparable(json.loads(p.stdout))
         # 3. the same, not sent ahead: the same document

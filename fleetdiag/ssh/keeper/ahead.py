@@ -247,6 +247,25 @@ def _save(directory: Path, key: str, entry: dict[str, Any]) -> None:
     files = sorted(store.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
     for old in files[: max(0, len(files) - KEEP)]:
         old.unlink(missing_ok=True)
+    _reap(store)
+
+
+def _reap(store: Path) -> None:
+    """Remove what CLIs killed mid-claim (``.claim.PID.KEY``) or mid-write (``.KEY.PID``) left: files of a
+    process that is gone, so that kills cannot pile them up (a live process's file is its own)."""
+    for name in os.listdir(store):
+        if not name.startswith("."):
+            continue
+        parts = name.split(".")  # ['', 'claim', PID, KEY] or ['', KEY, PID]
+        pid = parts[2] if len(parts) == 4 and parts[1] == "claim" else parts[-1] if len(parts) == 3 else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            (store / name).unlink(missing_ok=True)
+        except OSError:  # alive, another user's pid number: not ours to judge
+            continue
 
 
 def reset() -> None:
