@@ -206,6 +206,19 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         p, notes = cli(rt, inv, sshd, "--json", *base, env={"AHEAD_TEST_KILLS": str(keeper)})
         assert notes[0] == [] and p.returncode == 1, (notes, p.stdout, p.stderr)
         assert DECISIVE in json.loads(p.stdout)["hosts"][0]["decisive"]["line"]
+        # 8. the user's rules file (~/.config/fleetdiag/rules.yaml) written after the keeper started and the
+        # request was remembered: the early request still goes (the command did not change), and the answer
+        # is judged with the user's signature, not a set compiled before it appeared
+        cfg = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+        cli(rt, inv, sshd, "--json", *base, env=cfg)  # remembers under this environment
+        (tmp_path / "cfg" / "fleetdiag").mkdir(parents=True)
+        (tmp_path / "cfg" / "fleetdiag" / "rules.yaml").write_text(
+            "signatures:\n  - name: user-dp-rank\n    pattern: 'DP adjusted local rank'\n    category: disk\n"
+        )
+        p, notes = cli(rt, inv, sshd, "--json", *base, env=cfg)
+        assert notes == [[]], notes
+        decisive = json.loads(p.stdout)["hosts"][0]["decisive"]
+        assert (decisive["rule"], decisive["category"]) == ("user-dp-rank", "disk"), decisive
     finally:
         keeper_client.close_kept(rt)
 
