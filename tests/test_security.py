@@ -110,27 +110,31 @@ def test_hostile_values_in_every_funnel_field_run_nothing(sshd, tmp_path):
     async def go():
         conn = await connect("127.0.0.1", sshd.port, sshd.user, sshd.opts())
 
+        slots = asyncio.Semaphore(6)  # a few sessions at once: each command's 30 s runs while it runs
+
         async def once(spec):
             mark = funnel_mod.new_mark()
-            out, _status, _, _ = await conn.run(funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), 30)
+            async with slots:
+                out, _status, _, _ = await conn.run(funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), 30)
             fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
             assert funnel_mod.CUT not in fr.markers  # the script ran to its end
             return fr
 
-        try:
-            missing = []
-            for i, v in enumerate(values):
-                spec = spec_for(str(logdir / v), RULES)  # a hostile log path
-                missing.append((v, await once(spec)))
-                spec = spec_for(str(log), RULES)  # the real log, hostile patterns: every value in every field
-                for k, field in enumerate(fields):
-                    w = values[(i + k) % len(values)]
-                    if field == "extra_vars":
-                        spec.extra_vars = {"FD_EXTRA": w}
-                    else:
-                        setattr(spec, field, w)
-                assert (await once(spec)).status == "ok"
-            return missing
+        def patterns(i: int):
+            spec = spec_for(str(log), RULES)  # the real log, hostile patterns: every value in every field
+            for k, field in enumerate(fields):
+                w = values[(i + k) % len(values)]
+                if field == "extra_vars":
+                    spec.extra_vars = {"FD_EXTRA": w}
+                else:
+                    setattr(spec, field, w)
+            return spec
+
+        try:  # the scripts side by side on the one connection (a session each)
+            paths = [once(spec_for(str(logdir / v), RULES)) for v in values]  # a hostile log path
+            found = await asyncio.gather(*paths, *(once(patterns(i)) for i in range(len(values))))
+            assert all(fr.status == "ok" for fr in found[len(values) :])
+            return list(zip(values, found[: len(values)]))
         finally:
             conn.close()
 
@@ -145,15 +149,15 @@ def test_hostile_values_in_every_funnel_field_run_nothing(sshd, tmp_path):
 def test_hostile_log_name_that_exists_is_read_literally(sshd, tmp_path):
     logdir = tmp_path / "logs"
     logdir.mkdir()
-    for v in CORE:
-        name = v.replace("/", "_") + ".log"
-        log = write_log(logdir / name, SEED)
-        res = run(
-            probe_host(make_host(sshd.port, log, user=sshd.user), ProbeSettings(transport=sshd.opts(), rules=RULES))
-        )
+    logs = [write_log(logdir / (v.replace("/", "_") + ".log"), SEED) for v in CORE]
+    settings = ProbeSettings(transport=sshd.opts(), rules=RULES)
+
+    async def go() -> list[HostResult]:  # the hosts at once, as a fleet's probes run
+        return await asyncio.gather(*(probe_host(make_host(sshd.port, log, user=sshd.user), settings) for log in logs))
+
+    for v, log, res in zip(CORE, logs, run(go())):
         assert res.verdict == FAILED and res.log == str(log), (v, res.error)
         assert DECISIVE in res.decisive.line
-        log.unlink()
     assert_no_canary(logdir)
 
 
