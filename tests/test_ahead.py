@@ -119,7 +119,8 @@ def uses(rt: Path) -> int:
     return sum(c["uses"] for c in kept)
 
 
-def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, tmp_path):
+def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))  # the CLIs' ~/.config: this test's own
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
     rules = tmp_path / "rules.yaml"
@@ -149,11 +150,20 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         live = rt / "ahead" / f".claim.{os.getpid()}.{'2' * 32}"
         for f in (*left, live):
             f.write_text("{}")
+        # the user's rules file (~/.config/fleetdiag/rules.yaml) written after the keeper started and the request
+        # was remembered: the early request still goes (the command is the same), and the answer is judged with
+        # the user's signature, not a set compiled before it appeared
+        (tmp_path / "cfg" / "fleetdiag").mkdir(parents=True)
+        (tmp_path / "cfg" / "fleetdiag" / "rules.yaml").write_text(
+            "signatures:\n  - name: user-dp-rank\n    pattern: 'DP adjusted local rank'\n    category: disk\n"
+        )
         # 2. warm: one run request, and it left before click, rich, the analysis or asyncio were imported
         n0 = uses(rt)
         p, notes = cli(rt, inv, sshd, "--json", *base)
         assert p.returncode == 1, p.stderr
         assert notes == [[]], notes
+        decisive = json.loads(p.stdout)["hosts"][0]["decisive"]
+        assert (decisive["rule"], decisive["category"]) == ("user-dp-rank", "disk"), decisive
         assert not any(f.exists() for f in left) and live.exists(), "a dead CLI's claimed entry was not reaped"
         live.unlink()
         assert uses(rt) == n0 + 1, "the early request was the probe's: the host ran one command"
@@ -206,19 +216,6 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         p, notes = cli(rt, inv, sshd, "--json", *base, env={"AHEAD_TEST_KILLS": str(keeper)})
         assert notes[0] == [] and p.returncode == 1, (notes, p.stdout, p.stderr)
         assert DECISIVE in json.loads(p.stdout)["hosts"][0]["decisive"]["line"]
-        # 8. the user's rules file (~/.config/fleetdiag/rules.yaml) written after the keeper started and the
-        # request was remembered: the early request still goes (the command did not change), and the answer
-        # is judged with the user's signature, not a set compiled before it appeared
-        cfg = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
-        cli(rt, inv, sshd, "--json", *base, env=cfg)  # remembers under this environment
-        (tmp_path / "cfg" / "fleetdiag").mkdir(parents=True)
-        (tmp_path / "cfg" / "fleetdiag" / "rules.yaml").write_text(
-            "signatures:\n  - name: user-dp-rank\n    pattern: 'DP adjusted local rank'\n    category: disk\n"
-        )
-        p, notes = cli(rt, inv, sshd, "--json", *base, env=cfg)
-        assert notes == [[]], notes
-        decisive = json.loads(p.stdout)["hosts"][0]["decisive"]
-        assert (decisive["rule"], decisive["category"]) == ("user-dp-rank", "disk"), decisive
     finally:
         keeper_client.close_kept(rt)
 
