@@ -47,6 +47,9 @@ FLOORS = {
     # file:line", an engine's own hang detector and a launch-layout assertion are classes (made on
     # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes)
     "tests/corpus_heldout4": 27,
+    # the fifth held-back set, never tuned on (tests/corpus_heldout5/README.md): 23 of 35 and 1 decoy when first
+    # measured (commit 72896ac's labels, the analyzer of main at 56cd654); its two kernel logs 1 of 2
+    "tests/corpus_heldout5": 23,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -54,6 +57,7 @@ FLOORS = {
     "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
     "tests/corpus_heldout4/kernel": 2,
+    "tests/corpus_heldout5/kernel": 1,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
 SUPPORTED_FLOOR = 165
@@ -63,6 +67,9 @@ DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout3": 0,
     "tests/corpus_extra": 0,
     "tests/corpus_heldout4": 0,
+    # tests/corpus_heldout5: TGI's empty "Shard complete standard error output:" header is chosen over the shard's
+    # signal line (held back: a known-wrong case, not tuned on)
+    "tests/corpus_heldout5": 1,
 }
 
 
