@@ -49,6 +49,9 @@ FLOORS = {
     # a message relayed inside another (a native library's record in an exception's message, a quoted message's
     # escaped newlines) is unfolded into lines of its own (made on tensorrtllm_backend #712, TensorRT-LLM #2419)
     "tests/corpus_heldout4": 28,
+    # the fifth held-back set, never tuned on (tests/corpus_heldout5/README.md): 23 of 35 and 1 decoy when first
+    # measured (commit 72896ac's labels, the analyzer of main at 56cd654); its two kernel logs 1 of 2
+    "tests/corpus_heldout5": 23,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -56,17 +59,19 @@ FLOORS = {
     "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
     "tests/corpus_heldout4/kernel": 2,
+    "tests/corpus_heldout5/kernel": 1,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
 SUPPORTED_FLOOR = 166
 # set -> the most decoys accepted (the present values; every other set: none)
-# tests/corpus_extra: other_tensorrt_4511's skipped tactic ([E], not fatal) is chosen over the build's failure
-# (a known-wrong case: one source shows the form, no rule was written for it)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,
     "tests/corpus_heldout3": 0,
-    "tests/corpus_extra": 1,
+    "tests/corpus_extra": 0,
     "tests/corpus_heldout4": 0,
+    # tests/corpus_heldout5: TGI's empty "Shard complete standard error output:" header is chosen over the shard's
+    # signal line (held back: a known-wrong case, not tuned on)
+    "tests/corpus_heldout5": 1,
 }
 
 
