@@ -467,6 +467,9 @@ CODE_RULES = {
     "code:normalise: re-wrapped lines joined": "lines a terminal or a paste cut at its width",
     "code:normalise: line label removed": "a sidecar's, collector's or launcher's constant label on every line",
     "code:normalise: markdown removed": "a paste's fences, quotes, inline code, tags, bold or elisions",
+    "code:normalise: relayed message unfolded": "a quoted message's escaped newlines, a native record inside a message",
+    "code:normalise: a runner's wrapped lines joined": "a relaying runner's `host [stderr] ` lines its console wrapped",
+    "code:front end answers only errors": "the last requests all answered 5xx and none served: stalled",
 }
 
 # Kernel evidence (evidence/correlate.py) by class; the Xid codes are the classes' data (data/xid.yaml,
@@ -546,6 +549,8 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
         out.add("code:failures after a launcher restart")
     if decide.SURVIVED in sec or "handled errors" in d.summary or "request errors" in d.summary:
         out.add("code:survived error (the process went on)")
+    if "front end answers only errors" in d.summary:
+        out.add("code:front end answers only errors")
     dec = d.decisive
     if dec is None:
         return out

@@ -17,7 +17,7 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 334,
+    "tests/corpus_extra": 338,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -45,8 +45,10 @@ FLOORS = {
     # source another branch tuned on left it; its two Xid 79 kernel logs 2 of 2; 27 since a wrapper that
     # announces the error under it (transformers' lazy import), a native CUDA check's "CUDA Error: ... at
     # file:line", an engine's own hang detector and a launch-layout assertion are classes (made on
-    # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes)
-    "tests/corpus_heldout4": 27,
+    # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes); 28 since
+    # a message relayed inside another (a native library's record in an exception's message, a quoted message's
+    # escaped newlines) is unfolded into lines of its own (made on tensorrtllm_backend #712, TensorRT-LLM #2419)
+    "tests/corpus_heldout4": 28,
     # the fifth held-back set, never tuned on (tests/corpus_heldout5/README.md): 23 of 35 and 1 decoy when first
     # measured (commit 72896ac's labels, the analyzer of main at 56cd654); its two kernel logs 1 of 2
     "tests/corpus_heldout5": 23,
@@ -62,7 +64,7 @@ FLOORS = {
     "tests/corpus_heldout5/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 165
+SUPPORTED_FLOOR = 167
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,

@@ -143,7 +143,11 @@ def test_dressed_corpus_keeps_its_decisive_line(dress, rules):
         # ``line`` is the file's line (a terminal-cut line's first part): the logical line goes on after it
         phys = dressed.split("\n")
         said = "".join(phys[dec.lineno - 1 : dec.lineno + 40]) if dec is not None and dec.lineno else ""
-        ok = dec is not None and _squash(said).startswith(_squash(dec.line))
+        # (a part of it, when the line relays a message unfolded into lines of its own)
+        relayed = "relayed message unfolded" in steps and dec is not None and dec.lineno
+        ok = dec is not None and (
+            _squash(said).startswith(_squash(dec.line)) or bool(relayed) and _squash(dec.line) in _squash(said)
+        )
         ok = ok and any(_squash(a) in _squash(said) for a in accepted)
         ok = ok and not any(_squash(d) in _squash(dec.line) for d in label.get("decoys", []))
         ok = ok and dec.category == plain.category
@@ -316,3 +320,20 @@ def test_a_front_ends_level_counts_and_its_info_hides_nothing(rules) -> None:
     )
     d = analyze_text(relayed, rules=rules)
     assert d.verdict == "failed" and d.decisive is not None and d.decisive.category == "oom"
+
+
+def test_a_relayed_message_is_unfolded_only_when_it_relays_a_log(rules):
+    """Escaped newlines unfold a quoted message that relays a log (a traceback, a stack, a library's record); a
+    prompt or a config dump with newlines in it stays one line, and one line's parts are bounded."""
+    from fleetdiag.analysis.normalise import MAX_UNFOLD, unfold
+
+    body = r'{"error": "Traceback (most recent call last):\n  File \"/app/x.py\", line 3, in f\nValueError: bad\n"}'
+    parts = unfold(body)
+    assert parts is not None and parts[-2] == "ValueError: bad"
+    d = analyze_text(f"INFO: serving\nERROR 01-02 03:04:05 api.py:9] request failed: {body}\n", rules=rules)
+    assert d.verdict == "failed" and d.decisive is not None and d.decisive.exception_type == "ValueError"
+    assert d.decisive.line == "ValueError: bad"  # the part as the file has it
+    prompt = "INFO 01-02 03:04:05 logger.py:37] Received request c1: prompt: 'Fix this:\\nmy code fails\\nthanks'"
+    assert unfold(prompt) is None
+    long = '"' + '\\n  File \\"a.py\\", line 1, in f' * (MAX_UNFOLD * 3) + '"'
+    assert len(unfold(long) or []) <= MAX_UNFOLD + 1

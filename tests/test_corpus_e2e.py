@@ -110,12 +110,6 @@ HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "line right, category nccl (labelled network): NCCL's 'connecting to address with family 33621 is "
         "neither AF_INET(2) nor AF_INET6(10)'",
     ),
-    "tensorrt_llm_backend_550_triton_bls_escaped_quotes_kvcache_assert": (
-        "json",
-        "the C++ stack's cut frame line '1 0x7f3a740272b5 tensorrt_llm::common::throwRuntimeError(...', not "
-        "the 'Assertion failed: mNextBlocks.empty()' inside the TritonModelException (the card shows it among "
-        "the context lines)",
-    ),
 }
 
 

@@ -742,10 +742,55 @@ def hung_engine(run: list[LogLine], rules: Rules) -> str | None:
     )
 
 
+# an access log's line: the request's method and path, then the status the front end answered with
+_ACCESS = re.compile(r'"(?:GET|POST|PUT|PATCH|DELETE) (?P<path>/[^ "]*) HTTP/[0-9.]+" (?P<code>[1-5][0-9][0-9])\b')
+# a load balancer's or an orchestrator's probe: its answer says the front end is up, not that the engine serves
+_PROBE_PATH = re.compile(
+    r"^/(?:health|ping|metrics|ready|readiness|live|liveness|version|favicon|v1/models|models|stats)\b"
+)
+FAILING_REQUESTS = 5  # the log's last requests, all answered with a server error: the engine behind does not serve
+
+
+def failing_front_end(run: list[LogLine]) -> str | None:
+    """Why a front end that answers every request with a server error is not healthy, or None.
+
+    A server whose engine died or wedged without a word in this log keeps its HTTP front end up and answers
+    each request with ``500 Internal Server Error`` (vLLM's and SGLang's uvicorn access log). One failed request
+    among served ones is a request error (healthy); the log's last ``FAILING_REQUESTS`` requests or more all
+    answered 5xx, none served since, is a server that does not serve. Probes (``/health``, ``/metrics``) are not
+    requests: their ``200 OK`` says only that the front end is up.
+    """
+    failed = 0
+    first: LogLine | None = None
+    for ln in reversed(run):
+        if '" ' not in ln.msg or "HTTP/" not in ln.msg:
+            continue
+        m = _ACCESS.search(ln.msg)
+        if m is None:
+            continue
+        code = m.group("code")
+        if _PROBE_PATH.match(m.group("path")):
+            continue
+        if code[0] != "5":
+            break
+        failed += 1
+        first = ln
+    if failed < FAILING_REQUESTS or first is None:
+        return None
+    since = f" since {first.time}" if first.time else ""
+    return (
+        f"front end answers only errors: its last {failed} requests{since} were answered with a server error (5xx) "
+        "and none was served; the engine behind it does not serve (its own error is not in the log)"
+    )
+
+
 def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
     hung = hung_engine(run, rules)
     if hung is not None:
         return STALLED, hung
+    failing = failing_front_end(run)
+    if failing is not None:
+        return STALLED, failing
     last_wait = last_ready = None
     for ln in reversed(run):
         if last_ready is None and rules.is_ready(ln.raw):

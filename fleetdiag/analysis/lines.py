@@ -53,7 +53,10 @@ _BRACKET_TIME = _p(
     r"\[(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
     r"(?: (?P<tag>[A-Z]{1,4}\d+(?: [A-Z]{1,4}\d+)*))?\] ?"
 )
-_RANK = _p(r"\[(?P<tag>(?:rank|default)\d+)\]: ?")
+# a launcher's label for the process that wrote the line, in brackets before a colon: torchrun's and
+# accelerate's "[rank3]:" / "[default0]:", TorchX's replica and rank "[trainer22|6]:" (a role's name, then
+# its replica and rank numbers). The label is the line's process tag
+_RANK = _p(r"\[(?P<tag>(?:rank|default)\d+|[A-Za-z][\w.-]{0,40}\|\d{1,6})\]: ?")
 _MPI = _p(r"\[(?P<tag>\d+,\d+)\]<std(?:out|err)>: ?")
 _GLOG_BR = _p(r"\[(?P<level>[IWEF])(?P<time>\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)(?: \d+)? (?P<source>" + _SRC + r")\] ?")
 _GLOG_BR_OLD = _p(r"\[(?P<level>[IWEF]) (?P<source>" + _SRC + r")\] ?")
@@ -97,6 +100,9 @@ _RAY = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +(?P<source>[\w./<>-]+\
 _PYDASH = _p(r"- (?P<source>[\w.]+) - (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
 _LOGURU = _p(r"\| (?P<level>TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| (?P<source>[\w.<>:-]+) - ")
 _COMPOSE = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*) +\| ")
+# a runner that relays each node's or each job's streams puts the name and the stream before every line:
+# "dinov2-giant-nodes.cn-d004 [stderr] " (milabench), "host [stdout] "; the name is the line's process tag
+_STREAM_COL = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*) \[(?:stdout|stderr)\] ?")
 # pdsh / clush / DeepSpeed's multi-node runner put "host: " before every line.
 # A host name is lower-case labels with a digit or hyphen somewhere (an
 # exception type is CamelCase or dotted, "error: " has neither). The toolchain's programs that
@@ -152,6 +158,7 @@ _GROUPS = {
     rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
     for rx in (
         _COMPOSE,
+        _STREAM_COL,
         _PDSH,
         _NCCL_TESTS,
         _RAY_CPP_SRC,
@@ -289,6 +296,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
         if step == 0:
             if s.find("| ", 0, 120) >= 0:
                 m = _COMPOSE.match(s)
+            if m is None and s.find(" [std", 0, 160) > 0:
+                m = _STREAM_COL.match(s)
             if m is None and s.find(": ", 0, 80) > 0:
                 m = _PDSH.match(s)
                 if m is None and "Test " in s:

@@ -82,7 +82,7 @@ SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the se
 # is a rank or a job's tag, kept by the line model.
 _LABEL = re.compile(r"^\[(?P<label>[A-Za-z0-9][^\[\]]{0,100})\]:? ")
 _NOT_LABEL = re.compile(
-    r"^(?:rank|default)\d+$|^(?i:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
+    r"^(?:rank|default)\d+$|\|\d+$|^(?i:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)$|^[IWEF]\d|^[IWEF] |\.py:\d+"
     r"|^(?!\d{2,7}$)[^A-Za-z]*$|\d:\d\d"
 )
 LABELS = 3  # constant labels in a row, at most (a runner's step label, then its run id)
@@ -120,6 +120,104 @@ _ELISION = re.compile(
     r"|\.{3}\s*\(?(?:snip(?:ped)?|omitted|truncated|more)\)?\s*\.{3})\s*$",
     re.IGNORECASE,
 )
+
+
+# a runner that relays every node's streams names the node and the stream before each line it prints
+# ("dinov2-giant-nodes.cn-d004 [stderr] ", milabench; its "[start]", "[end (1)]" lines); its console wraps
+# a long line at a blank and prints the rest without the name
+_STREAMED = re.compile(r"^[A-Za-z0-9][\w.-]* \[(?:stdout|stderr|start|end(?: \(-?\d+\))?)\] ")
+STREAMED_SHARE = 0.5  # of non-empty lines that carry the runner's name and stream
+
+# A message relayed inside a quoted string, its newlines and quotes escaped: Triton's
+# ``E0221 … model_lifecycle.cc:654] "failed to load …: [TensorRT-LLM][ERROR] Assertion failed: …\n1  0x7f…"``,
+# a JSON error body ``{"error": "Traceback …\n  File \"…\", line 3 …\nValueError: …"}``, a repr'd exception.
+# Unfolded at each ``\n`` when a later part opens a line of a log of its own (a traceback, a frame, an exception,
+# a native stack's numbered address, a library's own "[Name][ERROR] " record), so the relayed error competes as
+# a line of its own; a prompt or a config dump with newlines in it has none of those and stays one line.
+_ESC_NL = re.compile(r"(?<!\\)\\n")
+_RELAYED_PART = re.compile(
+    r"^(?:Traceback \(most recent call last\)|\s*File \\?\"|\s*\d{1,3}\s+0x[0-9a-f]{6,}\s|\s*frame #\d+: |"
+    r"\[[A-Za-z][\w.+-]*\] ?\[(?:ERROR|FATAL|E|F)\] |[A-Za-z_][\w.]*(?:Error|Exception)(?:\([\w.]+\))?: \S)"
+)
+# the relayed record of a native library inside another message ("…modelInstanceState: [TensorRT-LLM][ERROR]
+# Assertion failed: …"): the library's own record starts there, so it is a line of its own too
+_INNER_RECORD = re.compile(r"(?<=: )\[[A-Za-z][\w.+-]*\] ?\[(?:ERROR|FATAL|E|F)\] (?=\S)")
+MAX_UNFOLD = 400  # parts of one line, at most: a relayed message is bounded like any other
+_UNESCAPE = {'\\"': '"', "\\'": "'", "\\t": "\t", "\\\\": "\\"}
+_ESCAPED = re.compile(r"\\[\"'t\\]")
+
+
+def _unescaped(part: str) -> str:
+    return _ESCAPED.sub(lambda m: _UNESCAPE[m.group(0)], part) if "\\" in part else part
+
+
+def _split_inner(part: str) -> list[str]:
+    """A part with a native library's record inside it: the text before it, then the record."""
+    if "][" not in part and "] [" not in part:
+        return [part]
+    m = _INNER_RECORD.search(part, 1)
+    if m is None:
+        return [part]
+    return [part[: m.start()].rstrip(), part[m.start() :]]
+
+
+def unfold(text: str) -> list[str] | None:
+    """The lines of a message relayed inside one quoted line (escaped newlines and quotes), or None when the
+    line relays no log of its own. Each part is the file's own text (escapes kept), so the answer quotes the
+    file; the line model reads the unescaped text."""
+    if "\\n" not in text or '"' not in text and "'" not in text:
+        return None
+    parts = _ESC_NL.split(text, MAX_UNFOLD - 1)
+    if len(parts) < 2 or not any(_RELAYED_PART.match(_unescaped(p)) for p in parts[1:]):
+        return None
+    out: list[str] = []
+    for p in parts:
+        out.extend(_split_inner(p))
+    return [p for p in out if p.strip()] or None
+
+
+def _unfolded(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], dict[int, str]]:
+    """Relayed messages unfolded into their lines; ``shown`` maps a new line's place to the file's text of it."""
+    out: list[tuple[str, int, float | None]] = []
+    shown: dict[int, str] = {}
+    for t, k, st in work:
+        parts = unfold(t) if "\\n" in t else None
+        if parts is None:
+            if "][" in t and ": [" in t:
+                inner = _split_inner(t)
+                if len(inner) > 1:
+                    for q in inner:
+                        shown[len(out)] = q
+                        out.append((q, k, st))
+                    continue
+            out.append((t, k, st))
+            continue
+        for q in parts:
+            shown[len(out)] = q
+            out.append((_unescaped(q), k, st))
+    return out, shown
+
+
+def _streams_joined(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], bool]:
+    """A relaying runner's wrapped lines joined: in a log where the runner names nearly every line, a line without
+    the name and stream is the rest of the line before it (the console wrapped it at a blank, which a paste may
+    have trimmed)."""
+    texts = [t for t, _, _ in work if t.strip()]
+    if len(texts) < 3:
+        return work, False
+    named = sum(1 for t in texts[:400] if _STREAMED.match(t))
+    if named < STREAMED_SHARE * min(len(texts), 400):
+        return work, False
+    out: list[tuple[str, int, float | None]] = []
+    joined = False
+    for t, k, st in work:
+        if out and t.strip() and not _STREAMED.match(t) and _STREAMED.match(out[-1][0]):
+            prev = out[-1][0]
+            out[-1] = (prev + t if prev.endswith(" ") else f"{prev} {t}", out[-1][1], out[-1][2])
+            joined = True
+            continue
+        out.append((t, k, st))
+    return out, joined
 
 
 @dataclass
@@ -330,7 +428,7 @@ def _undressed(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[st
 def normalise(lines: list[Line]) -> Normalised:
     """Undo a service prefix, newest-first order and terminal re-wrapping (CR is stripped by the line model)."""
     out = Normalised(list(lines))
-    if len(lines) < 2:
+    if not lines or len(lines) < 2 and "\\n" not in lines[0].text and "][" not in lines[0].text:
         return out
     # (text, index of the original line, the export's own time) in the order being built
     work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
@@ -381,13 +479,28 @@ def normalise(lines: list[Line]) -> Normalised:
         work.reverse()
         out.steps.append("newest-first order reversed")
         changed = True
+    work, streamed = _streams_joined(work)
+    if streamed:
+        out.steps.append("a runner's wrapped lines joined")
+        changed = True
+    shown: dict[int, str] = {}
+    if any("\\n" in t or "][" in t for t, _, _ in work):
+        unfolded, shown = _unfolded(work)
+        if len(unfolded) > len(work):
+            work = unfolded
+            out.steps.append("relayed message unfolded")
+            changed = True
+        else:
+            shown = {}
     if not changed:
         return out
-    # fresh positions and line numbers in the new order, so adjacency holds; origin maps them back
+    # fresh positions and line numbers in the new order, so adjacency holds; origin maps them back (a part of
+    # an unfolded line to that part of the file's line, so the answer quotes the part that decided)
     fresh: list[Line] = []
     pos = 0
     for n, (text, k, _) in enumerate(work, 1):
-        out.origin[pos] = lines[k]
+        part = shown.get(n - 1)
+        out.origin[pos] = lines[k] if part is None else Line(lines[k].pos, part, lines[k].lineno)
         fresh.append(Line(pos, text, n))
         pos += len(text.encode("utf-8", "surrogatepass")) + 1
     out.lines = fresh
