@@ -39,7 +39,7 @@ from .rules import (
     SecondaryRule,
     Signature,
 )
-from .tracebacks import Event, build_events
+from .tracebacks import JVM_CAUSE, Event, build_events
 
 # tiers, best first: a cause; a weak cause (an error line of no known shape) or a peer-caused error,
 # whichever came first (an unknown error-level line after a transport error is its follow-up);
@@ -303,6 +303,7 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             seen[j.fp] = j
         out.append(j)
     _chained_wrappers(out)
+    _jvm_causes(out)
     # what the log states on its own lines: a wrapper that quotes one of them is not the only line naming
     # the cause (RayTaskError(ActorDiedError) over the ActorDiedError Ray printed with the actor's death)
     known = " \n ".join(
@@ -358,6 +359,33 @@ def _chained_wrappers(judged: list[Judged]) -> None:
         if j.role in ("primary", "repeat") and j.line_role == CAUSE and ev.chain > head.ev.chain:
             j.line_role = WRAPPER
             j.tier = max(j.tier, REPORTER)
+
+
+def _jvm_causes(judged: list[Judged]) -> None:
+    """A JVM prints its chain outermost first: each ``Caused by: X: msg`` wraps nothing, the line before wraps it.
+
+    The exception whose report (its line, its ``at ...`` frames, a native stack its message quotes) ends right
+    where a ``Caused by:`` begins, in the same process, is that cause's wrapper; so the last ``Caused by:`` of a
+    chain, the innermost cause, is left.
+    """
+
+    def span(ev: Event) -> tuple[int, int]:
+        idx = [ln.index for ln in ev.block] or [ev.line.index]
+        return min(idx + [ev.line.index]), max(idx + [ev.line.index])
+
+    last: Judged | None = None
+    last_end = -1
+    for j in sorted(judged, key=lambda j: j.ev.line.index):
+        ev = j.ev
+        first, end = span(ev)
+        near = last is not None and ev.process == last.ev.process and 0 < first - last_end <= 3
+        if ev.kind == "exception" and j.role in ("primary", "repeat"):
+            if last is not None and near and ev.line.msg.lstrip().startswith(JVM_CAUSE) and last.line_role == CAUSE:
+                last.line_role = WRAPPER
+                last.tier = max(last.tier, REPORTER)
+            last, last_end = j, end
+        elif ev.kind == "incomplete" and near:
+            last_end = end  # a native stack quoted in the message ("Stack trace:  File ..."), then more frames
 
 
 def _nested(outer: Event, inner: Event) -> bool:

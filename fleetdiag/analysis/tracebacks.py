@@ -52,6 +52,13 @@ NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*(?:Error|Usage)\b")
 # before the closing "failed" too), a project's "X_ASSERT(expr)" after a file:line.
 ASSERT_MACRO = re.compile(r"^(?:\S+:\d+: )?[A-Z][A-Z0-9]*_ASSERT[A-Z0-9_]*(?:: \S+:\d+: \S|\()")
 
+# A JVM's exception report (Java, Scala, Kotlin: Spark, Nextflow's runtime, DJL, DL4J, Ray's Java workers):
+# "Exception in thread "main" X: msg" from the uncaught-exception handler, or a logger's "X: msg", with its
+# "\tat ..." frames; each cause it wraps follows as "Caused by: Y: msg" with its own frames ("... N more").
+# The last "Caused by:" is the innermost cause (the JVM prints the chain outermost first).
+JVM_CAUSE = "Caused by: "
+JVM_PREFIX = re.compile(r'^(?:Caused by: |Exception in thread "[^"]*" )')
+
 MAX_CONTINUATION = 100
 MAX_FOREIGN = 3
 
@@ -108,6 +115,10 @@ def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
     em = EXC_STANDALONE.match(s)
     if em:
         return _S_EXC, em
+    if ("Caused by: " in s or "Exception in thread" in s) and (jm := JVM_PREFIX.match(s)):
+        em = EXC_STANDALONE.match(s[jm.end() :])
+        if em:
+            return _S_EXC, em
     return _OTHER, None
 
 
@@ -253,6 +264,8 @@ class _Stream:
                 self.block.append(ln)
                 self.foreign = 0
                 return
+            elif shape[0] == _S_EXC and s.startswith(JVM_CAUSE):
+                self._close()  # a JVM's next cause after a native stack it quoted: a new exception
             else:
                 em = EXC_IN_TB.match(s)
                 if em and _is_exception_type(em.group("type")):
