@@ -59,6 +59,10 @@ ASSERT_MACRO = re.compile(r"^(?:\S+:\d+: )?[A-Z][A-Z0-9]*_ASSERT[A-Z0-9_]*(?:: \
 JVM_CAUSE = "Caused by: "
 JVM_PREFIX = re.compile(r'^(?:Caused by: |Exception in thread "[^"]*" )')
 
+# A traceback's exception line with a paste's prose glued on by full-width punctuation ("AssertionError，每一步…",
+# "AssertionError，"): Python never writes those after a type, so the type ends there and the rest is the user's
+GLUED_EXC = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[\uff0c\u3002\uff01\uff1f\uff1b\u3001]")
+
 MAX_CONTINUATION = 100
 MAX_FOREIGN = 3
 
@@ -270,6 +274,10 @@ class _Stream:
                 em = EXC_IN_TB.match(s)
                 if em and _is_exception_type(em.group("type")):
                     self._exception(ln, em.group("type"), (em.group("msg") or "").strip())
+                    return
+                gm = GLUED_EXC.match(s)
+                if gm and _is_exception_type(gm.group("type")):
+                    self._exception(ln, gm.group("type"), "")
                     return
                 self.foreign += 1
                 if self.foreign <= MAX_FOREIGN:
