@@ -148,11 +148,18 @@ def _prefix(lines: list[Line]) -> re.Pattern[str] | None:
     return None
 
 
+# pytest's report of a failed test marks every line of the exception it caught with "E" and seven spaces (an
+# empty line of it with a bare "E"): a test runner's label on the program's own lines
+_PYTEST_E = "E       "
+
+
 def _constant_label(texts: list[str]) -> str | None:
     """The one ``[label] `` every line starts with (a sidecar's or collector's), or None."""
     lines = [t for t in texts if t.strip()]
     if len(lines) < 2:
         return None
+    if sum(1 for t in lines[:400] if t.startswith(_PYTEST_E) or t == "E") >= SHARE * len(lines[:400]):
+        return _PYTEST_E
     heads = Counter(m.group(0) for m in map(_LABEL.match, lines[:400]) if m is not None)
     words = Counter(m.group(0) for m in map(_WORD_LABEL.match, lines[:400]) if m is not None)
     if not heads and not words:
