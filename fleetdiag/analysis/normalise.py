@@ -149,7 +149,8 @@ def _prefix(lines: list[Line]) -> re.Pattern[str] | None:
 
 
 # pytest's report of a failed test marks every line of the exception it caught with "E" and seven spaces (an
-# empty line of it with a bare "E"): a test runner's label on the program's own lines
+# empty line of it with a bare "E"): a test runner's label on the program's own lines, which no log writes
+# otherwise (glog's "E1201 …" has its date there)
 _PYTEST_E = "E       "
 
 
@@ -158,7 +159,8 @@ def _constant_label(texts: list[str]) -> str | None:
     lines = [t for t in texts if t.strip()]
     if len(lines) < 2:
         return None
-    if sum(1 for t in lines[:400] if t.startswith(_PYTEST_E) or t == "E") >= SHARE * len(lines[:400]):
+    marked = sum(1 for t in lines[:400] if t.startswith(_PYTEST_E) or t == "E")
+    if marked >= 3 and marked >= len(lines[:400]) / 2:  # (its long lines may be cut by a terminal: half is enough)
         return _PYTEST_E
     heads = Counter(m.group(0) for m in map(_LABEL.match, lines[:400]) if m is not None)
     words = Counter(m.group(0) for m in map(_WORD_LABEL.match, lines[:400]) if m is not None)
