@@ -17,7 +17,9 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 332,
+    # 341 since a parent's report of a child's exception (mp.spawn), a JVM's "Caused by:" chain, prose glued
+    # onto a traceback's exception line and pytest's E label are classes (ten more cases, nine of new sources)
+    "tests/corpus_extra": 341,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -56,7 +58,7 @@ FLOORS = {
     "tests/corpus_heldout4/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 164
+SUPPORTED_FLOOR = 169
 # set -> the most decoys accepted (the present values; every other set: none)
 # tests/corpus_extra: other_tensorrt_4511's skipped tactic ([E], not fatal) is chosen over the build's failure
 # (a known-wrong case: one source shows the form, no rule was written for it)
