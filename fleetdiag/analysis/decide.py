@@ -555,8 +555,11 @@ _PEER_HINT = (
 )
 _EXIT = re.compile(
     r"exitcode *: *(?P<code>-?\d+)|return code = (?P<rc>-?\d+)|exit code:? (?P<ec>-?\d+)|exit status (?P<st>\d+)"
-    r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\)|exited with code (?P<dc>\d+)"
+    r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\)|exited with code (?P<dc>\d+)|terminated with signal (?P<name>SIG[A-Z]+)"
 )
+_SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11, "SIGABRT": 6, "SIGBUS": 7, "SIGTERM": 15, "SIGINT": 2, "SIGFPE": 8}
+# torch.multiprocessing.spawn's parent names the child by its index (its local rank)
+_SPAWNED = re.compile(r"\bprocess (\d+) terminated with\b")
 
 
 def exit_of(text: str) -> tuple[int | None, int | None]:
@@ -566,6 +569,8 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
         return None, None
     if m.group("sig"):
         return None, int(m.group("sig"))
+    if m.group("name"):
+        return None, _SIGNALS.get(m.group("name"))
     raw = next(g for g in (m.group("code"), m.group("rc"), m.group("ec"), m.group("st"), m.group("dc")) if g)
     n = int(raw)
     if n < 0:
@@ -577,7 +582,7 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
 
 def _launcher_says(best: Judged, rank: int | None) -> str:
     """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
-    local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg)
+    local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg) or _SPAWNED.search(best.ev.line.msg)
     who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
     code, sig = exit_of(best.ev.line.msg)
     if sig is not None:
