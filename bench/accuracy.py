@@ -21,9 +21,9 @@ tests/corpus_kernel_extra (the app log with
 ``--kernel``, when ``analyze`` has it), shared/corpus/multinode and
 tests/corpus_multinode (per node: the root node's own error; a victim's line
 must be marked ``peer-caused``), tests/corpus, tests/corpus_extra,
-tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3 and tests/corpus_heldout4
-with its kernel/ cases (the held-back sets: their rows are the generalisation measure, the
-fourth's never tuned on).
+tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4 and
+tests/corpus_heldout5 with their kernel/ cases (the held-back sets: their rows are the generalisation
+measure, the fifth's never tuned on).
 
 Part 2, **rule support**, in-process (``analyze_text`` on the whole log, no
 funnel, for speed; the kernel sets through ``analyze --kernel``). Every rule:
@@ -212,6 +212,8 @@ def all_sets() -> dict[str, list[Case]]:
         ("tests/corpus_heldout3", TESTS / "corpus_heldout3", single_host_set),
         ("tests/corpus_heldout4", TESTS / "corpus_heldout4", single_host_set),
         ("tests/corpus_heldout4/kernel", TESTS / "corpus_heldout4" / "kernel", kernel_set),
+        ("tests/corpus_heldout5", TESTS / "corpus_heldout5", single_host_set),
+        ("tests/corpus_heldout5/kernel", TESTS / "corpus_heldout5" / "kernel", kernel_set),
         ("tests/corpus_multinode", TESTS / "corpus_multinode", multinode_set),
     ):
         if folder.is_dir():
@@ -619,7 +621,8 @@ def _gave_decisive_role(hit: str, d: Any, rules: Any) -> bool:
 def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[str, str]) -> dict[str, set[str]]:
     """{rule id: ids of the right cases where the rule matched a line the decision used}.
 
-    signature: the decisive line's rule. secondary: it gave a role to the decisive line or to a line the
+    signature: the decisive line's rule, or one whose role demoted a line the decision counted (a
+    wrapper's or a consequence's kind in the cascade). secondary: it gave a role to the decisive line or to a line the
     decision demoted (its kind names the decisive line or a counted cascade entry; a rule shadowed on the
     same line by the one that gave the role counts too). peer: it made an error line peer-caused, or it
     is the kind the job analysis (fleetdiag.job.classify, the same data/peer.yaml) gives the decisive line.
@@ -634,6 +637,7 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
 
     job_rules = load_job_rules(user_default=False)
     out: dict[str, set[str]] = defaultdict(set)
+    sig_names = {getattr(sg, "name", None) for sg in rules.signatures}
     for c in cases:
         if base.get(c.id) != RIGHT:
             continue
@@ -643,6 +647,8 @@ def fires_on(cases: list[Case], rules: Any, base: dict[str, str], texts: dict[st
         if d.decisive is not None and d.decisive.rule:
             out[f"signature:{d.decisive.rule}"].add(c.id)
             used.add(d.decisive.rule)
+        for kind in used & sig_names:  # a signature whose role demoted a line the decision counted
+            out[f"signature:{kind}"].add(c.id)
         survived = SURVIVED in (d.secondary or {}) or any(
             k in (d.summary or "") for k in ("handled errors", "request errors")
         )

@@ -17,9 +17,10 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    # 341 since a parent's report of a child's exception (mp.spawn), a JVM's "Caused by:" chain, prose glued
-    # onto a traceback's exception line and pytest's E label are classes (ten more cases, nine of new sources)
-    "tests/corpus_extra": 341,
+    # 346 since a parent's report of a child's exception (mp.spawn's and its SIGKILL report), a JVM's "Caused
+    # by:" chain, prose glued onto a traceback's exception line and pytest's E label are classes (twelve more
+    # cases, eleven of new sources)
+    "tests/corpus_extra": 346,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -49,6 +50,9 @@ FLOORS = {
     # file:line", an engine's own hang detector and a launch-layout assertion are classes (made on
     # tests/corpus_extra's logs, this set's four cases checked only after: informed for those classes)
     "tests/corpus_heldout4": 27,
+    # the fifth held-back set, never tuned on (tests/corpus_heldout5/README.md): 23 of 35 and 1 decoy when first
+    # measured (commit 72896ac's labels, the analyzer of main at 56cd654); its two kernel logs 1 of 2
+    "tests/corpus_heldout5": 23,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -56,17 +60,19 @@ FLOORS = {
     "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
     "tests/corpus_heldout4/kernel": 2,
+    "tests/corpus_heldout5/kernel": 1,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 169
+SUPPORTED_FLOOR = 170
 # set -> the most decoys accepted (the present values; every other set: none)
-# tests/corpus_extra: other_tensorrt_4511's skipped tactic ([E], not fatal) is chosen over the build's failure
-# (a known-wrong case: one source shows the form, no rule was written for it)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,
     "tests/corpus_heldout3": 0,
-    "tests/corpus_extra": 1,
+    "tests/corpus_extra": 0,
     "tests/corpus_heldout4": 0,
+    # tests/corpus_heldout5: TGI's empty "Shard complete standard error output:" header is chosen over the shard's
+    # signal line (held back: a known-wrong case, not tuned on)
+    "tests/corpus_heldout5": 1,
 }
 
 

@@ -119,7 +119,8 @@ def uses(rt: Path) -> int:
     return sum(c["uses"] for c in kept)
 
 
-def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, tmp_path):
+def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))  # the CLIs' ~/.config: this test's own
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
     rules = tmp_path / "rules.yaml"
@@ -142,11 +143,29 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         assert len(notes) == 1 and "asyncio" in notes[0]
         (entry,) = (rt / "ahead").glob("*.json")
         assert (os.stat(entry).st_mode & 0o077) == 0 and (os.stat(rt / "ahead").st_mode & 0o077) == 0
+        # what CLIs killed between claiming an entry and dropping it, or while writing one, leave behind (the
+        # window is a rename or a write: made here); a live process's claim stays
+        dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
+        left = [rt / "ahead" / f".claim.{dead}.{'0' * 32}", rt / "ahead" / f".{'1' * 32}.{dead}"]
+        live = rt / "ahead" / f".claim.{os.getpid()}.{'2' * 32}"
+        for f in (*left, live):
+            f.write_text("{}")
+        # the user's rules file (~/.config/fleetdiag/rules.yaml) written after the keeper started and the request
+        # was remembered: the early request still goes (the command is the same), and the answer is judged with
+        # the user's signature, not a set compiled before it appeared
+        (tmp_path / "cfg" / "fleetdiag").mkdir(parents=True)
+        (tmp_path / "cfg" / "fleetdiag" / "rules.yaml").write_text(
+            "signatures:\n  - name: user-dp-rank\n    pattern: 'DP adjusted local rank'\n    category: disk\n"
+        )
         # 2. warm: one run request, and it left before click, rich, the analysis or asyncio were imported
         n0 = uses(rt)
         p, notes = cli(rt, inv, sshd, "--json", *base)
         assert p.returncode == 1, p.stderr
         assert notes == [[]], notes
+        decisive = json.loads(p.stdout)["hosts"][0]["decisive"]
+        assert (decisive["rule"], decisive["category"]) == ("user-dp-rank", "disk"), decisive
+        assert not any(f.exists() for f in left) and live.exists(), "a dead CLI's claimed entry was not reaped"
+        live.unlink()
         assert uses(rt) == n0 + 1, "the early request was the probe's: the host ran one command"
         ahead = comparable(json.loads(p.stdout))
         # 3. the same, not sent ahead: the same document
@@ -347,8 +366,8 @@ exec {awk} "$@"
 
 def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
     """The early funnel's whole process group goes when the CLI does not take its output: a script that
-    changed (a user rules file that appeared since) or a CLI that fails first (a --kernel file gone). Killing
-    its ``sh`` alone left the pipeline under it reading the log to its end."""
+    changed (a user rules file that appeared since), a CLI that fails first (a --kernel file gone) or one
+    killed. Killing its ``sh`` alone left the pipeline under it reading the log to its end."""
     import shutil
 
     log = tmp_path / "vllm.log"
@@ -360,7 +379,15 @@ def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
     (bindir / "awk").write_text(SLOW_AWK.format(awk=shutil.which("awk")))
     (bindir / "awk").chmod(0o755)
     cfg = tmp_path / "cfg"
-    env = cli_env(rt, XDG_CONFIG_HOME=str(cfg), AHEAD_TEST_FLAGS=str(flags), PATH=f"{bindir}:{os.environ['PATH']}")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = cli_env(
+        rt,
+        XDG_CONFIG_HOME=str(cfg),
+        AHEAD_TEST_FLAGS=str(flags),
+        PATH=f"{bindir}:{os.environ['PATH']}",
+        TMPDIR=str(tmpdir),
+    )
     argv = [sys.executable, "-c", LOCAL_ENTRY, "analyze", str(log), "--json", "--kernel", str(kernel)]
 
     def analyze() -> subprocess.CompletedProcess:
@@ -402,3 +429,17 @@ def test_an_early_funnel_not_taken_is_stopped_with_its_children(rt, tmp_path):
     p = analyze()
     assert p.returncode == 2 and "no such file" in p.stderr, p.stderr
     assert stopped(), "the early funnel's pipeline outlived the failed command"
+    # the CLI killed while its early funnel runs (SIGKILL, as SIGTERM or a closed terminal: no atexit runs): the
+    # funnel's group goes too, and neither a temp file nor a claimed entry is left
+    kernel.write_text("[    1.000000] Linux version 6.8.0\n")
+    assert analyze().returncode == 1  # remembers its funnel again
+    arm()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path, env=env)
+    deadline = time.monotonic() + 60
+    while not (flags / "pid").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (flags / "pid").exists(), "the early funnel did not start"
+    proc.kill()
+    proc.wait()
+    assert stopped(), "the early funnel's pipeline outlived the killed command"
+    assert not list(tmpdir.iterdir()) and not list((rt / "ahead").glob(".*")), "a killed command left files"

@@ -4,7 +4,8 @@ One sshd, one inventory with a host entry per case (each host's ``logs:``
 pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
-tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4, and every node of the multinode
+tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
+tests/corpus_heldout5, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -49,6 +50,7 @@ def _cases():
         "tests/corpus_heldout2",
         "tests/corpus_heldout3",
         "tests/corpus_heldout4",
+        "tests/corpus_heldout5",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -117,10 +119,77 @@ HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 }
 
 
+# the fifth held-back set (tests/corpus_heldout5/README.md: nobody tunes on it), in the same form: each
+# case the analyzer got wrong when the set was first scored (labels of 72896ac, the analyzer of main at
+# 56cd654), with its answer; "both" where the card does not show the labelled line either.
+HELDOUT5_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "llamacpp_tabbyml_4156_supervisor_llama_server_exit_status_recent_errors": (
+        "both",
+        "healthy: Tabby's supervisor WARN 'llama-server <completion> exited with status code -1073740791' "
+        "over the server's quoted load output is not read as a failure",
+    ),
+    "other_marian_translations_1002_taskcluster_cuda_error_999_file_line": (
+        "both",
+        "healthy: Marian's \"Error: CUDA error 999 'unknown error' - .../algorithm.cu:54: cudaStreamSynchronize(0)\" "
+        "behind a Taskcluster '[task <time>] ' prefix is not read as a failure",
+    ),
+    "other_tabbyapi_304_compose_rich_wrapped_oom_model_switch": (
+        "both",
+        "healthy: a rich traceback re-wrapped at 80 columns behind 'tabbyapi-1  | <time> ERROR:' ending in "
+        "'torch.OutOfMemoryError: CUDA out of memory.' (message on the next lines, cut) is not read as a failure",
+    ),
+    "other_tabbyapi_465_compose_rich_indented_cuda_host_register_invalid": (
+        "json",
+        "line right, category other (labelled cuda): 'RuntimeError: cudaHostRegister(...)' whose 'failed: "
+        "invalid argument' is wrapped onto the next line",
+    ),
+    "other_tgi_1627_shard_signal_4_cannot_start": (
+        "both",
+        "a decoy: TGI's 'Shard complete standard error output:' header (empty) over the signal line 'Shard "
+        "process was signaled to shutdown with signal 4 rank=0'",
+    ),
+    "other_xinference_2486_timed_out_waiting_for_clients_1_of_2": (
+        "json",
+        "line right, category other (labelled network) and role cause: Xinference's 'Timed out after 601 "
+        "seconds waiting for clients. 1/2 clients joined.'",
+    ),
+    "other_xinference_3135_failed_to_launch_model_detail_keyerror_two_lines": (
+        "json",
+        "line right, category other (labelled python): Xinference's 'Failed to launch model, detail: [...] "
+        "'reasoning_content'' quoting a bare KeyError",
+    ),
+    "other_xinference_5302_iso_failed_to_load_model_traceback_cut": (
+        "json",
+        "the cut traceback's last frame line 'File \"xoscar/core.pyx\", line 527, ...', not the ERROR line "
+        "'Failed to load model qwen3-rep0' of Xinference's ISO-time format",
+    ),
+    "ray_serve_53267_replica_engine_dead_request_failure": (
+        "both",
+        "the request traceback's last frame 'async for llm_response in self.engine.generate(llm_request):', "
+        "not the EngineDeadError line above it",
+    ),
+    "sglang_2468_served_404_then_warmup_502_assert_killed": (
+        "json",
+        'line right, category python (labelled network): the warmup\'s "AssertionError: res=<Response [502]>"',
+    ),
+    "tensorrt_llm_triton_7950_unload_then_failed_to_load_all_models": (
+        "both",
+        "healthy: Triton's exit line 'error: creating server: Internal - failed to load all models' after "
+        "the unload lines is not read as a failure",
+    ),
+    "torch_msswift_6107_quoted_rank10_nccl_error_then_ibv_reg_mr_warn": (
+        "both",
+        "the rank's 'RuntimeError: NCCL Error 2: unhandled system error' with category other, not NCCL's "
+        "own WARN under it ('Call to ibv_reg_mr_iova2 failed with error Invalid argument', nccl)",
+    ),
+}
+
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
     "tests/corpus_heldout4": HELDOUT4_KNOWN_WRONG,
+    "tests/corpus_heldout5": HELDOUT5_KNOWN_WRONG,
 }
 
 

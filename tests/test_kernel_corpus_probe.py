@@ -19,7 +19,6 @@ no ``nvidia-smi`` on their PATH at all.
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from fleetdiag import timestamps
 from fleetdiag.cli import main
 from fleetdiag.evidence.kernel import Clock, split_time
 
@@ -118,15 +118,16 @@ def _journal_recording(lines: list[str]) -> list[str]:
 
 
 def _journal_epoch(line: str) -> float:
-    """The epoch the journal stand-in gives a recorded line (latest year not in the future, UTC)."""
+    """The epoch the journal stand-in gives a recorded line: the latest year that puts it not after now (the
+    year rule of ``fleetdiag.timestamps`` without its day of slack: a journal's stamps are never in the
+    future), UTC. The stand-in itself runs under the node's ``python3 -S``, which cannot import fleetdiag."""
     m = re.match(r"([A-Za-z]{3})\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)", line)
     assert m, line
-    mo = [c.lower() for c in calendar.month_abbr].index(m.group(1).lower())
-    now = time.gmtime()
-    year = now.tm_year if (mo, int(m.group(2))) <= (now.tm_mon, now.tm_mday) else now.tm_year - 1
-    t = float(calendar.timegm((year, mo, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))))
-    if t > time.time():  # later today than now: last year's, as the stand-in gives it
-        t = float(calendar.timegm((year - 1, mo, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))))
+    month = timestamps.month_number(m.group(1))
+    assert month, line
+    stamp = timestamps.Stamp(month, *(int(g) for g in m.groups()[1:]))
+    t = timestamps.stamp_epoch(stamp, ref=time.time() - timestamps.SLACK_S)
+    assert t is not None, line
     return t
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,8 @@ from fleetdiag.records import FAILED, Decisive, HostResult
 from fleetdiag.redact import Redactor, redact_argv, redact_env
 from fleetdiag.render import Output, host_card, visible
 
+from .cli_env import cli_env
+from .sshd import start_sshd
 from .test_facts import SMI, fake_nvidia_smi
 
 TRACEBACK = (
@@ -184,6 +189,91 @@ def test_hostile_but_valid_inventory_values_in_hosts_and_check(tmp_path):
     r = _run("-i", str(inv), "hosts")
     if r.exit_code == 0:
         assert "[bold]x\\u202e.log" in r.output
+
+
+# A 50 MB answer of one line (no newline), with NULs, invalid UTF-8, OSC/CSI/C1 sequences: what a host whose
+# login prints a binary file to every command sends (ForceCommand cat blob)
+BLOB_CHUNK = b"\x00\xff\xfe\xc3(\x1b]0;pwn\x07\x1b]52;c;Y3VybA==\x07\x1b[2J\x9b31m\xe2\x80\xae" + b"A" * 4000
+BLOB_MB = 50
+ENTRY = "from fleetdiag.entry import run; run()"  # the console entry, as `fleetdiag` runs it
+# runs argv, then writes its peak RSS (KiB, from its own wait4) last on stderr
+PEAK_RSS = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(p.pid, 0)\n"
+    "sys.stderr.write(f'PEAK-RSS-KB {usage.ru_maxrss}')\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def blob_sshd(tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("blob")
+    blob = work / "blob.bin"
+    with blob.open("wb") as fh:
+        for _ in range(BLOB_MB * 1024 * 1024 // len(BLOB_CHUNK) + 1):
+            fh.write(BLOB_CHUNK)
+    server = start_sshd(work / "sshd", extra_config=f"ForceCommand exec cat {blob}\n")
+    yield server
+    server.stop()
+
+
+def test_hostile_hosts_stay_inert_and_bounded_and_the_others_finish(sshd, blob_sshd, tmp_path):
+    """One host answers 50 MB of one binary line, one runs a job whose command line carries OSC/CSI
+    sequences and a bidi override (its discovered log holds NULs and invalid UTF-8): through the CLI, the
+    card and the JSON hold no control character, the CLI's peak RSS stays bounded, the others finish."""
+    log = tmp_path / "vllm.log"
+    log.write_bytes(TRACEBACK + HOSTILE.encode())
+    ok = tmp_path / "ok.log"
+    ok.write_text(
+        "INFO 05-09 15:14:00 [api_server.py:1] vLLM API server version 0.9.0\nINFO:     Application startup complete.\n"
+        'INFO:     127.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+    )
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "out.log").write_bytes(b"INFO start \x00\xff\xfe\x1b]0;t\x07\n" + TRACEBACK + b"ValueError: \xc3( bad\n")
+    exe = job / "vllm"
+    exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
+    exe.chmod(0o755)
+    argv0 = ["vllm", "\x1b]0;pwn\x07serve\x1b[2J\u202e", "m\x9b31m"]
+    with (job / "out.log").open("ab") as out:
+        proc = subprocess.Popen(argv0, executable=str(exe), stdout=out, stderr=out, cwd=job, start_new_session=True)
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts.read_text() + blob_sshd.known_hosts.read_text())
+    hosts = {
+        "blob": {"address": "127.0.0.1", "port": blob_sshd.port, "user": sshd.user, "logs": {"app": str(ok)}},
+        "gpu-fail": {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user, "logs": {"app": str(log)}},
+        "gpu-job": {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user},
+        "gpu-ok": {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user, "logs": {"app": str(ok)}},
+    }
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"hosts": hosts}))
+    ssh = ["--known-hosts", str(known), "--identity", str(sshd.client_key), "--identity", str(blob_sshd.client_key)]
+    env = cli_env(tmp_path / "rt", COLUMNS="200", FLEETDIAG_PERSIST="0")
+
+    def cli(*args: str) -> tuple[int, str, str, float, float]:
+        """exit code, stdout, stderr, seconds, the CLI's peak RSS in MiB (its own wait4, from PEAK_RSS)."""
+        t0 = time.monotonic()
+        argv = [sys.executable, "-c", PEAK_RSS, sys.executable, "-c", ENTRY, "--no-color", "-i", str(inv)]
+        p = subprocess.run([*argv, *args, *ssh], capture_output=True, timeout=120, env=env)
+        err = p.stderr.decode("utf-8", "replace")
+        head, _, peak = err.rpartition("PEAK-RSS-KB ")
+        return p.returncode, p.stdout.decode("utf-8", "replace"), head, time.monotonic() - t0, int(peak) / 1024
+
+    try:
+        code, text, err, secs, rss = cli("probe", "all")
+        print(f"probe: {secs:.1f} s, peak RSS {rss:.0f} MiB")
+        assert code == 1, err
+        assert_inert(text, "probe")
+        assert_inert(err, "probe (stderr)")
+        rows = {ln.split()[1]: ln for ln in text.splitlines() if ln.startswith("│ ") and len(ln.split()) > 2}
+        assert "unreachable" in rows["blob"] and "MiB of output" in text, text  # read up to the cap, then dropped
+        assert "failed" in rows["gpu-fail"] and "healthy" in rows["gpu-ok"] and "failed" in rows["gpu-job"], text
+        assert "\\x1b]0;pwn\\x07serve\\x1b[2J\\u202e" in text, text  # the job's command line, shown inert
+        assert rss < 160, f"peak RSS {rss:.0f} MiB"  # the 50 MB answer is never held
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # ============================================================================ --redact, over every command

@@ -110,27 +110,31 @@ def test_hostile_values_in_every_funnel_field_run_nothing(sshd, tmp_path):
     async def go():
         conn = await connect("127.0.0.1", sshd.port, sshd.user, sshd.opts())
 
+        slots = asyncio.Semaphore(6)  # a few sessions at once: each command's 30 s runs while it runs
+
         async def once(spec):
             mark = funnel_mod.new_mark()
-            out, _status, _, _ = await conn.run(funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), 30)
+            async with slots:
+                out, _status, _, _ = await conn.run(funnel_mod.remote_command(funnel_mod.build_script(spec, mark)), 30)
             fr = funnel_mod.parse_output(out.decode("utf-8", "replace"), mark)
             assert funnel_mod.CUT not in fr.markers  # the script ran to its end
             return fr
 
-        try:
-            missing = []
-            for i, v in enumerate(values):
-                spec = spec_for(str(logdir / v), RULES)  # a hostile log path
-                missing.append((v, await once(spec)))
-                spec = spec_for(str(log), RULES)  # the real log, hostile patterns: every value in every field
-                for k, field in enumerate(fields):
-                    w = values[(i + k) % len(values)]
-                    if field == "extra_vars":
-                        spec.extra_vars = {"FD_EXTRA": w}
-                    else:
-                        setattr(spec, field, w)
-                assert (await once(spec)).status == "ok"
-            return missing
+        def patterns(i: int):
+            spec = spec_for(str(log), RULES)  # the real log, hostile patterns: every value in every field
+            for k, field in enumerate(fields):
+                w = values[(i + k) % len(values)]
+                if field == "extra_vars":
+                    spec.extra_vars = {"FD_EXTRA": w}
+                else:
+                    setattr(spec, field, w)
+            return spec
+
+        try:  # the scripts side by side on the one connection (a session each)
+            paths = [once(spec_for(str(logdir / v), RULES)) for v in values]  # a hostile log path
+            found = await asyncio.gather(*paths, *(once(patterns(i)) for i in range(len(values))))
+            assert all(fr.status == "ok" for fr in found[len(values) :])
+            return list(zip(values, found[: len(values)]))
         finally:
             conn.close()
 
@@ -145,15 +149,15 @@ def test_hostile_values_in_every_funnel_field_run_nothing(sshd, tmp_path):
 def test_hostile_log_name_that_exists_is_read_literally(sshd, tmp_path):
     logdir = tmp_path / "logs"
     logdir.mkdir()
-    for v in CORE:
-        name = v.replace("/", "_") + ".log"
-        log = write_log(logdir / name, SEED)
-        res = run(
-            probe_host(make_host(sshd.port, log, user=sshd.user), ProbeSettings(transport=sshd.opts(), rules=RULES))
-        )
+    logs = [write_log(logdir / (v.replace("/", "_") + ".log"), SEED) for v in CORE]
+    settings = ProbeSettings(transport=sshd.opts(), rules=RULES)
+
+    async def go() -> list[HostResult]:  # the hosts at once, as a fleet's probes run
+        return await asyncio.gather(*(probe_host(make_host(sshd.port, log, user=sshd.user), settings) for log in logs))
+
+    for v, log, res in zip(CORE, logs, run(go())):
         assert res.verdict == FAILED and res.log == str(log), (v, res.error)
         assert DECISIVE in res.decisive.line
-        log.unlink()
     assert_no_canary(logdir)
 
 
@@ -177,22 +181,41 @@ def _cli(sshd, inv: Path, *args: str, extra: tuple[str, ...] = ()) -> object:
 
 @pytest.mark.parametrize("channel", ["inventory-log", "--log", "run_start", "rules", "selector"])
 def test_hostile_values_through_the_cli(sshd, tmp_path, channel):
-    """Inventory log path, --log, a run_start override, user rules patterns and selectors, via the CLI."""
+    """Inventory log path, --log, a run_start override, user rules patterns and selectors, via the CLI.
+    The inventory's channels put every value the inventory accepts on a host of one inventory, probed at
+    once; a value it refuses is refused on its own."""
     logdir = tmp_path / "logs"
     logdir.mkdir()
     log = write_log(logdir / "vllm.log", SEED)
     before = snapshot(logdir)
     inv = _inventory(tmp_path / "inv.yaml", sshd, str(log))
-    for v in CORE:
-        if channel == "inventory-log":
-            r = _cli(sshd, _inventory(tmp_path / "inv.yaml", sshd, str(logdir / v)), "probe", "gpu01", "--json")
-            ok = (2, 3)  # an inventory error (2) or a missing log (3)
-        elif channel == "--log":
+    if channel in ("inventory-log", "run_start"):
+        hosts = {
+            f"gpu{i:02d}": {"log": str(logdir / v)}
+            if channel == "inventory-log"
+            else {"log": str(log), "funnel": {"run_start": v}}
+            for i, v in enumerate(CORE)
+        }
+        accepted = {}
+        for name, host in hosts.items():  # the inventory's own judgement of each value, no host reached
+            r = CliRunner().invoke(
+                main, ["-i", str(inventory_file(tmp_path / "one.yaml", {name: host}, sshd)), "check"]
+            )
+            assert r.exit_code in (0, 2) and "MarkupError" not in r.output, (host, r.exit_code, r.output)
+            if r.exit_code == 0:
+                accepted[name] = host
+            else:  # refused: so is the probe, before any host is reached
+                assert _cli(sshd, tmp_path / "one.yaml", "probe", "all", "--json").exit_code == 2
+        assert len(accepted) >= len(CORE) - 2, accepted  # the newline values may be refused, the rest run
+        r = _cli(sshd, inventory_file(tmp_path / "all.yaml", accepted, sshd), "probe", "all", "--json")
+        verdicts = {h["host"]: h["verdict"] for h in json.loads(r.output)["hosts"]}
+        want = "no-log" if channel == "inventory-log" else "failed"  # a hostile name looked up literally
+        assert r.exit_code == (3 if channel == "inventory-log" else 1) and set(verdicts.values()) == {want}, r.output
+        assert sorted(verdicts) == sorted(accepted)
+    for v in CORE if channel not in ("inventory-log", "run_start") else ():
+        if channel == "--log":
             r = _cli(sshd, inv, "probe", "gpu01", "--json", "--log", str(logdir / v))
             ok = (2, 3)
-        elif channel == "run_start":  # rejected when not a valid ERE, else passed as data
-            r = _cli(sshd, _inventory(tmp_path / "inv.yaml", sshd, str(log), {"run_start": v}), "probe", "gpu01")
-            ok = (1, 2)
         elif channel == "rules":
             rules = tmp_path / "rules.yaml"
             rules.write_text(json.dumps({"version": 1, "keywords": [v], "run_start": [v], "tags": [v]}))

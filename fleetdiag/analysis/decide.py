@@ -39,7 +39,7 @@ from .rules import (
     SecondaryRule,
     Signature,
 )
-from .tracebacks import JVM_CAUSE, Event, build_events
+from .tracebacks import JVM_CAUSE, SECTION, Event, build_events
 
 # tiers, best first: a cause; a weak cause (an error line of no known shape) or a peer-caused error,
 # whichever came first (an unknown error-level line after a transport error is its follow-up);
@@ -192,7 +192,7 @@ def _raising_frames(ev: Event, n: int = 4) -> list[str]:
         if ln.index > ev.line.index:
             continue
         text = ln.msg.strip()
-        if text.startswith(("Traceback", "The above exception", "During handling")):
+        if text.startswith(SECTION):
             break
         if text:
             frames.append(text)

@@ -13,11 +13,8 @@ import re
 from collections.abc import Sequence
 
 from .lines import LogLine
+from .tracebacks import SECTION, frame_path
 
-# Python's frame line (a paste may cut its head: 'models/x.py", line 25, in f'), and pytest's short form
-# ("path/to/mod.py:14: in <module>")
-_FRAME = re.compile(r'^\s*(?:File ")?(?P<p>[^"]+)", line \d+, in \S|^(?P<q>[^\s:]+\.py):\d+: in \S')
-_SECTION = ("Traceback", "The above exception", "During handling")
 _INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>[A-Za-z_][A-Za-z0-9_]*)")
 # frames that only run an import or forward a call: the frozen import machinery, the stdlib's importlib
 _MACHINERY = re.compile(r"^<frozen |[/\\]importlib[/\\]__init__\.py$")
@@ -46,9 +43,9 @@ def frame_lines(block: Sequence[LogLine], upto: int) -> list[str]:
         if ln.index >= upto:
             break
         text = ln.msg.strip()
-        if text.startswith(_SECTION):
+        if text.startswith(SECTION):
             out = []
-        elif _FRAME.match(ln.msg) is not None:
+        elif frame_path(ln.msg) is not None:
             out.append(text)
         elif out and "\n" not in out[-1] and text and not set(text) <= set("^~ "):
             out[-1] += "\n" + text
@@ -59,8 +56,7 @@ def frame_paths(block: Sequence[LogLine], upto: int) -> list[str]:
     """The file paths of those frames, the import machinery's left out."""
     paths = []
     for text in frame_lines(block, upto):
-        m = _FRAME.match(text.split("\n", 1)[0])
-        p = (m.group("p") or m.group("q") or "") if m else ""
+        p = frame_path(text.split("\n", 1)[0])
         if p and not _MACHINERY.search(p):
             paths.append(p)
     return paths

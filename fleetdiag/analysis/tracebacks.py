@@ -17,9 +17,12 @@ from .lines import SEVERITY, LogLine, adjacent
 from .rules import CAUSE, CONSEQUENCE, Rules, Signature
 
 TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
-FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
-# a frame line whose head a paste cut ('models/llama_kivi.py", line 25, in __init__'): only at a block's start
-CUT_FRAME = re.compile(r'^[^\s"]+\.py", line \d+, in \S')
+# A frame line: Python's ('  File "x.py", line 3, in f'); one whose head a paste cut ('models/llama_kivi.py",
+# line 25, in __init__': only at a block's start); pytest's short form ('tests/x.py:14: in f', read by
+# analysis/frames.py only). The one definition of a frame: frames.py reads a frame's file through frame_path.
+FRAME = re.compile(r'^\s*File "(?P<p>[^"]*)", line \d+')
+CUT_FRAME = re.compile(r'^(?P<p>[^\s"]+\.py)", line \d+, in \S')
+PYTEST_FRAME = re.compile(r"^(?P<p>[^\s:]+\.py):\d+: in \S")
 CODE = re.compile(r"^\s+\S")
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 REPEATED = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]")
@@ -27,6 +30,8 @@ CHAIN = re.compile(
     r"^(The above exception was the direct cause of the following exception:"
     r"|During handling of the above exception, another exception occurred:)\s*$"
 )
+# how the first line of a traceback section starts (a TB_START or a CHAIN line), for a cheap test
+SECTION = ("Traceback", "The above exception", "During handling")
 EXC_IN_TB = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\([\w.]+\))?)(?:: ?(?P<msg>.*))?$")
 _EXC_NAME = (
     r"(?:[A-Za-z_]\w*\.)*"
@@ -62,6 +67,13 @@ JVM_PREFIX = re.compile(r'^(?:Caused by: |Exception in thread "[^"]*" )')
 # A traceback's exception line with a paste's prose glued on by full-width punctuation ("AssertionError，每一步…",
 # "AssertionError，"): Python never writes those after a type, so the type ends there and the rest is the user's
 GLUED_EXC = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[\uff0c\u3002\uff01\uff1f\uff1b\u3001]")
+
+
+def frame_path(msg: str) -> str | None:
+    """The file a frame line names (``FRAME``, ``CUT_FRAME`` or ``PYTEST_FRAME``), or None for any other line."""
+    m = FRAME.match(msg) or CUT_FRAME.match(msg) or PYTEST_FRAME.match(msg)
+    return m.group("p") if m else None
+
 
 MAX_CONTINUATION = 100
 MAX_FOREIGN = 3

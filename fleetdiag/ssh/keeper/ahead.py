@@ -247,6 +247,25 @@ def _save(directory: Path, key: str, entry: dict[str, Any]) -> None:
     files = sorted(store.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
     for old in files[: max(0, len(files) - KEEP)]:
         old.unlink(missing_ok=True)
+    _reap(store)
+
+
+def _reap(store: Path) -> None:
+    """Remove what CLIs killed mid-claim (``.claim.PID.KEY``) or mid-write (``.KEY.PID``) left: files of a
+    process that is gone, so that kills cannot pile them up (a live process's file is its own)."""
+    for name in os.listdir(store):
+        if not name.startswith("."):
+            continue
+        parts = name.split(".")  # ['', 'claim', PID, KEY] or ['', KEY, PID]
+        pid = parts[2] if len(parts) == 4 and parts[1] == "claim" else parts[-1] if len(parts) == 3 else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            (store / name).unlink(missing_ok=True)
+        except OSError:  # alive, another user's pid number: not ours to judge
+            continue
 
 
 def reset() -> None:
@@ -279,6 +298,11 @@ class EarlyLocal:
     mark: str
 
 
+# The early funnel's ``sh`` ($1) under a watcher that kills its whole process group when the CLI's end of
+# the stdin pipe closes: a CLI killed before it took the output (SIGKILL, SIGTERM, a closed terminal: no
+# atexit runs) leaves nothing reading the log. The funnel itself reads /dev/null, as before.
+_WATCHED = 'exec 3<&0 </dev/null; { read -r _ <&3; kill -KILL 0; } & exec sh -c "$1" 3<&-'
+
 _local: EarlyLocal | None = None
 _local_active = False
 _local_build: Callable[[str | None], tuple[str, str]] | None = None
@@ -306,8 +330,8 @@ def start_local(argv: list[str] | None = None) -> bool:
 
         out = tempfile.TemporaryFile()
         proc = subprocess.Popen(  # its own process group: stopped with the pipeline under it (_stop)
-            ["sh", "-c", script],
-            stdin=subprocess.DEVNULL,
+            ["sh", "-c", _WATCHED, "sh", script],
+            stdin=subprocess.PIPE,  # the CLI's end: when it closes, the watcher stops the group
             stdout=out,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -331,6 +355,15 @@ def _stop(e: EarlyLocal) -> None:
     except OSError:  # the group is gone already
         pass
     e.proc.wait()
+    _release(e)
+
+
+def _release(e: EarlyLocal) -> None:
+    """Close the watcher's pipe (it ends, with what is left of the group) and the output file."""
+    try:
+        e.proc.stdin.close()
+    except OSError:
+        pass
     e.out.close()
 
 
@@ -368,7 +401,7 @@ def local_output(script: str, timeout: float | None = None) -> bytes | None:
         raise
     e.out.seek(0)
     data = e.out.read()
-    e.out.close()
+    _release(e)
     return data
 
 
