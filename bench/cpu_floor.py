@@ -14,6 +14,8 @@ last answer, over N):
   asyncssh, <cipher>           the same with one cipher and curve25519 pinned (the cheapest asyncssh
                                can offer an OpenSSH server)
   asyncssh, kept connection    conn.run alone on connections opened beforehand: the warm floor
+  ..., the answer written at once  the same, the host's answer held by ``dd iflag=fullblock`` and
+                               written whole: what a channel packet per remote write costs
   fleetdiag probe_many         the real probe (fast login, analysis, facts), in-process
   analysis alone               parse + analysis of one host's real answer, offline (median of 200)
 
@@ -67,11 +69,15 @@ def cpu_now() -> float:
 # --------------------------------------------------------------------------- the measured process
 
 
-async def bare(spec: dict, cipher: str | None, kept: bool) -> tuple[float, int]:
-    """asyncssh alone: connect, run the command, read everything, close; CPU of this process."""
+async def bare(spec: dict, cipher: str | None, kept: bool, whole: bool = False) -> tuple[float, int]:
+    """asyncssh alone: connect, run the command, read everything, close; CPU of this process. ``whole``:
+    the host's answer held until it is complete and written at once (``dd iflag=fullblock``), so it
+    arrives in a few channel packets instead of one per remote write: what the packets cost."""
     import asyncssh
 
     cmd = Path(spec["command_file"]).read_text()
+    if whole:
+        cmd = "{ " + cmd + "\n} | dd bs=8M iflag=fullblock 2>/dev/null"
     kw: dict = {
         "username": spec["user"],
         "client_keys": [spec["key"]],
@@ -224,8 +230,8 @@ def worker(mode: str, spec_file: str) -> None:
     elif mode == "fleetdiag":
         cpu, ok = asyncio.run(fleetdiag_many(spec))
     else:
-        cipher = None if mode in ("bare", "kept") else mode
-        cpu, ok = asyncio.run(bare(spec, cipher, mode == "kept"))
+        cipher = None if mode in ("bare", "kept", "kept_whole") else mode
+        cpu, ok = asyncio.run(bare(spec, cipher, mode.startswith("kept"), mode == "kept_whole"))
     print(json.dumps({"cpu": cpu, "ok": ok}))
 
 
@@ -341,6 +347,7 @@ def run(lab: Lab, args) -> dict:
     for c in CIPHERS:
         rows[f"asyncssh, {c} + {KEX}"] = lambda c=c: in_process(c)
     rows["asyncssh, kept connection (exec only)"] = lambda: in_process("kept")
+    rows["asyncssh, kept connection, the answer written at once (exec only)"] = lambda: in_process("kept_whole")
     rows["fleetdiag probe_many (in-process)"] = lambda: in_process("fleetdiag")
     if not args.no_cli:
         rows["fleetdiag sweep, CLI, fresh"] = lambda: cli(False)

@@ -60,7 +60,9 @@ FLOORS = {
     "tests/corpus_kernel_extra": 30,
     "tests/corpus_heldout/kernel": 2,
     "tests/corpus_heldout4/kernel": 2,
-    "tests/corpus_heldout5/kernel": 1,
+    # tests/corpus_heldout5's kernel logs: 1 of 2 when first measured, 2 since only a channel's event (the Xid
+    # catalog's aftermath: Xid 109) after an application fault is that fault's consequence (informed)
+    "tests/corpus_heldout5/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
 SUPPORTED_FLOOR = 170

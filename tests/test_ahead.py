@@ -258,6 +258,36 @@ def test_kept_only_is_never_dialled(sshd, rt):
         keeper_client.close_kept(rt)
 
 
+def test_a_commands_output_reaches_its_client_in_few_frames(sshd, rt):
+    """The keeper relays a command's output in few frames (the first piece at once, then at most one each
+    ``RELAY_EVERY``, the rest before the end record), not one per channel packet: 60 lines written one
+    by one arrive whole, in order, in a handful of frames; the first still before the command ends."""
+    from fleetdiag.ssh.keeper.server import RELAY_EVERY
+
+    async def go() -> tuple[list[tuple[float, bytes]], float]:
+        conn = await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        chatty = "i=0; while [ $i -lt 60 ]; do echo line$i; i=$((i+1)); sleep 0.01; done; echo oops >&2"
+        req = {"op": "run", "key": conn.key, "params": conn.params, "command": chatty, "timeout": 30}
+        t0 = time.monotonic()
+        reader, writer = await keeper_client._request(rt, req, 3.0)
+        frames = []
+        while not frames or frames[-1][1][:1] != b"X":
+            frames.append((time.monotonic(), await wire.recv(reader)))
+        writer.close()
+        return frames, frames[-1][0] - t0
+
+    try:
+        frames, took = asyncio.run(go())
+    finally:
+        keeper_client.close_kept(rt)
+    out = [f for _, f in frames if f[:1] == b"O"]
+    assert b"".join(f[1:] for f in out) == b"".join(b"line%d\n" % i for i in range(60))
+    assert b"".join(f[1:] for _, f in frames if f[:1] == b"E") == b"oops\n"
+    assert json.loads(frames[-1][1][1:])["status"] == 0
+    assert len(out) <= 2 + took / RELAY_EVERY, (len(out), took)  # one a channel packet: ~60
+    assert frames[0][0] < frames[-1][0] - 0.2, "the first piece went out while the command still ran"
+
+
 # The console entry again, noting for each `sh` started whether the CLI was imported by then.
 LOCAL_ENTRY = r"""
 import os, subprocess, sys

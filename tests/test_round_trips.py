@@ -356,3 +356,36 @@ def test_ciphers_prefer_aes_gcm_unless_the_ssh_config_chooses(sshd, tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text("Host 127.0.0.1\n    Ciphers chacha20-poly1305@openssh.com\n")
     assert asyncio.run(cipher(sshd.opts(ssh_config=[str(config)]))) == "chacha20-poly1305@openssh.com"
+
+
+def test_packet_log_lines_are_built_only_when_asyncssh_logs_them(sshd, caplog, monkeypatch):
+    """asyncssh logs packets at debug level 3 only: below it their log lines are no longer built (a
+    probe's answer is ~30 packets); at level 3 the lines are asyncssh's own, as before."""
+    sshfast.install()  # as the first shortened connection does
+    built: list[int] = []
+    original = sshfast._LOG_PACKET
+
+    def noting(handler, msg, pkttype, *rest):
+        built.append(pkttype)
+        return original(handler, msg, pkttype, *rest)
+
+    monkeypatch.setattr(sshfast, "_LOG_PACKET", noting)
+
+    async def go() -> bytes:
+        conn = await connect("127.0.0.1", sshd.port, sshd.user, sshd.opts())
+        try:
+            return (await conn.run("echo hi", 20))[0]
+        finally:
+            conn.close()
+
+    assert asyncio.run(go()) == b"hi\n"  # asyncssh's default debug level, 1
+    assert built == [] if SHORT else True
+    caplog.set_level("DEBUG", logger="asyncssh")
+    asyncssh.set_debug_level(3)
+    try:
+        assert asyncio.run(go()) == b"hi\n"
+    finally:
+        asyncssh.set_debug_level(1)
+    if SHORT:
+        assert 94 in built, built  # MSG_CHANNEL_DATA: the answer's packets went to asyncssh's logger
+    assert any("Received MSG_CHANNEL_DATA (94)" in r.getMessage() for r in caplog.records)

@@ -374,8 +374,9 @@ def standalone(
 
     The latest burst that holds one decides. In it, each GPU's first such line is that GPU's fault (later lines
     on the same GPU are its consequences); of several GPUs' faults a hardware one (drain, RMA) is named before a
-    driver one (a reset), then the earliest. A driver-class Xid that follows an application fault on the same
-    GPU in its burst (Xid 109 after Xid 13) is that fault's consequence, not a fault of its own. Corrected
+    driver one (a reset), then the earliest. A channel's event that follows an application fault on the same
+    GPU in its burst (Xid 109 after Xid 13: the catalog's ``aftermath``) is that fault's consequence, not a
+    fault of its own; a micro-controller halt or a GSP failure after one (Xid 62 after Xid 31) is the GPU's. Corrected
     errors, benign lines, OOM kills and segfaults never qualify."""
     table = table or default_xid_table()
     evs = current(events)
@@ -395,7 +396,7 @@ def standalone(
                 continue
             if not unrecovered(ev, window, gpu_buses, table):
                 continue
-            if ev.kind == "xid" and ev.bus in app_fault and table.get(_effective_code(ev)).action == "driver":
+            if ev.kind == "xid" and ev.bus in app_fault and table.get(_effective_code(ev)).aftermath:
                 continue  # the application fault's aftermath on its own GPU
             first.setdefault(ev.bus, (i, ev))
         if first:

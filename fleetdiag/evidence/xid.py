@@ -27,6 +27,9 @@ class XidInfo:
     action: str  # hardware | driver | application | informational
     category: str  # what a card says when this Xid is chosen: hardware | driver | application
     hint: str
+    # a channel's event that an application fault on the same GPU brings about (Xid 109 after Xid 13): then
+    # that fault's aftermath, not a fault of its own
+    aftermath: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ def load_xid_table(*user_files: str | Path) -> XidTable:
             action,
             category,
             str(e.get("hint") or hints.get(action, "")),
+            bool(e.get("aftermath", False)),
         )
     return XidTable(codes, hints)
 

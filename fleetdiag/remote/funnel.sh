@@ -13,7 +13,6 @@ fi
 T=$(printf '\t')
 NL='
 '
-echo "$FD_MARK begin $FD_VERSION"
 m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
 x() { printf 'X\t%s\n' "$1"; }
 # -v: od would print a repeated 16-byte line as '*'
@@ -34,11 +33,12 @@ fd_from() {
   elif [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
   else $TO dd if="$r" bs=65536 skip=$(( $1 / 65536 )) 2>/dev/null | tail -c "+$(( $1 % 65536 + 1 ))"; fi
 }
-m now "$(secs)"
-m pid $$
-m tools "$(command -v timeout >/dev/null 2>&1 && echo timeout) $(command -v ionice >/dev/null 2>&1 && echo ionice)"
-m nice "$(nice 2>/dev/null)"
-m ioclass "$(ionice -p $$ 2>/dev/null)"
+# The begin marker and the first facts in one write: each write the host makes reaches the controller as
+# a packet of its own, and every packet costs it CPU (the lines below fold a section's marker line into
+# the write of its section the same way).
+printf '%s begin %s\nM\tnow\t%s\nM\tpid\t%s\nM\ttools\t%s\nM\tnice\t%s\nM\tioclass\t%s\n' "$FD_MARK" "$FD_VERSION" \
+  "$(secs)" $$ "$(command -v timeout >/dev/null 2>&1 && echo timeout) $(command -v ionice >/dev/null 2>&1 && echo ionice)" \
+  "$(nice 2>/dev/null)" "$(ionice -p $$ 2>/dev/null)"
 # Why a path cannot be seen: the first existing parent that is not searchable.
 fd_why() {
   d=$1
@@ -85,7 +85,7 @@ fd_log() {
   st=$(stat -L -c '%s %Y %i' "$r" 2>/dev/null)
   ino=
   if [ -n "$st" ]; then
-    set -- $st; size=$1; ino=$3; m mtime "$2"; m inode "$3"
+    set -- $st; size=$1; ino=$3; printf 'M\tmtime\t%s\nM\tinode\t%s\n' "$2" "$3"
   else
     size=$(wc -c <"$r" | tr -d ' ')
     mt=$(date -r "$f" +%s 2>/dev/null) && m mtime "$mt"
@@ -161,17 +161,16 @@ fd_scan() {
     case "$NL$p1" in *"${NL}M${T}run_start${T}"*) break ;; esac
     w=$((w * 8))
   done
-  m window "$start"
   # A line that starts before the window and runs on past FD_MAXLINE bytes into it: its start,
   # where an error message would be, was not searched. Say so rather than pass as healthy.
+  wx=
   if [ "$start" -gt 0 ] && [ "$start" -eq "$cap" ] && [ "$(fd_from "$start" | head -c "$FD_MAXLINE" | fd_nl | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ]; then
-    x "the scan window (last $FD_SCAN bytes) starts inside a line longer than $FD_MAXLINE bytes: the part of it before the window was not searched"
+    wx="X${T}the scan window (last $FD_SCAN bytes) starts inside a line longer than $FD_MAXLINE bytes: the part of it before the window was not searched$NL"
   fi
-  printf '%s\n' "$p1"
+  printf 'M\twindow\t%s\n%s%s\n' "$start" "$wx" "$p1"
   late "$t0" "keyword pass"
   rp=0
   case "$NL$p1" in *"${NL}M${T}run_start${T}"*) rp=${p1#*M"$T"run_start"$T"}; rp=${rp%%"$NL"*} ;; esac
-  echo "S${T}tail"
   tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
   t0=$(secs)
   fd_tailpass
@@ -220,7 +219,7 @@ fd_pass() {
 # The last lines from the latest run start ($rp) on.
 fd_tailpass() {
   fd_last "$tb" | fd_nz | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
-    BEGIN { N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
+    BEGIN { print "S\ttail"; N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
     { p = pos; pos += length($0) + 1
       if (base > 0 && NR == 1) next
       if (p < rp) next
@@ -239,7 +238,6 @@ fd_headpass() {
     x "the remote grep rejected the endpoint pattern: the job rendezvous is not read"; return
   fi
   hs=$rp; [ "$hs" -lt "$cap" ] && hs=$cap
-  echo "S${T}head"
   fd_from "$hs" | head -c "$FD_HEADB" | fd_nl | tr '\000' ' ' | awk -v base="$hs" -v cut=$(( hs != rp )) "$FD_AWKLIB"'
     BEGIN { B = ENVIRON["FD_HEADB"] + 0; pos = base }
     { p = pos; pos += length($0) + 1
@@ -247,16 +245,15 @@ fd_headpass() {
       if (pos - base > B) exit
       t = $0; sub(/\r$/, "", t); print fd_int(p) "\t" t }' |
     $TO grep -E -e "$FD_EP" | head -n "$FD_HEADN" | awk -v T="$T" "$FD_AWKLIB"'
-    BEGIN { ML = ENVIRON["FD_MAXLINE"] + 0 }
+    BEGIN { print "S\thead"; ML = ENVIRON["FD_MAXLINE"] + 0 }
     { i = index($0, T); print "L\t" substr($0, 1, i - 1) "\t-\t" fd_clip(substr($0, i + 1)) }'
 }
 # Every line of the earliest failing tags from their first error on.
 fd_ctxpasses() {
   printf '%s\n' "$p1" | awk -F "$T" '$1 == "T"' | head -n "$FD_NTAGS" | while IFS="$T" read -r kind apos aln atag; do
-    echo "S${T}ctx${T}$atag"
     t0=$(secs)
     fd_from "$apos" | head -c "$FD_WIN" | fd_nz | FD_TAG="$atag" awk -v apos="$apos" -v aln="$aln" "$FD_AWKLIB"'
-      BEGIN { tag = ENVIRON["FD_TAG"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
+      BEGIN { tag = ENVIRON["FD_TAG"]; printf "S\tctx\t%s\n", tag; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
         W = ENVIRON["FD_WIN"] + 0; C = ENVIRON["FD_CTX"] + 0; pos = apos; k = 0; prev = 0 }
       { p = pos; pos += length($0) + 1
         if (pos - apos > W) { if (k < C) printf "X\tcontext for %s: stopped at the %d-byte window\n", (tag == "" ? "untagged lines" : tag), W; exit }

@@ -82,7 +82,7 @@ try:  # the private pieces this module relies on
     from asyncssh.channel import SSHClientChannel
     from asyncssh.connection import MSG_SERVICE_ACCEPT
     from asyncssh.misc import encode_env, lookup_env
-    from asyncssh.packet import Boolean, String
+    from asyncssh.packet import Boolean, SSHPacketHandler, String
     from asyncssh.process import SSHClientProcess
 
     _BASE: Any = _auth._ClientPublicKeyAuth
@@ -154,9 +154,23 @@ def enabled() -> bool:
 
 
 def install() -> None:
-    """Put the sign-first public-key method in asyncssh's table (inactive on connections not shortened)."""
+    """Put the sign-first public-key method in asyncssh's table (inactive on connections not shortened),
+    and the packet log's words made only when they are logged (``_log_packet``)."""
     if _BASE is not None and _HANDLERS.get(b"publickey") is _BASE:
         _HANDLERS[b"publickey"] = _SignFirst
+    if _BASE is not None and getattr(SSHPacketHandler, "_log_packet", None) is _LOG_PACKET:
+        SSHPacketHandler._log_packet = _log_packet
+
+
+_LOG_PACKET = getattr(SSHPacketHandler, "_log_packet", None) if _BASE is not None else None
+
+
+def _log_packet(self: Any, msg: str, pkttype: int, pktid: Any, packet: Any, note: str) -> None:
+    """asyncssh builds every packet's log line (a copy of its payload, its type's name, its size) before
+    its logger, which logs packets at debug level 3 only (``SSHLogger.packet``), drops it: a probe's
+    answer is ~30 packets. The logger's own test comes first here; at level 3 the line is asyncssh's."""
+    if getattr(self.logger, "_debug_level", 3) >= 3:
+        _LOG_PACKET(self, msg, pkttype, pktid, packet, note)  # type: ignore[misc]
 
 
 def shorten(conn: Any) -> bool:

@@ -1,0 +1,66 @@
+#!/bin/bash
+# #27, fifth pass, on the lent GPU host: this tree ("after") beside $BEFORE (another source tree, "before"),
+# each measured with this tree's bench scripts, in one call. Parts (COST5_PARTS, words, in this order):
+#   cpu     bench/cpu_floor.py at COST5_CPU_HOSTS (600) hosts: the warm CLI row per tree beside clush, and
+#           (after only) asyncssh's kept-connection exec as the probe's answer comes and written at once
+#   profile bench/warm_profile.py --plain at COST5_PROFILE_HOSTS (200): a warm sweep's CLI and keeper CPU apart
+#   warm    bench/warm_probe.py --gap 2: warm probe at 240 ms, back to back and after a gap
+# Each table is printed as its bench ends and kept in $OUT. Setup as scale_device.sh (the carried bundle).
+#
+#   FLEETDIAG_BUNDLE=/abs/bundle BEFORE=/abs/tree COST5_PARTS="cpu profile" bash bench/cost5_device.sh
+set -eu
+# shellcheck source=bench/_device_setup.sh
+. "$(dirname "$0")/_device_setup.sh"
+set +e
+cost_bench_env
+AFTER=$PWD
+parts=${COST5_PARTS:-cpu profile}
+trees="after"
+if [ -n "${BEFORE:-}" ] && [ -d "$BEFORE" ]; then
+    trees="before after"
+    for f in warm_probe.py warm_profile.py cpu_floor.py _common.py; do cp "bench/$f" "$BEFORE/bench/$f"; done
+fi
+# in $1's tree, with its fleetdiag first on the path (the CLI, its workers and the keeper it starts)
+in_tree() {
+    t=$1
+    shift
+    if [ "$t" = before ]; then (cd "$BEFORE" && PYTHONPATH=$BEFORE "$@"); else (cd "$AFTER" && "$@"); fi
+}
+for t in $trees; do
+    in_tree "$t" "$PY" -c "import fleetdiag, sys; print('== $t: fleetdiag from', fleetdiag.__file__)"
+done
+nvidia-smi -q 2>/dev/null | grep -iE 'Driver Version|Persistence Mode|Product Name' | head -4
+
+for part in $parts; do
+    case $part in
+    warm)
+        for t in $trees; do
+            s "warm probe, 240 ms, $t"
+            in_tree "$t" timeout "${COST5_WARM_S:-150}" "$PY" bench/warm_probe.py --repeat 3 --gap 2 >"$OUTDIR/warm_$t.txt" 2>&1
+            echo "rc=$?"
+            tail -34 "$OUTDIR/warm_$t.txt"
+        done
+        ;;
+    cpu)
+        simhost_nvidia_smi || true # the simulated hosts share one driver: a stand-in answers for it
+        for t in $trees; do
+            only=warm
+            [ "$t" = after ] && only=warm,kept
+            s "controller CPU per host, warm, ${COST5_CPU_HOSTS:-600} hosts, $t"
+            in_tree "$t" env PATH="$VENV/bin:$PATH" timeout "${COST5_CPU_S:-200}" "$PY" bench/cpu_floor.py \
+                --hosts "${COST5_CPU_HOSTS:-600}" --fanout 64 --repeat 1 --only "$only" \
+                --json-out "$OUTDIR/cpu_$t.json" 2>&1 | tee "$OUTDIR/cpu_$t.txt"
+        done
+        ;;
+    profile)
+        simhost_nvidia_smi || true
+        for t in $trees; do
+            s "warm sweep CPU apart (CLI, keeper), ${COST5_PROFILE_HOSTS:-200} hosts, $t"
+            in_tree "$t" env PATH="$VENV/bin:$PATH" timeout "${COST5_PROFILE_S:-120}" "$PY" bench/warm_profile.py \
+                --plain --hosts "${COST5_PROFILE_HOSTS:-200}" --fanout 64 --json-out "$OUTDIR/profile_$t.json" 2>&1 |
+                tee "$OUTDIR/profile_$t.txt"
+        done
+        ;;
+    esac
+done
+s end
