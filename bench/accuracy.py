@@ -455,6 +455,8 @@ CODE_RULES = {
     "code:error-level line": "an ERROR/FATAL line of no known shape (a weak cause)",
     "code:traceback without its final line": "a traceback cut before its exception line",
     "code:chained exception is a wrapper": "a later exception of a chain that began with a cause",
+    "code:JVM chain: the last Caused by is the cause": "a JVM exception whose next `Caused by:` it wraps",
+    "code:exception line with prose glued on": "a traceback's `Type，…` (a paste's full-width punctuation)",
     "code:bare exception restated by its chain": "a message-less exception re-raised with words",
     "code:wrapper quoting a missing cause": "only a wrapper quotes the error (promoted)",
     "code:launcher summary's other ranks": "torchelastic's Failures: entries before the Root Cause",
@@ -464,11 +466,10 @@ CODE_RULES = {
     "code:health probes are not progress": "`GET /health 200` after an error does not make it survived",
     "code:normalise: service prefix removed": "a log service's timestamp and severity on every line",
     "code:normalise: newest-first order reversed": "an export printed newest first",
-    "code:normalise: re-wrapped lines joined": "lines a terminal or a paste cut at its width",
+    "code:normalise: re-wrapped lines joined": "lines a terminal, a paste or a runner's console cut at its width",
     "code:normalise: line label removed": "a sidecar's, collector's or launcher's constant label on every line",
     "code:normalise: markdown removed": "a paste's fences, quotes, inline code, tags, bold or elisions",
     "code:normalise: relayed message unfolded": "a quoted message's escaped newlines, a native record inside a message",
-    "code:normalise: a runner's wrapped lines joined": "a relaying runner's `host [stderr] ` lines its console wrapped",
     "code:front end answers only errors": "the last requests all answered 5xx and none served: stalled",
 }
 
@@ -534,7 +535,7 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
     from fleetdiag.analysis import decide
     from fleetdiag.analysis.lines import parse_all, split_text
     from fleetdiag.analysis.normalise import normalise
-    from fleetdiag.analysis.tracebacks import PANIC, build_events
+    from fleetdiag.analysis.tracebacks import GLUED_EXC, JVM_CAUSE, PANIC, build_events
 
     out: set[str] = set()
     norm = normalise(split_text(text))
@@ -590,7 +591,19 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
         for j in judged
     ):
         out.add("code:chained exception is a wrapper")
+    if dec.message.lstrip().startswith(JVM_CAUSE) and any(
+        j.ev.kind == "exception" and j.line_role == "wrapper" and j.ev.line.index < dec_index(judged, dec)
+        for j in judged
+    ):
+        out.add("code:JVM chain: the last Caused by is the cause")
+    if mine and mine[0].ev.kind == "exception" and GLUED_EXC.match(dec.message.strip()):
+        out.add("code:exception line with prose glued on")
     return out
+
+
+def dec_index(judged: list[Any], dec: Any) -> int:
+    """The line index of the decisive line among the judged events (its first event)."""
+    return next((j.ev.line.index for j in judged if j.ev.line.msg.strip() == dec.message), -1)
 
 
 def _opens_traceback(msg: str) -> bool:

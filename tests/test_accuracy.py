@@ -17,7 +17,11 @@ FLOORS = {
     "dev": 21,
     "multinode": 4,
     "tests/corpus": 21,
-    "tests/corpus_extra": 338,
+    # 349 (all, no decoy) since a skipped TensorRT tactic is the lowest tier, a relayed message's escaped lines are
+    # unfolded, a front end answering only errors is stalled, a parent's report of a child's exception (mp.spawn's,
+    # and its SIGKILL report), a JVM's "Caused by:" chain, prose glued onto a traceback's exception line and
+    # pytest's E label are classes (sixteen more cases, each from a source no corpus used)
+    "tests/corpus_extra": 349,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -64,7 +68,7 @@ FLOORS = {
     "tests/corpus_heldout5/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 167
+SUPPORTED_FLOOR = 172
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,

@@ -217,3 +217,52 @@ def test_open_mpi_return_value_marks_the_step_above_it(rules):
     assert dec is not None and dec.line.strip() == "getting local rank failed"
     assert (dec.role, dec.category) == ("cause", "config")
     assert analyze_text("  getting local rank failed\n  all good\n", rules=rules).decisive is None
+
+
+# A JVM prints its chain outermost first: the last "Caused by:" is the innermost cause; a concurrent.futures
+# remote traceback (the child's own, printed before the parent's re-raise) and mp.spawn's report are wrappers.
+_JVM_CHAIN = """\
+Exception in thread "main" java.lang.IllegalStateException: model failed to load
+\tat ai.example.Loader.load(Loader.java:12)
+\tat ai.example.Main.main(Main.java:5)
+Caused by: ai.example.EngineException: engine init failed
+\tat ai.example.Engine.init(Engine.java:40)
+\t... 2 more
+Caused by: java.lang.OutOfMemoryError: Java heap space
+\tat java.base/java.util.Arrays.copyOf(Arrays.java:3512)
+\t... 4 more
+"""
+_JVM_UNCAUGHT = 'Exception in thread "main" java.lang.ExceptionInInitializerError\n\tat a.B.main(B.java:3)\n'
+_REMOTE = """\
+concurrent.futures.process._RemoteTraceback:
+\"\"\"
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/concurrent/futures/process.py", line 256, in _process_worker
+    r = call_item.fn(*call_item.args, **call_item.kwargs)
+  File "/w/prep.py", line 9, in shard
+    raise ValueError("shard 3 has no rows")
+ValueError: shard 3 has no rows
+\"\"\"
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/w/prep.py", line 20, in <module>
+    list(pool.map(shard, range(8)))
+ValueError: shard 3 has no rows
+"""
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        (_JVM_CHAIN, "Caused by: java.lang.OutOfMemoryError: Java heap space"),
+        (_JVM_UNCAUGHT, 'Exception in thread "main" java.lang.ExceptionInInitializerError'),
+        (_REMOTE, "ValueError: shard 3 has no rows"),
+    ],
+    ids=["jvm-last-caused-by", "jvm-uncaught-no-message", "futures-remote-traceback"],
+)
+def test_innermost_cause_of_chains_reported_by_another_process_or_runtime(rules, text, line):
+    d = analyze_text(text, rules=rules)
+    assert d.verdict == "failed" and d.decisive is not None
+    assert d.decisive.line == line and d.decisive.role == "cause", (d.decisive.line, d.decisive.role)

@@ -204,6 +204,16 @@ def _xfail(case, test: str = "json") -> list:
 
 
 PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}", marks=_xfail(c)) for c in CASES]
+
+
+def _reason_has(case) -> str | None:
+    lab = case.log.with_suffix(".json")
+    return json.loads(lab.read_text()).get("reason_has") if lab.is_file() else None
+
+
+# cases whose label says what the card must say of the decisive line (a launcher's report of a child
+# that wrote no error: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log")
+REASON_PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}") for c in CASES if _reason_has(c)]
 CARD_PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}", marks=_xfail(c, "card")) for c in CASES]
 
 
@@ -314,3 +324,13 @@ def test_card_verdict_and_decisive_line(case, probed):
         assert any(_squash(a) in _squash(card) for a in case.accepted), card
     if case.role is not None:
         assert case.role in card
+
+
+@pytest.mark.parametrize("case", REASON_PARAMS)
+def test_reason_in_json_and_on_card(case, probed):
+    """What the user reads of a launcher-only failure: the child wrote no error, where to look next."""
+    hosts, cards = probed
+    host = HOSTS[case.id]
+    want = _reason_has(case)
+    assert want in (hosts[host]["decisive"] or {}).get("reason", ""), hosts[host]["decisive"]
+    assert _squash(want) in _squash(cards[host]), cards[host]

@@ -39,7 +39,7 @@ from .rules import (
     SecondaryRule,
     Signature,
 )
-from .tracebacks import SECTION, Event, build_events
+from .tracebacks import JVM_CAUSE, SECTION, Event, build_events
 
 # tiers, best first: a cause; a weak cause (an error line of no known shape) or a peer-caused error,
 # whichever came first (an unknown error-level line after a transport error is its follow-up);
@@ -303,6 +303,7 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
             seen[j.fp] = j
         out.append(j)
     _chained_wrappers(out)
+    _jvm_causes(out)
     # what the log states on its own lines: a wrapper that quotes one of them is not the only line naming
     # the cause (RayTaskError(ActorDiedError) over the ActorDiedError Ray printed with the actor's death)
     known = " \n ".join(
@@ -358,6 +359,33 @@ def _chained_wrappers(judged: list[Judged]) -> None:
         if j.role in ("primary", "repeat") and j.line_role == CAUSE and ev.chain > head.ev.chain:
             j.line_role = WRAPPER
             j.tier = max(j.tier, REPORTER)
+
+
+def _jvm_causes(judged: list[Judged]) -> None:
+    """A JVM prints its chain outermost first: each ``Caused by: X: msg`` wraps nothing, the line before wraps it.
+
+    The exception whose report (its line, its ``at ...`` frames, a native stack its message quotes) ends right
+    where a ``Caused by:`` begins, in the same process, is that cause's wrapper; so the last ``Caused by:`` of a
+    chain, the innermost cause, is left.
+    """
+
+    def span(ev: Event) -> tuple[int, int]:
+        idx = [ln.index for ln in ev.block] or [ev.line.index]
+        return min(idx + [ev.line.index]), max(idx + [ev.line.index])
+
+    last: Judged | None = None
+    last_end = -1
+    for j in sorted(judged, key=lambda j: j.ev.line.index):
+        ev = j.ev
+        first, end = span(ev)
+        near = last is not None and ev.process == last.ev.process and 0 < first - last_end <= 3
+        if ev.kind == "exception" and j.role in ("primary", "repeat"):
+            if last is not None and near and ev.line.msg.lstrip().startswith(JVM_CAUSE) and last.line_role == CAUSE:
+                last.line_role = WRAPPER
+                last.tier = max(last.tier, REPORTER)
+            last, last_end = j, end
+        elif ev.kind == "incomplete" and near:
+            last_end = end  # a native stack quoted in the message ("Stack trace:  File ..."), then more frames
 
 
 def _nested(outer: Event, inner: Event) -> bool:
@@ -527,8 +555,11 @@ _PEER_HINT = (
 )
 _EXIT = re.compile(
     r"exitcode *: *(?P<code>-?\d+)|return code = (?P<rc>-?\d+)|exit code:? (?P<ec>-?\d+)|exit status (?P<st>\d+)"
-    r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\)|exited with code (?P<dc>\d+)"
+    r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\)|exited with code (?P<dc>\d+)|terminated with signal (?P<name>SIG[A-Z]+)"
 )
+_SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11, "SIGABRT": 6, "SIGBUS": 7, "SIGTERM": 15, "SIGINT": 2, "SIGFPE": 8}
+# torch.multiprocessing.spawn's parent names the child by its index (its local rank)
+_SPAWNED = re.compile(r"\bprocess (\d+) terminated with\b")
 
 
 def exit_of(text: str) -> tuple[int | None, int | None]:
@@ -538,6 +569,8 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
         return None, None
     if m.group("sig"):
         return None, int(m.group("sig"))
+    if m.group("name"):
+        return None, _SIGNALS.get(m.group("name"))
     raw = next(g for g in (m.group("code"), m.group("rc"), m.group("ec"), m.group("st"), m.group("dc")) if g)
     n = int(raw)
     if n < 0:
@@ -549,7 +582,7 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
 
 def _launcher_says(best: Judged, rank: int | None) -> str:
     """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
-    local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg)
+    local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg) or _SPAWNED.search(best.ev.line.msg)
     who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
     code, sig = exit_of(best.ev.line.msg)
     if sig is not None:

@@ -246,11 +246,20 @@ def _prefix(lines: list[Line]) -> re.Pattern[str] | None:
     return None
 
 
+# pytest's report of a failed test marks every line of the exception it caught with "E" and seven spaces (an
+# empty line of it with a bare "E"): a test runner's label on the program's own lines, which no log writes
+# otherwise (glog's "E1201 …" has its date there)
+_PYTEST_E = "E       "
+
+
 def _constant_label(texts: list[str]) -> str | None:
     """The one ``[label] `` every line starts with (a sidecar's or collector's), or None."""
     lines = [t for t in texts if t.strip()]
     if len(lines) < 2:
         return None
+    marked = sum(1 for t in lines[:400] if t.startswith(_PYTEST_E) or t == "E")
+    if marked >= 3 and marked >= len(lines[:400]) / 2:  # (its long lines may be cut by a terminal: half is enough)
+        return _PYTEST_E
     heads = Counter(m.group(0) for m in map(_LABEL.match, lines[:400]) if m is not None)
     words = Counter(m.group(0) for m in map(_WORD_LABEL.match, lines[:400]) if m is not None)
     if not heads and not words:
@@ -481,7 +490,7 @@ def normalise(lines: list[Line]) -> Normalised:
         changed = True
     work, streamed = _streams_joined(work)
     if streamed:
-        out.steps.append("a runner's wrapped lines joined")
+        out.steps.append("re-wrapped by a runner's console")
         changed = True
     shown: dict[int, str] = {}
     if any("\\n" in t or "][" in t for t, _, _ in work):

@@ -57,6 +57,17 @@ NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*(?:Error|Usage)\b")
 # before the closing "failed" too), a project's "X_ASSERT(expr)" after a file:line.
 ASSERT_MACRO = re.compile(r"^(?:\S+:\d+: )?[A-Z][A-Z0-9]*_ASSERT[A-Z0-9_]*(?:: \S+:\d+: \S|\()")
 
+# A JVM's exception report (Java, Scala, Kotlin: Spark, Nextflow's runtime, DJL, DL4J, Ray's Java workers):
+# "Exception in thread "main" X: msg" from the uncaught-exception handler, or a logger's "X: msg", with its
+# "\tat ..." frames; each cause it wraps follows as "Caused by: Y: msg" with its own frames ("... N more").
+# The last "Caused by:" is the innermost cause (the JVM prints the chain outermost first).
+JVM_CAUSE = "Caused by: "
+JVM_PREFIX = re.compile(r'^(?:Caused by: |Exception in thread "[^"]*" )')
+
+# A traceback's exception line with a paste's prose glued on by full-width punctuation ("AssertionError，每一步…",
+# "AssertionError，"): Python never writes those after a type, so the type ends there and the rest is the user's
+GLUED_EXC = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[\uff0c\u3002\uff01\uff1f\uff1b\u3001]")
+
 
 def frame_path(msg: str) -> str | None:
     """The file a frame line names (``FRAME``, ``CUT_FRAME`` or ``PYTEST_FRAME``), or None for any other line."""
@@ -120,6 +131,10 @@ def _shape(m: str, s: str) -> tuple[int, re.Match[str] | None]:
     em = EXC_STANDALONE.match(s)
     if em:
         return _S_EXC, em
+    if ("Caused by: " in s or "Exception in thread" in s) and (jm := JVM_PREFIX.match(s)):
+        em = EXC_STANDALONE.match(s[jm.end() :])
+        if em:
+            return _S_EXC, em
     return _OTHER, None
 
 
@@ -265,10 +280,16 @@ class _Stream:
                 self.block.append(ln)
                 self.foreign = 0
                 return
+            elif shape[0] == _S_EXC and s.startswith(JVM_CAUSE):
+                self._close()  # a JVM's next cause after a native stack it quoted: a new exception
             else:
                 em = EXC_IN_TB.match(s)
                 if em and _is_exception_type(em.group("type")):
                     self._exception(ln, em.group("type"), (em.group("msg") or "").strip())
+                    return
+                gm = GLUED_EXC.match(s)
+                if gm and _is_exception_type(gm.group("type")):
+                    self._exception(ln, gm.group("type"), "")
                     return
                 self.foreign += 1
                 if self.foreign <= MAX_FOREIGN:
