@@ -116,6 +116,28 @@ cost_bench_env() {
 }
 s() { echo "== $(date -u +%T) $* (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores)"; }
 
+# "after" is this tree; "before" is $BEFORE when it names another source tree, given this tree's copies of
+# the benches named (so both trees are measured by the same scripts). Sets AFTER and trees, prints where
+# each tree's fleetdiag comes from and the driver's version
+before_after_trees() {
+    AFTER=$PWD
+    trees="after"
+    if [ -n "${BEFORE:-}" ] && [ -d "$BEFORE" ]; then
+        trees="before after"
+        for f in "$@"; do cp "bench/$f" "$BEFORE/bench/$f"; done
+    fi
+    for t in $trees; do
+        in_tree "$t" "$PY" -c "import fleetdiag, sys; print('== $t: fleetdiag from', fleetdiag.__file__)"
+    done
+    nvidia-smi -q 2>/dev/null | grep -iE 'Driver Version|Persistence Mode|Product Name' | head -4
+}
+# in $1's tree, with its fleetdiag first on the path (the CLI, its workers and the keeper it starts)
+in_tree() {
+    t=$1
+    shift
+    if [ "$t" = before ]; then (cd "$BEFORE" && PYTHONPATH=$BEFORE "$@"); else (cd "$AFTER" && "$@"); fi
+}
+
 # the simulated hosts share the device's one driver: a stand-in nvidia-smi answers for each of them from
 # a cache of the real one's answers (bench/_simhost_nvidia_smi.sh). Returns 1 where there is no nvidia-smi.
 simhost_nvidia_smi() {

@@ -13,23 +13,8 @@ set -eu
 . "$(dirname "$0")/_device_setup.sh"
 set +e
 cost_bench_env
-AFTER=$PWD
 parts=${COST5_PARTS:-cpu profile}
-trees="after"
-if [ -n "${BEFORE:-}" ] && [ -d "$BEFORE" ]; then
-    trees="before after"
-    for f in warm_probe.py warm_profile.py cpu_floor.py _common.py; do cp "bench/$f" "$BEFORE/bench/$f"; done
-fi
-# in $1's tree, with its fleetdiag first on the path (the CLI, its workers and the keeper it starts)
-in_tree() {
-    t=$1
-    shift
-    if [ "$t" = before ]; then (cd "$BEFORE" && PYTHONPATH=$BEFORE "$@"); else (cd "$AFTER" && "$@"); fi
-}
-for t in $trees; do
-    in_tree "$t" "$PY" -c "import fleetdiag, sys; print('== $t: fleetdiag from', fleetdiag.__file__)"
-done
-nvidia-smi -q 2>/dev/null | grep -iE 'Driver Version|Persistence Mode|Product Name' | head -4
+before_after_trees warm_probe.py warm_profile.py cpu_floor.py _common.py
 
 for part in $parts; do
     case $part in
