@@ -34,6 +34,11 @@ for _var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HO
 os.environ["XDG_RUNTIME_DIR"] = str(_SESSION_DIR / "runtime")
 os.environ["HOME"] = str(_SESSION_DIR / "home")
 os.environ.pop("SSH_AUTH_SOCK", None)
+# Ctrl-C as a user's terminal sends it: a suite started in the background by a shell without job control
+# (``cmd &`` in a script, nohup) inherits SIGINT ignored, and its CLI subprocesses would inherit that too
+# (Python installs no KeyboardInterrupt handler for a signal ignored at start), so the tests that press
+# Ctrl-C would wait on a CLI that never saw it. Handled here, the signal is the default again after exec.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent
 CORPUS = ROOT / "corpus"
