@@ -328,10 +328,11 @@ def test_watch_on_an_80x24_terminal_folds_before_it_cuts_errors(fleet, tmp_path)
 
 
 def test_watch_only_streams_the_states_asked_for(fleet):
-    res = run(fleet, "watch", "all", "--jsonl", "--only", "failed", "--duration", "15", *fleet["args"][:6])
+    res = run(fleet, "watch", "all", "--jsonl", "--only", "failed", "--duration", "25", *fleet["args"][:6])
     events = [json.loads(ln) for ln in res.stdout.splitlines()]
     states = [e for e in events if e.get("event") == "state"]
-    seen = {e["host"] for e in states}  # a host still connecting when the time is up is simply not there yet
+    # a host still connecting when the time is up is simply not there yet (25 s: 50 hosts on two loaded cores)
+    seen = {e["host"] for e in states}
     assert len(seen) >= 2 and seen <= set(FAILED + CUDA + HOSTILE), states
     assert all(e["state"] == "failed" for e in states)
     assert events[-1]["event"] == "summary" and len(events[-1]["hosts"]) == 50  # the summary is the whole fleet
