@@ -444,8 +444,10 @@ _UNWINDING = re.compile(
 )  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
 
 
-# health, readiness and metrics probes: an HTTP front end answers them while its engine is dead
-_PROBE = re.compile(r'"(?:GET|HEAD) /(?:health\w*|ready\w*|live\w*|ping|metrics|v1/models|version|stats)\b[^"]*"')
+# health, readiness and metrics probes (a load balancer's, an orchestrator's): an HTTP front end answers them
+# while its engine is dead, so their answer says the front end is up, not that the engine serves
+PROBE_PATHS = r"(?:health\w*|ready\w*|live\w*|ping|metrics|v1/models|models|version|stats|favicon)\b"
+_PROBE = re.compile(r'"(?:GET|HEAD) /' + PROBE_PATHS + r'[^"]*"')
 
 
 def _normal(ln: LogLine, rules: Rules) -> bool:
@@ -777,10 +779,7 @@ def hung_engine(run: list[LogLine], rules: Rules) -> str | None:
 
 # an access log's line: the request's method and path, then the status the front end answered with
 _ACCESS = re.compile(r'"(?:GET|POST|PUT|PATCH|DELETE) (?P<path>/[^ "]*) HTTP/[0-9.]+" (?P<code>[1-5][0-9][0-9])\b')
-# a load balancer's or an orchestrator's probe: its answer says the front end is up, not that the engine serves
-_PROBE_PATH = re.compile(
-    r"^/(?:health|ping|metrics|ready|readiness|live|liveness|version|favicon|v1/models|models|stats)\b"
-)
+_PROBE_PATH = re.compile(r"^/" + PROBE_PATHS)
 FAILING_REQUESTS = 5  # the log's last requests, all answered with a server error: the engine behind does not serve
 
 
