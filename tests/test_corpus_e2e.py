@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -51,6 +51,7 @@ def _cases():
         "tests/corpus_heldout3",
         "tests/corpus_heldout4",
         "tests/corpus_heldout5",
+        "tests/corpus_heldout6",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -179,11 +180,47 @@ HELDOUT5_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 }
 
 
+# the sixth held-back set (tests/corpus_heldout6/README.md: nobody tunes on it), in the same form: each
+# case the analyzer got wrong when the set was first scored (labels of 6214bd5, two of them corrected
+# since to the written labelling rules; the analyzer of main at d52494c), with its answer; "both" where
+# the card does not show the labelled line either.
+HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "llamacpp_9352_rocm_cudamalloc_oom_compute_buffers_unable_to_load": (
+        "both",
+        "healthy (starting): llama.cpp's 'ggml_backend_cuda_buffer_type_alloc_buffer: allocating 17536.01 MiB on "
+        "device 0: cudaMalloc failed: out of memory' and the lines relaying it up to the server's 'unable to load "
+        "model' are not read as a failure",
+    ),
+    "megatron_bridge_3599_hybrid_ep_permute_cuda_assert_one_line": (
+        "both",
+        "healthy (starting): a one-line paste of glibc's assert() report 'python3: .../permute.cu:412: void "
+        "permute_launcher(PermuteArgs) [...]: Assertion 'args.output_tokens_ptr != nullptr' failed.' is not read "
+        "as a failure",
+    ),
+    "sglang_36333_state_deleted_then_health_check_failed_detokenizer_20s": (
+        "both",
+        "healthy (starting): SGLang's repeated 'Health check failed. Server couldn't get a response from "
+        "detokenizer for last 20 seconds.' after the orphan request's notices is not read as a failure",
+    ),
+    "tensorrt_llm_9263_failed_to_initialize_executor_rank0_nccl_invalid_usage_record": (
+        "json",
+        "line right, category other (labelled nccl): the relayed '[TensorRT-LLM][ERROR] Assertion failed: Failed, "
+        "NCCL error .../ncclCommunicator.cpp:90 'invalid usage (run with NCCL_DEBUG=WARN for details)''",
+    ),
+    "tensorrt_llm_qwentrtllm_123_run_py_mpisize_tp_pp_assertion": (
+        "both",
+        "the unfolded exception's head 'RuntimeError:' with category other, not the record under it "
+        "'[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp' (config)",
+    ),
+}
+
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
     "tests/corpus_heldout4": HELDOUT4_KNOWN_WRONG,
     "tests/corpus_heldout5": HELDOUT5_KNOWN_WRONG,
+    "tests/corpus_heldout6": HELDOUT6_KNOWN_WRONG,
 }
 
 
