@@ -4,9 +4,12 @@ nothing that can hang (ps, nvidia-smi, the kernel part) runs while lines are hel
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,35 @@ def test_the_probe_answer_leaves_in_a_write_per_section(tmp_path):
     assert writes[2].startswith('"S\\ttail')
     assert writes[3].startswith('"F\\tlogline') and writes[4].startswith('"K\\t')
     assert writes[-1].startswith('"M\\tclock') and f"{mark} end" in writes[-1]
+
+
+def test_a_hung_ps_leaves_the_funnel_sections_already_written(tmp_path):
+    """The serving facts' ``ps`` (a process stuck in the kernel makes ps block reading /proc) runs after the
+    funnel's last write: while it hangs, every section of the funnel has already left the host."""
+    log = tmp_path / "run.log"
+    log.write_bytes(DEMO.read_bytes())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ran = tmp_path / "ps-ran"
+    (bin_dir / "ps").write_text(f"#!/bin/sh\n: > {ran}\nexec sleep 30\n")
+    (bin_dir / "ps").chmod(0o755)
+    settings = ProbeSettings(facts=True, kernel=False, path_prepend=str(bin_dir))
+    cmd, mark = probe_command(Host(name="h"), LogSource("file", str(log)), str(log), settings, load_rules())
+    p = subprocess.Popen(["sh", "-c", cmd], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ran.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ran.exists(), "ps never ran"
+        time.sleep(0.3)  # what was written before ps is in the pipe: read it without waiting for more
+        os.set_blocking(p.stdout.fileno(), False)
+        got = p.stdout.read() or b""
+        assert p.poll() is None  # still in ps
+        text = got.decode()
+        assert f"{mark} end" not in text and "F\t" not in text, text[-500:]  # the facts: after ps
+        fr = funnel.parse_output(text, mark)
+        assert fr.status == "ok" and fr.hits and fr.tail and len(fr.tags) >= 2, text[-2000:]
+        assert {ln.text for ln in fr.context} and "S\tctx\t" in text
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
