@@ -1,5 +1,5 @@
 #!/bin/bash
-# #27, fifth pass, on the lent GPU host: this tree ("after") beside $BEFORE (another source tree, "before"),
+# #27, fifth and sixth passes, on the lent GPU host: this tree ("after") beside $BEFORE (another source tree, "before"),
 # each measured with this tree's bench scripts, in one call. Parts (COST5_PARTS, words, in this order):
 #   cpu     bench/cpu_floor.py at COST5_CPU_HOSTS (600) hosts: the warm CLI row per tree beside clush, and
 #           (after only) asyncssh's kept-connection exec as the probe's answer comes and written at once
@@ -16,6 +16,18 @@ cost_bench_env
 parts=${COST5_PARTS:-cpu profile}
 before_after_trees warm_probe.py warm_profile.py cpu_floor.py _common.py
 
+# before each tree's row: the simulated hosts of the row before wind down first (the 1-minute load under
+# COST5_SETTLE_LOAD, 4, or COST5_SETTLE_S seconds, 60, at most), so the second tree does not run on the
+# first one's load
+settle() {
+    n=0
+    while [ "$n" -lt "${COST5_SETTLE_S:-60}" ] &&
+        awk -v m="${COST5_SETTLE_LOAD:-4}" '{ exit !($1 >= m) }' /proc/loadavg; do
+        sleep 5
+        n=$((n + 5))
+    done
+}
+
 for part in $parts; do
     case $part in
     warm)
@@ -29,6 +41,7 @@ for part in $parts; do
     cpu)
         simhost_nvidia_smi || true # the simulated hosts share one driver: a stand-in answers for it
         for t in $trees; do
+            settle
             only=warm
             [ "$t" = after ] && only=warm,kept
             s "controller CPU per host, warm, ${COST5_CPU_HOSTS:-600} hosts, $t"
@@ -40,6 +53,7 @@ for part in $parts; do
     profile)
         simhost_nvidia_smi || true
         for t in $trees; do
+            settle
             s "warm sweep CPU apart (CLI, keeper), ${COST5_PROFILE_HOSTS:-200} hosts, $t"
             in_tree "$t" env PATH="$VENV/bin:$PATH" timeout "${COST5_PROFILE_S:-120}" "$PY" bench/warm_profile.py \
                 --plain --hosts "${COST5_PROFILE_HOSTS:-200}" --fanout 64 --json-out "$OUTDIR/profile_$t.json" 2>&1 |

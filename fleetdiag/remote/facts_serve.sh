@@ -30,9 +30,14 @@ fd_serve() {
     fd_f serve_environ unreadable
   fi
 }
-fd_serve
-if [ -n "$rp" ] && [ -n "$f" ]; then
-  s=$rp; [ "${start:-0}" -gt "$s" ] && s=$start
-  $TO tail -c "+$((s + 1))" "$f" 2>/dev/null | head -c "$FD_FSCAN" | tr -d '\000\r' |
-    grep -a -E -m 3 -e "$FD_LOGRE" 2>/dev/null | cut -c1-6144 | while IFS= read -r l; do fd_f logline "$l"; done
-fi
+# Held and written at once (each write is a packet for the controller): ps runs first, before any line,
+# and each read after it is under the facts' time limit.
+fd_serve_o=$(
+  fd_serve
+  if [ -n "$rp" ] && [ -n "$f" ]; then
+    s=$rp; [ "${start:-0}" -gt "$s" ] && s=$start
+    $TO tail -c "+$((s + 1))" "$f" 2>/dev/null | head -c "$FD_FSCAN" | tr -d '\000\r' |
+      grep -a -E -m 3 -e "$FD_LOGRE" 2>/dev/null | cut -c1-6144 | while IFS= read -r l; do fd_f logline "$l"; done
+  fi
+)
+[ -z "$fd_serve_o" ] || printf '%s\n' "$fd_serve_o"

@@ -153,8 +153,10 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
     }
     if not spec.side:
         return remote.script(env, _PRELUDE, _BODY, _SOURCE, spec.extra, spec.last, _END)
+    # the end marker inside the group, right after what it holds last (remote/end.sh writes both at once):
+    # the side's output is all in once ``cat`` has read its pipe to the end
     return remote.script(
-        env, _PRELUDE, "{\n", spec.side, "} | {\n", _BODY, _SOURCE, spec.extra, "cat\n", spec.last, "}\n", _END
+        env, _PRELUDE, "{\n", spec.side, "} | {\n", _BODY, _SOURCE, spec.extra, "cat\n", spec.last, _END, "}\n"
     )
 
 

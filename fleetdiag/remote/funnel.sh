@@ -13,8 +13,14 @@ fi
 T=$(printf '\t')
 NL='
 '
-m() { printf 'M\t%s\t%s\n' "$1" "$2"; }
-x() { printf 'X\t%s\n' "$1"; }
+# Each write the host makes reaches the controller as an SSH packet of its own, and every packet costs it
+# CPU: the funnel holds a section's lines in $fd_o (while $fd_hold is set, m and x append there) and
+# writes the section at once (fd_w). Nothing that can hang in the kernel (ps, nvidia-smi, a kernel read)
+# runs while lines are held: those parts come after the funnel's last write.
+fd_o=; fd_hold=
+m() { if [ -n "$fd_hold" ]; then fd_o=$fd_o"M$T$1$T$2$NL"; else printf 'M\t%s\t%s\n' "$1" "$2"; fi; }
+x() { if [ -n "$fd_hold" ]; then fd_o=$fd_o"X$T$1$NL"; else printf 'X\t%s\n' "$1"; fi; }
+fd_w() { [ -z "$fd_o" ] || printf '%s' "$fd_o"; fd_o=; }
 # -v: od would print a repeated 16-byte line as '*'
 hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
 secs() { date +%s; }
@@ -33,9 +39,8 @@ fd_from() {
   elif [ "$1" -lt 2147483647 ]; then $TO tail -c "+$(( $1 + 1 ))" "$r"
   else $TO dd if="$r" bs=65536 skip=$(( $1 / 65536 )) 2>/dev/null | tail -c "+$(( $1 % 65536 + 1 ))"; fi
 }
-# The begin marker and the first facts in one write: each write the host makes reaches the controller as
-# a packet of its own, and every packet costs it CPU (the lines below fold a section's marker line into
-# the write of its section the same way).
+# The begin marker and the first facts in one write, before anything reads the log (a hung mount shows
+# as a begun, cut answer, not as no answer).
 printf '%s begin %s\nM\tnow\t%s\nM\tpid\t%s\nM\ttools\t%s\nM\tnice\t%s\nM\tioclass\t%s\n' "$FD_MARK" "$FD_VERSION" \
   "$(secs)" $$ "$(command -v timeout >/dev/null 2>&1 && echo timeout) $(command -v ionice >/dev/null 2>&1 && echo ionice)" \
   "$(nice 2>/dev/null)" "$(ionice -p $$ 2>/dev/null)"
@@ -51,7 +56,9 @@ fd_why() {
     fi
   done
 }
-fd_log() {
+# The log's facts are held and leave with the keyword pass's write (fd_scan), or at the end when no pass runs.
+fd_log() { fd_hold=1; fd_log_held; fd_hold=; fd_w; }
+fd_log_held() {
   f=
   oifs=$IFS; IFS=''
   if [ -n "$FD_LOGLIT" ]; then set -- "$FD_LOG"; else set -- $FD_LOG; fi
@@ -85,15 +92,18 @@ fd_log() {
   st=$(stat -L -c '%s %Y %i' "$r" 2>/dev/null)
   ino=
   if [ -n "$st" ]; then
-    set -- $st; size=$1; ino=$3; printf 'M\tmtime\t%s\nM\tinode\t%s\n' "$2" "$3"
+    set -- $st; size=$1; ino=$3; m mtime "$2"; m inode "$3"
   else
     size=$(wc -c <"$r" | tr -d ' ')
     mt=$(date -r "$f" +%s 2>/dev/null) && m mtime "$mt"
   fi
   fd_scan
 }
-# The passes over the pinned file ($r) or the stream buffer ($fd_s set, $size known).
-fd_scan() {
+# The passes over the pinned file ($r) or the stream buffer ($fd_s set, $size known), in two writes: the
+# log's facts with the keyword pass, then the tail, head and context passes together (each pass reads the
+# log under the remote time limit, so the second write waits at most for those limits).
+fd_scan() { fd_hold=1; fd_scan_held; fd_hold=; fd_w; }
+fd_scan_held() {
   m size "$size"
   if [ "$size" -eq 0 ]; then m status empty; fd_close; return; fi
   # Binary (a .gz a glob caught, a core file): control bytes beyond tab, newline, CR and ESC
@@ -167,21 +177,28 @@ fd_scan() {
   if [ "$start" -gt 0 ] && [ "$start" -eq "$cap" ] && [ "$(fd_from "$start" | head -c "$FD_MAXLINE" | fd_nl | tr -cd '\n' | wc -c | tr -d ' ')" -eq 0 ]; then
     wx="X${T}the scan window (last $FD_SCAN bytes) starts inside a line longer than $FD_MAXLINE bytes: the part of it before the window was not searched$NL"
   fi
-  printf 'M\twindow\t%s\n%s%s\n' "$start" "$wx" "$p1"
+  fd_o="${fd_o}M${T}window$T$start$NL$wx$p1$NL"
   late "$t0" "keyword pass"
+  fd_w
   rp=0
   case "$NL$p1" in *"${NL}M${T}run_start${T}"*) rp=${p1#*M"$T"run_start"$T"}; rp=${rp%%"$NL"*} ;; esac
   tb=$FD_TB; [ "$size" -lt "$tb" ] && tb=$size
-  t0=$(secs)
-  fd_tailpass
-  late "$t0" "tail pass"
-  if [ -n "$FD_EP" ]; then
+  # Captured whole (it always ends with one newline: the tail pass prints its section line at least).
+  fd_rest=$(
+    fd_hold=
     t0=$(secs)
-    fd_headpass
-    late "$t0" "head pass"
-  fi
-  fd_ctxpasses
-  fd_changed
+    fd_tailpass
+    late "$t0" "tail pass"
+    if [ -n "$FD_EP" ]; then
+      t0=$(secs)
+      fd_headpass
+      late "$t0" "head pass"
+    fi
+    fd_ctxpasses
+    fd_changed
+  )
+  [ -z "$fd_rest" ] || fd_o=$fd_o$fd_rest$NL
+  fd_w
   fd_close
 }
 fd_win() { if [ "$start" -gt 0 ]; then fd_from "$start"; else fd_all; fi; }
