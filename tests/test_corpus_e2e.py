@@ -143,29 +143,10 @@ HELDOUT5_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "a decoy: TGI's 'Shard complete standard error output:' header (empty) over the signal line 'Shard "
         "process was signaled to shutdown with signal 4 rank=0'",
     ),
-    "other_xinference_2486_timed_out_waiting_for_clients_1_of_2": (
-        "json",
-        "line right, category other (labelled network) and role cause: Xinference's 'Timed out after 601 "
-        "seconds waiting for clients. 1/2 clients joined.'",
-    ),
     "other_xinference_3135_failed_to_launch_model_detail_keyerror_two_lines": (
         "json",
         "line right, category other (labelled python): Xinference's 'Failed to launch model, detail: [...] "
         "'reasoning_content'' quoting a bare KeyError",
-    ),
-    "other_xinference_5302_iso_failed_to_load_model_traceback_cut": (
-        "json",
-        "the cut traceback's last frame line 'File \"xoscar/core.pyx\", line 527, ...', not the ERROR line "
-        "'Failed to load model qwen3-rep0' of Xinference's ISO-time format",
-    ),
-    "ray_serve_53267_replica_engine_dead_request_failure": (
-        "both",
-        "the request traceback's last frame 'async for llm_response in self.engine.generate(llm_request):', "
-        "not the EngineDeadError line above it",
-    ),
-    "sglang_2468_served_404_then_warmup_502_assert_killed": (
-        "json",
-        'line right, category python (labelled network): the warmup\'s "AssertionError: res=<Response [502]>"',
     ),
     "tensorrt_llm_triton_7950_unload_then_failed_to_load_all_models": (
         "both",

@@ -80,6 +80,13 @@ _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
 # TensorRT's own loggers (trtexec, polygraphy) after their "[05/21/2024-16:18:49] ": "[E] ", "[W] ", "[I] "
 _BRACKET_LETTER = _p(r"\[(?P<level>[EWIF])\] ")
 _ISO_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?=\S)")
+# Python logging's level word beside a full date, either side: "%(levelname)s %(asctime)s" (Ray Serve's
+# "ERROR 2024-09-19 08:23:55,732 controller 528 -- ..."), and "%(asctime)s %(levelname)s" ("2026-08-07T18:25:43.623Z
+# ERROR xinference.core.worker pid:41 ..."; only right after the time, where a level word is the header's)
+_LEVEL_ISO = _p(
+    r"(?P<level>" + _LVL + r") +(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) +(?=\S)"
+)
+_LEVEL_WORD = _p(r"(?P<level>" + _LVL + r") +(?=\S)")
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
 # nccl-tests name the host before their failure lines: "node7: Test NCCL failure common.cu:959 '...'"
 _NCCL_TESTS = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*): (?=Test (?:NCCL|CUDA) failure )")
@@ -125,7 +132,7 @@ _SYSLOG = _p(
     r"(?P<tag>[\w.@/-]+\[\d+\]): "
 )
 
-_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _SYSLOG, _NCCL, _LOGGER_PID_LEVEL)
+_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _LEVEL_ISO, _SYSLOG, _NCCL, _LOGGER_PID_LEVEL)
 _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "(": (_PAREN_TAG, _RAY_SYS, _ASCEND_PID),
     "[": (
@@ -165,6 +172,7 @@ _GROUPS = {
         _UNIT_PID,
         _UNIT_PID_START,
         _PAREN_COMPONENT,
+        _LEVEL_WORD,
         *{r for v in _DISPATCH.values() for r in v},
     )
 }
@@ -288,6 +296,7 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
     time: str | None = None
     source: str | None = None
     relay = False  # a front-end's "[Info] " was peeled: its component may follow
+    after_time = -1  # where a full date peeled by _ISO_TIME ended: a level word may follow it
     i, n = 0, len(s)
     for step in range(12):
         if i >= n:
@@ -326,7 +335,9 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 m = rx.match(s, i)
                 if m is not None:
                     break
-            else:
+            if m is None and i == after_time and level is None and c in "CDEFIW":
+                m = _LEVEL_WORD.match(s, i)  # "<date> ERROR <logger> ...": the header's level after its time
+            if m is None:
                 for rx, at_start in extra_tags:
                     if at_start and i:
                         continue
@@ -342,6 +353,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 if i < n and s[i] == " " and not m.group(0)[-1:].isspace():
                     i += 1
                 continue
+        if m.re is _ISO_TIME:
+            after_time = m.end()
         if m.re is _BRACKET_LEVEL_TITLE:
             relay = True
             lv = _RELAY_LEVEL.get(m.group("relay"))

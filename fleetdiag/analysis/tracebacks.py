@@ -351,12 +351,23 @@ class _Stream:
             self.block = ([prev] if prev is not None else []) + [ln]
             self.state, self.foreign, self.truncated = _TB, 0, False
             return
-        self._flush_pending()
         if kind == _S_FRAME:
-            self.header = self.header_line = None
-            self.block = [ln]
+            # frames printed without their "Traceback (most recent call last):" head (Ray Serve's request handler
+            # logs the stack under its error line; a paste may drop the head): the error line right above is
+            # their header, as it is a traceback's
+            prev = (
+                self.pending
+                if self.pending is not None and self.pending is self.last and adjacent(self.last, ln)
+                else None
+            )
+            self.pending = None if prev is not None else self.pending
+            self._flush_pending()
+            self.header = prev.msg.strip() if prev is not None else None
+            self.header_line = prev
+            self.block = ([prev] if prev is not None else []) + [ln]
             self.state, self.foreign, self.truncated = _TB, 0, True
             return
+        self._flush_pending()
         if kind == _S_TERM:
             tm = match
             assert tm is not None
