@@ -363,3 +363,16 @@ def test_failed_to_load_summary_loses_to_the_load_error_before_it(rules, text, l
     d = analyze_text(text, rules=rules)
     assert d.decisive is not None and line in d.decisive.line, d.decisive.line
     assert d.decisive.role == "cause"
+
+
+def test_a_child_the_supervisor_restarted_and_that_serves_again_is_healthy(rules):
+    # llama-swap stopping a child at its TTL (or restarting a crashed one) and then answering requests
+    text = "[INFO] <qwen> Unloading model, TTL of 300s reached\n"
+    text += "[WARN] <qwen> ExitError >> signal: killed, exit code: -1\n"
+    text += "".join(
+        f'[INFO] Request 10.0.1.135 "POST /v1/chat/completions HTTP/1.1" 200 15667 "axios/1.8.4" 19{k}.3ms\n'
+        for k in range(3)
+    )
+    d = analyze_text(text, rules=rules)
+    assert d.verdict == "healthy", (d.verdict, d.decisive)
+    assert analyze_text(text.split("[INFO] Request")[0], rules=rules).verdict == "failed"
