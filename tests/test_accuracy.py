@@ -21,8 +21,9 @@ FLOORS = {
     # unfolded, a front end answering only errors is stalled, a parent's report of a child's exception (mp.spawn's,
     # and its SIGKILL report), a JVM's "Caused by:" chain, prose glued onto a traceback's exception line and
     # pytest's E label are classes (sixteen more cases, each from a source no corpus used); 360 with eleven more:
-    # error lines over cut tracebacks, engine deaths behind a request's failure, join timeouts, gateway warm-ups
-    "tests/corpus_extra": 360,
+    # error lines over cut tracebacks, engine deaths behind a request's failure, join timeouts, gateway warm-ups;
+    # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load"
+    "tests/corpus_extra": 367,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -58,8 +59,10 @@ FLOORS = {
     # measured (commit 72896ac's labels, the analyzer of main at 56cd654); its two kernel logs 1 of 2; 27 since a
     # logger's error line over a cut traceback (any header that carries a level), a request's failure after the
     # engine died, and the categories of join timeouts and gateway-answered warm-ups are classes (made on
-    # tests/corpus_extra's logs from Ray, vLLM, SGLang, metaseq and PyTorch reports: informed for those classes)
-    "tests/corpus_heldout5": 27,
+    # tests/corpus_extra's logs from Ray, vLLM, SGLang, metaseq and PyTorch reports: informed for those classes);
+    # 29 since a supervisor's report of its child's exit is a launcher and a server's "failed to load" summary is
+    # decisive alone (both made on tests/corpus_extra's logs: informed, tests/corpus_heldout5/README.md)
+    "tests/corpus_heldout5": 29,
     # the sixth held-back set, never tuned on (tests/corpus_heldout6/README.md): 22 of 28 and no decoy when first
     # measured (commit 6214bd5's labels, the analyzer of main at d52494c), 23 once two labels that broke written
     # labelling rules were corrected (their `why` says which); its three kernel logs 3 of 3
@@ -77,7 +80,7 @@ FLOORS = {
     "tests/corpus_heldout6/kernel": 3,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 175
+SUPPORTED_FLOOR = 178
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,

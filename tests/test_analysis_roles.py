@@ -266,3 +266,113 @@ def test_innermost_cause_of_chains_reported_by_another_process_or_runtime(rules,
     d = analyze_text(text, rules=rules)
     assert d.verdict == "failed" and d.decisive is not None
     assert d.decisive.line == line and d.decisive.role == "cause", (d.decisive.line, d.decisive.role)
+
+
+# ---- a supervisor's report that its native child exited (issue #22: never healthy, never over the child's error)
+_TABBY = (
+    "2026-12-01T10:00:01.000001Z  WARN llama_cpp_server::supervisor: crates/llama-cpp-server/src/supervisor.rs:98: "
+    'llama-server <chat> exited with status code 1, args: `Command { std: "/usr/local/bin/llama-server" }`\n'
+)
+_TABBY_RELAY = (
+    "2026-12-01T10:00:01.000002Z  WARN llama_cpp_server::supervisor: crates/llama-cpp-server/src/supervisor.rs:110: "
+    "<chat>: /usr/local/bin/llama-server: error while loading shared libraries: libcuda.so.1: cannot open shared "
+    "object file: No such file or directory\n"
+)
+_SWAP = "[INFO] <qwen> Starting process\n[WARN] <qwen> ExitError >> signal: aborted (core dumped), exit code: -1\n"
+_OLLAMA = (
+    'time=2026-12-01T10:00:01.000Z level=ERROR source=sched.go:451 msg="error loading llama server" '
+    'error="llama runner process has terminated: signal: killed"\n'
+)
+_TGI_SIGILL = (
+    "2026-12-01T10:00:01.000001Z ERROR shard-manager: text_generation_launcher: Shard process was signaled to "
+    "shutdown with signal 4 rank=0\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text, line, reason, category",
+    [
+        (_TABBY, "exited with status code 1", "a child process exited with code 1 and wrote no error", "other"),
+        (_SWAP, "ExitError >> signal: aborted", "died with SIGABRT (-6) and wrote no error", "other"),
+        (_OLLAMA, "runner process has terminated: signal: killed", "died with SIGKILL (-9) and wrote no error", "oom"),
+        (_TGI_SIGILL, "signaled to shutdown with signal 4", "died with SIGILL (-4) and wrote no error", "other"),
+    ],
+    ids=["tabby-status-code", "go-exiterror-signal", "ollama-runner-killed", "tgi-shard-signal-4"],
+)
+def test_supervisor_report_of_a_silent_child_is_decisive_and_says_so(rules, text, line, reason, category):
+    d = analyze_text(text, rules=rules)
+    assert d.verdict == "failed" and d.decisive is not None
+    assert line in d.decisive.line and d.decisive.role == "launcher"
+    assert reason in d.decisive.reason, d.decisive.reason
+    assert d.decisive.category == category
+
+
+def test_child_error_relayed_after_the_supervisor_report_wins(rules):
+    d = analyze_text(_TABBY + _TABBY_RELAY, rules=rules)
+    assert d.decisive is not None and d.decisive.role == "cause"
+    assert "error while loading shared libraries: libcuda.so.1" in d.decisive.line
+    assert d.decisive.category == "import"
+
+
+def test_a_supervisor_line_logged_at_debug_is_not_a_failure(rules):
+    # llama-swap logs Go's cmd.Wait() result at DEBUG also when it stopped the child itself (a model swap)
+    text = "[DEBUG] <qwen> Process timed out waiting to stop, sending KILL signal\n"
+    text += "[DEBUG] <qwen> cmd.Wait() returned error: signal: killed\n"
+    assert analyze_text(text, rules=rules).verdict == "healthy"
+
+
+# ---- an inference server's final "failed to load" summary: decisive only when it is the only error
+_TRITON_FINAL = (
+    "I1201 10:00:01.000001 1 server.cc:267] Timeout 29: Found 0 live models and 0 in-flight non-inference requests\n"
+    "error: creating server: Internal - failed to load all models\n"
+)
+_TRITON_E = (
+    "E1201 10:00:00.900001 1 model_lifecycle.cc:621] failed to load 'yolo' version 1: Internal: unable to create "
+    "TensorRT engine\n"
+)
+_TGI_TB = """\
+2026-12-01T10:00:00.000001Z ERROR shard-manager: text_generation_launcher: Shard complete standard error output:
+
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/text_generation_server/server.py", line 235, in serve
+    model = get_model(
+ValueError: Unsupported model type llava_next
+ rank=0
+2026-12-01T10:00:00.100001Z ERROR text_generation_launcher: Shard 0 failed to start
+2026-12-01T10:00:00.100002Z  INFO text_generation_launcher: Shutting down shards
+Error: ShardCannotStart
+"""
+
+
+def test_failed_to_load_summary_alone_is_decisive(rules):
+    d = analyze_text(_TRITON_FINAL, rules=rules)
+    assert d.verdict == "failed" and d.decisive is not None
+    assert d.decisive.line == "error: creating server: Internal - failed to load all models"
+    assert "a model failed to load" in d.decisive.reason and "wrote no error" not in d.decisive.reason
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        (_TRITON_E + _TRITON_FINAL, "failed to load 'yolo' version 1: Internal: unable to create TensorRT engine"),
+        (_TGI_TB, "ValueError: Unsupported model type llava_next"),
+    ],
+    ids=["triton-e-line", "tgi-shard-traceback"],
+)
+def test_failed_to_load_summary_loses_to_the_load_error_before_it(rules, text, line):
+    d = analyze_text(text, rules=rules)
+    assert d.decisive is not None and line in d.decisive.line, d.decisive.line
+    assert d.decisive.role == "cause"
+
+
+def test_a_child_the_supervisor_restarted_and_that_serves_again_is_healthy(rules):
+    # llama-swap stopping a child at its TTL (or restarting a crashed one) and then answering requests
+    text = "[INFO] <qwen> Unloading model, TTL of 300s reached\n"
+    text += "[WARN] <qwen> ExitError >> signal: killed, exit code: -1\n"
+    text += "".join(
+        f'[INFO] Request 10.0.1.135 "POST /v1/chat/completions HTTP/1.1" 200 15667 "axios/1.8.4" 19{k}.3ms\n'
+        for k in range(3)
+    )
+    d = analyze_text(text, rules=rules)
+    assert d.verdict == "healthy", (d.verdict, d.decisive)
+    assert analyze_text(text.split("[INFO] Request")[0], rules=rules).verdict == "failed"

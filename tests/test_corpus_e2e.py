@@ -118,11 +118,6 @@ HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # case the analyzer got wrong when the set was first scored (labels of 72896ac, the analyzer of main at
 # 56cd654), with its answer; "both" where the card does not show the labelled line either.
 HELDOUT5_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "llamacpp_tabbyml_4156_supervisor_llama_server_exit_status_recent_errors": (
-        "both",
-        "healthy: Tabby's supervisor WARN 'llama-server <completion> exited with status code -1073740791' "
-        "over the server's quoted load output is not read as a failure",
-    ),
     "other_marian_translations_1002_taskcluster_cuda_error_999_file_line": (
         "both",
         "healthy: Marian's \"Error: CUDA error 999 'unknown error' - .../algorithm.cu:54: cudaStreamSynchronize(0)\" "
@@ -147,11 +142,6 @@ HELDOUT5_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "json",
         "line right, category other (labelled python): Xinference's 'Failed to launch model, detail: [...] "
         "'reasoning_content'' quoting a bare KeyError",
-    ),
-    "tensorrt_llm_triton_7950_unload_then_failed_to_load_all_models": (
-        "both",
-        "healthy: Triton's exit line 'error: creating server: Internal - failed to load all models' after "
-        "the unload lines is not read as a failure",
     ),
     "torch_msswift_6107_quoted_rank10_nccl_error_then_ibv_reg_mr_warn": (
         "both",

@@ -558,8 +558,23 @@ _PEER_HINT = (
 _EXIT = re.compile(
     r"exitcode *: *(?P<code>-?\d+)|return code = (?P<rc>-?\d+)|exit code:? (?P<ec>-?\d+)|exit status (?P<st>\d+)"
     r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\)|exited with code (?P<dc>\d+)|terminated with signal (?P<name>SIG[A-Z]+)"
+    # a supervisor's report of its child: "exited with status code 1", Go's os/exec "signal: aborted (core
+    # dumped)", TGI's "signaled to shutdown with signal 4"
+    r"|exited with status code (?P<sc>-?\d+)|\bsignal: (?P<go>killed|aborted|segmentation fault|bus error"
+    r"|illegal instruction|terminated|interrupt)\b|with signal (?P<num>\d+)\b"
 )
+# an inference server's summary that a model failed to load (rules.yaml): a launcher-tier line that reports no exit
+MODEL_LOAD_FAILED = "model-load-failed"
 _SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11, "SIGABRT": 6, "SIGBUS": 7, "SIGTERM": 15, "SIGINT": 2, "SIGFPE": 8}
+_GO_SIGNALS = {  # Go's names of the signals (syscall.Signal.String)
+    "killed": 9,
+    "aborted": 6,
+    "segmentation fault": 11,
+    "bus error": 7,
+    "illegal instruction": 4,
+    "terminated": 15,
+    "interrupt": 2,
+}
 # torch.multiprocessing.spawn's parent names the child by its index (its local rank)
 _SPAWNED = re.compile(r"\bprocess (\d+) terminated with\b")
 
@@ -573,8 +588,16 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
         return None, int(m.group("sig"))
     if m.group("name"):
         return None, _SIGNALS.get(m.group("name"))
-    raw = next(g for g in (m.group("code"), m.group("rc"), m.group("ec"), m.group("st"), m.group("dc")) if g)
+    if m.group("go"):
+        return None, _GO_SIGNALS[m.group("go")]
+    if m.group("num"):
+        return None, int(m.group("num"))
+    raw = next(
+        g for g in (m.group("code"), m.group("rc"), m.group("ec"), m.group("st"), m.group("dc"), m.group("sc")) if g
+    )
     n = int(raw)
+    if m.group("sc"):
+        return n, None  # a supervisor's status code is the child's code (Windows' are negative NTSTATUS values)
     if n < 0:
         return None, -n
     if n > 128 and (m.group("st") or m.group("dc")):
@@ -587,6 +610,11 @@ def _launcher_says(best: Judged, rank: int | None) -> str:
     local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg) or _SPAWNED.search(best.ev.line.msg)
     who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
     code, sig = exit_of(best.ev.line.msg)
+    if best.sig is not None and best.sig.name == MODEL_LOAD_FAILED:
+        return (
+            "the server reports that a model failed to load, and the load error it sums up is not in the lines "
+            "read: see its log from the start of the load"
+        )
     if sig is not None:
         name = signal_name(sig)
         where = {
