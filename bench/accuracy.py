@@ -466,8 +466,7 @@ CODE_RULES = {
     "code:health probes are not progress": "`GET /health 200` after an error does not make it survived",
     "code:normalise: service prefix removed": "a log service's timestamp and severity on every line",
     "code:normalise: newest-first order reversed": "an export printed newest first",
-    "code:normalise: re-wrapped lines joined": "lines a terminal, a paste or a runner's console cut at its width",
-    "code:normalise: word-wrapped lines joined": "a console logger's records wrapped at its width by words",
+    "code:normalise: re-wrapped lines joined": "lines a terminal, a paste or a console cut (or wrapped by words) at its width",
     "code:normalise: service column removed": "one docker compose service's column on every line",
     "code:normalise: line label removed": "a sidecar's, collector's or launcher's constant label on every line",
     "code:normalise: markdown removed": "a paste's fences, quotes, inline code, tags, bold or elisions",
@@ -542,10 +541,7 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
     out: set[str] = set()
     norm = normalise(split_text(text))
     for step in norm.steps:
-        if "word-wrapped" in step:
-            out.add("code:normalise: word-wrapped lines joined")
-        else:
-            out.add("code:normalise: re-wrapped lines joined" if "re-wrapped" in step else f"code:normalise: {step}")
+        out.add("code:normalise: re-wrapped lines joined" if "re-wrapped" in step else f"code:normalise: {step}")
     sec = d.secondary or {}
     if decide.OTHER_RANKS in sec:
         out.add("code:launcher summary's other ranks")

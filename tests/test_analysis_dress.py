@@ -442,7 +442,7 @@ def test_a_rich_console_word_wrap_behind_compose_is_joined(rules) -> None:
     assert max(map(len, parts)) <= 80 and len(parts) > len(records)
     log = "".join(f"tabbyapi-1  | {p}\n" for p in parts)
     norm = normalise(split_text(log))
-    assert any(s.startswith("lines word-wrapped at") for s in norm.steps), norm.steps
+    assert any(s.startswith("lines re-wrapped by words at") for s in norm.steps), norm.steps
     assert [ln.text for ln in norm.lines] == records
     d = analyze_text(log, rules=rules)
     assert d.decisive is not None and d.decisive.category == "oom"
@@ -450,4 +450,4 @@ def test_a_rich_console_word_wrap_behind_compose_is_joined(rules) -> None:
     assert d.decisive.line.startswith("tabbyapi-1  | ERROR:    RuntimeError:")
     # no console wrapped this: lines of many lengths, none just short of the longest
     plain = "INFO step one of the run is done and the next one starts now\nthe end\n" * 3
-    assert not any("word-wrapped" in s for s in normalise(split_text(plain)).steps)
+    assert not any("by words" in s for s in normalise(split_text(plain)).steps)

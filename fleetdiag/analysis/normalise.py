@@ -537,7 +537,7 @@ def normalise(lines: list[Line]) -> Normalised:
             if cut:
                 out.steps.append(f"lines re-wrapped at {width} columns joined")
             if by_words:
-                out.steps.append(f"lines word-wrapped at {words} columns joined")
+                out.steps.append(f"lines re-wrapped by words at {words} columns joined")
             changed = True
     own = [_SYSLOG.sub("", t, count=1) if "]: " in t[:160] else t for t, _, _ in work]
     if _newest_first(own, [st for _, _, st in work]):
