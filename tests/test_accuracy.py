@@ -20,8 +20,10 @@ FLOORS = {
     # 349 (all, no decoy) since a skipped TensorRT tactic is the lowest tier, a relayed message's escaped lines are
     # unfolded, a front end answering only errors is stalled, a parent's report of a child's exception (mp.spawn's,
     # and its SIGKILL report), a JVM's "Caused by:" chain, prose glued onto a traceback's exception line and
-    # pytest's E label are classes (sixteen more cases, each from a source no corpus used)
-    "tests/corpus_extra": 349,
+    # pytest's E label are classes (sixteen more cases, each from a source no corpus used); 356 with seven more
+    # (a CI runner's stamp on every line, one compose service's column, a console logger's word-wrapped records,
+    # Marian's CUDA checks)
+    "tests/corpus_extra": 356,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -54,8 +56,10 @@ FLOORS = {
     # escaped newlines) is unfolded into lines of its own (made on tensorrtllm_backend #712, TensorRT-LLM #2419)
     "tests/corpus_heldout4": 28,
     # the fifth held-back set, never tuned on (tests/corpus_heldout5/README.md): 23 of 35 and 1 decoy when first
-    # measured (commit 72896ac's labels, the analyzer of main at 56cd654); its two kernel logs 1 of 2
-    "tests/corpus_heldout5": 23,
+    # measured (commit 72896ac's labels, the analyzer of main at 56cd654); its two kernel logs 1 of 2; 25 since a
+    # CI runner's stamp, one compose service's column and a console logger's word wrap are dress (made on
+    # tests/corpus_extra's logs from other sources: informed for those classes)
+    "tests/corpus_heldout5": 25,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -68,7 +72,7 @@ FLOORS = {
     "tests/corpus_heldout5/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 172
+SUPPORTED_FLOOR = 173
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,
