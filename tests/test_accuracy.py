@@ -22,8 +22,10 @@ FLOORS = {
     # and its SIGKILL report), a JVM's "Caused by:" chain, prose glued onto a traceback's exception line and
     # pytest's E label are classes (sixteen more cases, each from a source no corpus used); 360 with eleven more:
     # error lines over cut tracebacks, engine deaths behind a request's failure, join timeouts, gateway warm-ups;
-    # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load"
-    "tests/corpus_extra": 367,
+    # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load";
+    # 374 with seven more: a CI runner's stamp on every line, one compose service's column, a console logger's
+    # word-wrapped records, Marian's CUDA checks
+    "tests/corpus_extra": 374,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -61,8 +63,9 @@ FLOORS = {
     # engine died, and the categories of join timeouts and gateway-answered warm-ups are classes (made on
     # tests/corpus_extra's logs from Ray, vLLM, SGLang, metaseq and PyTorch reports: informed for those classes);
     # 29 since a supervisor's report of its child's exit is a launcher and a server's "failed to load" summary is
-    # decisive alone (both made on tests/corpus_extra's logs: informed, tests/corpus_heldout5/README.md)
-    "tests/corpus_heldout5": 29,
+    # decisive alone; 31 since a CI runner's stamp, one compose service's column and a console logger's word wrap
+    # are dress (all made on tests/corpus_extra's logs: informed, tests/corpus_heldout5/README.md)
+    "tests/corpus_heldout5": 31,
     # the sixth held-back set, never tuned on (tests/corpus_heldout6/README.md): 22 of 28 and no decoy when first
     # measured (commit 6214bd5's labels, the analyzer of main at d52494c), 23 once two labels that broke written
     # labelling rules were corrected (their `why` says which); its three kernel logs 3 of 3
@@ -80,7 +83,7 @@ FLOORS = {
     "tests/corpus_heldout6/kernel": 3,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 178
+SUPPORTED_FLOOR = 179
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,

@@ -10,6 +10,7 @@ decisive line: one normalisation step (analysis/normalise.py) undoes each.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,23 @@ def word_label(text: str) -> str:
     return "".join(f"SUBPROCESS: {ln}".rstrip(" ") + "\n" for ln in text.rstrip("\n").split("\n"))
 
 
+def _stamped(stamp) -> object:
+    return lambda text: "".join(f"{stamp(i)}{ln}\n" for i, ln in enumerate(text.rstrip("\n").split("\n")))
+
+
+# CI runners' stamps before every line of a job's output: Buildkite's "[<ISO>Z] ", Taskcluster's "[task <ISO>Z] ",
+# GitHub Actions' "<ISO with 7 digits>Z ", Jenkins' timestamper clock "HH:MM:SS "
+buildkite = _stamped(lambda i: f"[2025-05-19T12:{i // 60 % 60:02d}:{i % 60:02d}Z] ")
+taskcluster = _stamped(lambda i: f"[task 2024-05-16T19:{i // 60 % 60:02d}:{i % 60:02d}.420Z] ")
+github_actions = _stamped(lambda i: f"2024-05-01T12:{i // 60 % 60:02d}:{i % 60:02d}.1234567Z ")
+jenkins_clock = _stamped(lambda i: f"12:{i // 60 % 60:02d}:{i % 60:02d} ")
+
+
 DRESSES = {
+    "buildkite": buildkite,
+    "taskcluster": taskcluster,
+    "github-actions": github_actions,
+    "jenkins-clock": jenkins_clock,
     "crlf": crlf,
     "export-newest-first": export_newest_first,
     "console-table": console_table,
@@ -123,6 +140,11 @@ def _squash(s: str) -> str:
 
 @pytest.mark.parametrize("dress", sorted(DRESSES))
 def test_dressed_corpus_keeps_its_decisive_line(dress, rules):
+    wrong = _changed_in(dress, DRESSES[dress], rules)
+    assert not wrong, f"{len(wrong)}/{len(CASES)} cases changed in dress {dress}: {wrong}"
+
+
+def _changed_in(dress, redress, rules) -> list:
     wrong = []
     for p in CASES:
         label = json.loads(p.read_text())
@@ -134,10 +156,17 @@ def test_dressed_corpus_keeps_its_decisive_line(dress, rules):
         steps = normalise(split_text(text)).steps
         if dress != "crlf" and "newest-first order reversed" in steps:
             continue  # already an export (journalctl -r): a second dress over it is two layers, one is undone
+        if dress == "wrapped" and "service prefix removed" in steps:
+            continue  # a stamp on every record, cut lines without it: the stamp is on too few lines to be dress
+        if (
+            dress in ("buildkite", "taskcluster", "github-actions", "jenkins-clock")
+            and "service prefix removed" in steps
+        ):
+            continue  # already behind a runner's stamp: a second stamp over it is two layers, one is undone
         if dress in ("front-end-relay", "word-label") and steps:
             continue  # a relay around a log in a whole-log dress of its own (a label, markdown): two layers
         plain = analyze_text(text, rules=rules).decisive
-        dressed = DRESSES[dress](text)
+        dressed = redress(text)
         dec = analyze_text(dressed, rules=rules).decisive
         accepted = [label["decisive"], *label.get("decisive_alt", [])]
         # ``line`` is the file's line (a terminal-cut line's first part): the logical line goes on after it
@@ -145,15 +174,16 @@ def test_dressed_corpus_keeps_its_decisive_line(dress, rules):
         said = "".join(phys[dec.lineno - 1 : dec.lineno + 40]) if dec is not None and dec.lineno else ""
         # (a part of it, when the line relays a message unfolded into lines of its own)
         relayed = "relayed message unfolded" in steps and dec is not None and dec.lineno
+        line = dec.line if dec is not None else ""
         ok = dec is not None and (
-            _squash(said).startswith(_squash(dec.line)) or bool(relayed) and _squash(dec.line) in _squash(said)
+            _squash(said).startswith(_squash(line)) or bool(relayed) and _squash(line) in _squash(said)
         )
         ok = ok and any(_squash(a) in _squash(said) for a in accepted)
         ok = ok and not any(_squash(d) in _squash(dec.line) for d in label.get("decoys", []))
         ok = ok and dec.category == plain.category
         if not ok:
             wrong.append((p.stem, dec.line[:120] if dec else None))
-    assert not wrong, f"{len(wrong)}/{len(CASES)} cases changed in dress {dress}: {wrong}"
+    return wrong
 
 
 def test_normalise_maps_lines_back():
@@ -337,3 +367,87 @@ def test_a_relayed_message_is_unfolded_only_when_it_relays_a_log(rules):
     assert unfold(prompt) is None
     long = '"' + '\\n  File \\"a.py\\", line 1, in f' * (MAX_UNFOLD * 3) + '"'
     assert len(unfold(long) or []) <= MAX_UNFOLD + 1
+
+
+def test_a_ci_runners_stamp_comes_off_and_a_programs_own_stays(rules) -> None:
+    """Buildkite's "[<ISO>Z] ", Taskcluster's "[task <ISO>Z] ", GitHub Actions' 7-digit stamp and Jenkins' clock before
+    every line are the runner's; the program's own stamp, level and indentation under them are kept. A program's own
+    bracketed "[2024-05-01 12:00:00,123] " (no "T", no zone) is not a runner's and stays."""
+    body = [
+        "[2024-06-17 06:16:05] [data] Loading SentencePiece vocabulary",
+        "Traceback (most recent call last):",
+        '  File "/app/train.py", line 9, in <module>',
+        "    main()",
+        "ERROR 05-20 05:24:31 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    for stamp in (
+        lambda i: f"[2025-05-20T05:24:3{i}Z] ",
+        lambda i: f"[task 2024-06-17T06:16:0{i}.737Z] ",
+        lambda i: f"2024-05-01T12:00:0{i}.1234567Z ",
+        lambda i: f"12:00:0{i} ",
+    ):
+        log = "".join(f"{stamp(i)}{ln}\n" for i, ln in enumerate(body))
+        norm = normalise(split_text(log))
+        assert [ln.text for ln in norm.lines] == body, norm.steps
+        d = analyze_text(log, rules=rules)
+        assert d.decisive is not None and d.decisive.category == "cuda" and d.decisive.lineno == 5
+    own = "".join(f"[2024-05-01 12:00:0{i},123] [INFO] [engine.py:{i}] step {i}\n" for i in range(5))
+    assert "service prefix removed" not in normalise(split_text(own)).steps
+
+
+def test_a_stamps_severity_is_the_programs_when_its_own_header_follows() -> None:
+    """A collector's stamp then a level: the level is the collector's, unless the program's own header goes on with
+    its date after it (vLLM's "ERROR 10-10 14:03:52 [f.py:1] "): then the level is the program's and stays."""
+    log = "".join(f"2024-05-01T12:00:0{i}.1Z ERROR 10-10 14:03:5{i} [core.py:9] line {i}\n" for i in range(4))
+    assert normalise(split_text(log)).lines[0].text == "ERROR 10-10 14:03:50 [core.py:9] line 0"
+    tabbed = "".join(f"2024-05-01T12:00:0{i}.1Z\tERROR\tline {i}\n" for i in range(4))
+    assert normalise(split_text(tabbed)).lines[0].text == "line 0"
+
+
+def test_one_compose_service_is_peeled_and_names_the_process(rules) -> None:
+    """One service's column on every line: the column goes and the service is the process of the decisive line; two
+    services interleaved keep their columns (each line's tag)."""
+    log = (
+        "Attaching to app-1\n"
+        "app-1  | INFO:     Loading model\n"
+        "app-1  | INFO:     Loading tokenizer\n"
+        "app-1  | INFO:     Allocating cache\n"
+        "app-1  | INFO:     Warming up\n"
+        "app-1  |\n"
+        "app-1  | terminate called after throwing an instance of 'std::runtime_error'\n"
+        "app-1  |   what():  CUDA failed with error out of memory\n"
+        "app-1 exited with code 134\n"
+    )
+    norm = normalise(split_text(log))
+    assert norm.service == "app-1" and "service column removed" in norm.steps
+    d = analyze_text(log, rules=rules)
+    assert d.decisive is not None and d.decisive.process == "app-1" and d.decisive.category == "oom"
+    mixed = "web-1  | INFO a\ndb-1   | INFO b\nweb-1  | INFO c\ndb-1   | ERROR d\n"
+    assert normalise(split_text(mixed)).service is None
+
+
+def test_a_rich_console_word_wrap_behind_compose_is_joined(rules) -> None:
+    """rich wraps a record at its console's width at the last blank; compose puts its column before each part. The
+    parts are one line again (joined at the blank), so the exception's message is whole and gives the category; a
+    line that ends a sentence, an indented line and a line of its own (a level, a frame) are never joined."""
+    records = [
+        "INFO:     Loading model: /app/models/Qwen2.5-Coder-32B-Instruct-exl2 with a manual GPU split",
+        "ERROR:    Traceback (most recent call last):",
+        'ERROR:      File "/usr/local/lib/python3.10/dist-packages/exllamav2/model.py", line 378, in load',
+        "ERROR:    RuntimeError: the requested tensor cannot be placed on the device because CUDA out of "
+        "memory. Tried to allocate 260.00 MiB. GPU 1 has a total capacity of 23.53 GiB of which 190.50 MiB is free.",
+        "INFO:     Unloading model.",
+    ]
+    parts = [p for r in records for p in textwrap.wrap(r, 80, replace_whitespace=False, break_on_hyphens=False)]
+    assert max(map(len, parts)) <= 80 and len(parts) > len(records)
+    log = "".join(f"tabbyapi-1  | {p}\n" for p in parts)
+    norm = normalise(split_text(log))
+    assert any(s.startswith("lines re-wrapped by words at") for s in norm.steps), norm.steps
+    assert [ln.text for ln in norm.lines] == records
+    d = analyze_text(log, rules=rules)
+    assert d.decisive is not None and d.decisive.category == "oom"
+    assert d.decisive.lineno == 1 + parts.index(next(p for p in parts if "RuntimeError" in p))
+    assert d.decisive.line.startswith("tabbyapi-1  | ERROR:    RuntimeError:")
+    # no console wrapped this: lines of many lengths, none just short of the longest
+    plain = "INFO step one of the run is done and the next one starts now\nthe end\n" * 3
+    assert not any("by words" in s for s in normalise(split_text(plain)).steps)

@@ -118,16 +118,6 @@ HELDOUT4_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # case the analyzer got wrong when the set was first scored (labels of 72896ac, the analyzer of main at
 # 56cd654), with its answer; "both" where the card does not show the labelled line either.
 HELDOUT5_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "other_marian_translations_1002_taskcluster_cuda_error_999_file_line": (
-        "both",
-        "healthy: Marian's \"Error: CUDA error 999 'unknown error' - .../algorithm.cu:54: cudaStreamSynchronize(0)\" "
-        "behind a Taskcluster '[task <time>] ' prefix is not read as a failure",
-    ),
-    "other_tabbyapi_304_compose_rich_wrapped_oom_model_switch": (
-        "both",
-        "healthy: a rich traceback re-wrapped at 80 columns behind 'tabbyapi-1  | <time> ERROR:' ending in "
-        "'torch.OutOfMemoryError: CUDA out of memory.' (message on the next lines, cut) is not read as a failure",
-    ),
     "other_tabbyapi_465_compose_rich_indented_cuda_host_register_invalid": (
         "json",
         "line right, category other (labelled cuda): 'RuntimeError: cudaHostRegister(...)' whose 'failed: "

@@ -952,7 +952,7 @@ def _diagnose(
     decisive = Decisive(
         line=clean(first.text) if isinstance(first, Line) else stated.raw,
         message=ev.line.msg.strip() if stated is ev.line else f"{ev.exception_type}: {stated.msg.strip()}",
-        process=ev.process,
+        process=ev.process or (norm.service if norm is not None else None),
         time=_time_as_filed(first, ev.line.time or next((ln.time for ln in ev.block if ln.time), None), norm),
         lineno=first.lineno,
         pos=first.pos,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from ..records import Line
 
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z| ?[+-]\d\d:?\d\d| UTC)?"
+_ISO_ZONED = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
 _SEV = (
     r"(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|ALERT|EMERGENCY|FATAL"
     r"|debug|info|notice|warning|warn|error|critical|fatal|[IWEDF])"
@@ -41,11 +42,17 @@ _PREFIXES = (
         + _TS
         + r')"?(?:[\t ,]+"?\[?'
         + _SEV
-        + r'\]?"?)?'
+        + r'\]?"?(?![\t ]+\d\d-\d\d \d\d:)(?: *(?= ))?)?'
         + _STREAM
-        + r'(?:\t|,|\s+)"?'
+        + r'(?:\t|,| )"?'
     ),
     re.compile(r"^(?P<epoch>1\d{9}(?:\d{3})?(?:\.\d+)?)[\t ,]+"),
+    # a CI runner's stamp in brackets, with the runner's word before it or not: Buildkite's
+    # "[2025-05-19T12:00:07Z] ", Taskcluster's "[task 2024-05-16T19:35:55.564Z] ". Only the ISO form with its
+    # "T" and zone: a program's own "[2024-05-01 12:00:00,123] " (DeepSpeed's logger) is the line's own stamp
+    re.compile(r"^\[(?:[A-Za-z][\w.-]{0,30} )?(?P<ts>" + _ISO_ZONED + r")\] ?"),
+    # a runner's clock alone (Jenkins' timestamper: "12:00:07 "), before nearly every line
+    re.compile(r"^(?P<clock>\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)(?: |$)"),
 )
 _MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:\d\d:\d\d(?:\.\d+)?"
 # a journal's or a syslog file's line: stamp, host, identifier[pid] (journalctl -o short, short-iso,
@@ -220,6 +227,34 @@ def _streams_joined(work: list[tuple[str, int, float | None]]) -> tuple[list[tup
     return out, joined
 
 
+# docker compose's service column before every line it relays ("tabbyapi-1  | ", padded to the longest name; an
+# empty line keeps "tabbyapi-1  |"). One service on (nearly) every line says only which container wrote the log:
+# the column goes and the service is the process of a line that names none of its own. Several services
+# interleaved are stages the line model keeps apart (their column is each line's tag).
+_SERVICE = re.compile(r"^(?P<name>[A-Za-z0-9][\w.-]{0,80}?) +\|(?: |$)")
+# compose's own lines between the services' ("Attaching to app-1", "app-1 exited with code 1", "Gracefully stopping…")
+_COMPOSE_OWN = re.compile(
+    r"^(?:Attaching to |[\w.-]+ exited with code -?\d+\s*$|Gracefully stopping|Aborting on container exit|Stopping [\w.-]+ )"
+)
+
+
+def _without_service(
+    work: list[tuple[str, int, float | None]],
+) -> tuple[list[tuple[str, int, float | None]], str | None]:
+    """The lines without the one compose service's column nearly every line starts with, and that service."""
+    texts = [t for t, _, _ in work if t.strip()]
+    if len(texts) < 3 or not any("|" in t[:120] for t in texts[:3]):
+        return work, None
+    names = Counter(m.group("name") for m in map(_SERVICE.match, texts[:400]) if m is not None)
+    if not names:
+        return work, None
+    name = names.most_common(1)[0][0]
+    col = re.compile(r"^" + re.escape(name) + r" +\|(?: |$)")
+    if sum(1 for t in texts if col.match(t) or _COMPOSE_OWN.match(t)) < SHARE * len(texts):
+        return work, None
+    return [(col.sub("", t, count=1), k, st) for t, k, st in work], name
+
+
 @dataclass
 class Normalised:
     """What was undone, for the reason line and tests."""
@@ -227,6 +262,7 @@ class Normalised:
     lines: list[Line]
     origin: dict[int, Line] = field(default_factory=dict)  # new pos -> the original line
     steps: list[str] = field(default_factory=list)  # "prefix", "newest-first", "re-wrapped at 120"
+    service: str | None = None  # the one compose service whose column was removed from every line
 
     def original(self, pos: int | None) -> Line | None:
         return self.origin.get(pos) if pos is not None else None
@@ -311,7 +347,9 @@ def filed_time(filed: str, own: str | None) -> str | None:
     else the line's own."""
     if own is not None and _FULL_DATE.match(own):
         return own
-    for rx in _PREFIXES[:2]:
+    for rx in _PREFIXES:
+        if "ts" not in rx.groupindex:
+            continue
         m = rx.match(filed)
         if m is not None and m.group("ts"):
             return m.group("ts")
@@ -446,6 +484,11 @@ def normalise(lines: list[Line]) -> Normalised:
     if dressed:
         out.steps.append("markdown removed")
         changed = True
+    work, service = _without_service(work)
+    if service is not None:
+        out.service = service
+        out.steps.append("service column removed")
+        changed = True
     work, labelled = _without_labels(work)
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     records: set[int] = set()  # the lines that carried the service's prefix: each is a record of its own
@@ -458,6 +501,9 @@ def normalise(lines: list[Line]) -> Normalised:
             changed = True
             work, after = _without_labels(work)  # a runner's labels behind the service's stamp
             labelled = labelled or after
+            inner = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
+            if inner is not None and inner is not rx:  # a CI runner's stamp under a log service's (two exports)
+                work = [(_unprefixed(t, inner), k, st) for t, k, st in work]
     if labelled:
         out.steps.insert(1 if dressed else 0, "line label removed")
         changed = True
@@ -466,22 +512,32 @@ def normalise(lines: list[Line]) -> Normalised:
         if dressed:
             out.steps.append("markdown removed")
     width = _wrap_width([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
-    if width is not None:
-        joined = []
-        i = 0
-        while i < len(work):
-            j = i
-            text = work[i][0]
-            while j + 1 < len(work) and _continues(work[j][0], work[j + 1][0], work[i][0], width):
-                if not _adjacent(lines[work[j][1]], lines[work[j + 1][1]]) or work[j + 1][1] in records:
-                    break  # a line the service stamped is the next record (newest first: the one before), not a cut
-                j += 1
-                text += work[j][0]
-            joined.append((text, work[i][1], work[i][2]))
-            i = j + 1
+    words = _word_wrap_width([t for t, _, _ in work])
+    if words is not None and width is not None and words != width:
+        words = None  # one console, one width: the exact cuts decide
+    if width is not None or words is not None:
+        joined: list[tuple[str, int, float | None]] = []
+        last, at, first = "", -1, ""  # the physical line the joined text ends with, its index, the record's first
+        cut = by_words = False
+        for t, k, st in work:
+            # a line the service stamped is the next record (newest first: the one before), not a cut
+            if joined and _adjacent(lines[at], lines[k]) and k not in records:
+                if width is not None and _continues(last, t, first, width):
+                    joined[-1] = (joined[-1][0] + t, joined[-1][1], joined[-1][2])
+                    last, at, cut = t, k, True
+                    continue
+                if words is not None and (width is None or len(last) < words) and _word_continues(last, t, words):
+                    joined[-1] = (f"{joined[-1][0]} {t}", joined[-1][1], joined[-1][2])
+                    last, at, by_words = t, k, True
+                    continue
+            joined.append((t, k, st))
+            last, at, first = t, k, t
         if len(joined) < len(work):
             work = joined
-            out.steps.append(f"lines re-wrapped at {width} columns joined")
+            if cut:
+                out.steps.append(f"lines re-wrapped at {width} columns joined")
+            if by_words:
+                out.steps.append(f"lines re-wrapped by words at {words} columns joined")
             changed = True
     own = [_SYSLOG.sub("", t, count=1) if "]: " in t[:160] else t for t, _, _ in work]
     if _newest_first(own, [st for _, _, st in work]):
@@ -514,6 +570,51 @@ def normalise(lines: list[Line]) -> Normalised:
         pos += len(text.encode("utf-8", "surrogatepass")) + 1
     out.lines = fresh
     return out
+
+
+# A console that wraps by words (rich's, a terminal UI's) breaks a line at the last blank before its width and
+# prints the rest on the next line, unindented: the line before a break is a little shorter than the width, and
+# the next line's first word would not have fitted after it. A line that ends a sentence or a record (".", "!",
+# "?", ";", a closing bracket) is whole, and a line that opens a record of its own (a level, a stamp, a
+# traceback, a frame, an exception) or is indented starts one.
+_WHOLE_END = re.compile(r"[.!?;|]\s*$")
+WORD_SLACK = 16  # a wrapped line is at most this much shorter than the width (the longest word rich moves down)
+WORD_WRAPS = 1  # wraps a log must show before its lines are joined at a width
+
+
+def _word_continues(cur: str, nxt: str, width: int) -> bool:
+    """Is ``nxt`` the rest of ``cur``, wrapped by a console at a blank before ``width``?"""
+    if not nxt or nxt[0].isspace() or not cur.strip() or len(cur) > width or len(cur) < width - WORD_SLACK:
+        return False
+    if cur[-1].isspace() or _WHOLE_END.search(cur) or _OWN_HEADER.match(nxt) or _RULE.match(nxt):
+        return False
+    if "|" in nxt[:100] and _SERVICE.match(nxt):
+        return False  # a compose service's column opens a record
+    word = nxt.split(None, 1)[0]
+    return len(cur) + 1 + len(word) > width
+
+
+# a record's level in a column of its own at the line's start, the way a console logger (rich's, uvicorn's) writes
+# it: "ERROR:    ", "INFO:     ", after the logger's own stamp or not
+_LEVEL_COLUMN = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE):? {2,}"
+    r"|^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE):(?: |$)"
+)
+LEVEL_SHARE = 0.5  # of non-empty lines that open with a level column, for a log to be a console logger's
+
+
+def _word_wrap_width(texts: list[str]) -> int | None:
+    """The width a console logger wrapped its records at by words: in a log whose records open with a level column
+    (a line without one is a wrapped rest, a traceback's line or a line of its own), the longest line, with at least
+    WORD_WRAPS lines just short of it each followed by a line whose first word would not have fitted."""
+    lines = [t for t in texts if t.strip()]
+    if len(lines) < 3 or sum(1 for t in lines[:400] if _LEVEL_COLUMN.match(t)) < LEVEL_SHARE * len(lines[:400]):
+        return None
+    width = max((len(t) for t in texts), default=0)
+    if width < 60 or width > 300:
+        return None
+    wraps = sum(1 for a, b in zip(texts, texts[1:]) if _word_continues(a, b, width))
+    return width if wraps >= WORD_WRAPS else None
 
 
 def _continues(cur: str, nxt: str, first: str, width: int) -> bool:
