@@ -400,6 +400,11 @@ def test_a_stamps_severity_is_the_programs_when_its_own_header_follows() -> None
     its date after it (vLLM's "ERROR 10-10 14:03:52 [f.py:1] "): then the level is the program's and stays."""
     log = "".join(f"2024-05-01T12:00:0{i}.1Z ERROR 10-10 14:03:5{i} [core.py:9] line {i}\n" for i in range(4))
     assert normalise(split_text(log)).lines[0].text == "ERROR 10-10 14:03:50 [core.py:9] line 0"
+    # Ray Serve's "%(levelname)s %(asctime)s" header carries the full date
+    ray = "".join(
+        f"2024-05-01T12:00:0{i}.1Z ERROR 2024-09-19 08:23:5{i},732 controller 528 -- line {i}\n" for i in range(4)
+    )
+    assert normalise(split_text(ray)).lines[0].text == "ERROR 2024-09-19 08:23:50,732 controller 528 -- line 0"
     tabbed = "".join(f"2024-05-01T12:00:0{i}.1Z\tERROR\tline {i}\n" for i in range(4))
     assert normalise(split_text(tabbed)).lines[0].text == "line 0"
 

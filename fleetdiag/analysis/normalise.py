@@ -33,6 +33,8 @@ _SEV = (
 _STREAM = r"(?:[\t ]+(?:\d[\t ]+)?(?:stdout|stderr)(?:[\t ]+[FP](?=[\t ])|:)?)?"
 # a service's prefix: [severity] timestamp [severity] [stream], in a table cell, quoted (CSV) or
 # tab-separated; or epoch milliseconds
+# (a severity that the program's own dated header follows after a blank is the program's: vLLM's
+# "ERROR 10-10 14:03:52", Ray Serve's "ERROR 2024-09-19 08:23:55,732"; a tab-separated one is the collector's column)
 _PREFIXES = (
     re.compile(r"^\s*\|?\s*(?P<ts>" + _TS + r")\s*\|\s?"),
     re.compile(
@@ -42,7 +44,7 @@ _PREFIXES = (
         + _TS
         + r')"?(?:[\t ,]+"?\[?'
         + _SEV
-        + r'\]?"?(?![\t ]+\d\d-\d\d \d\d:)(?: *(?= ))?)?'
+        + r'\]?"?(?![\t ]+\d\d-\d\d \d\d:| +\d{4}-\d\d-\d\d[T ]\d\d:)(?: *(?= ))?)?'
         + _STREAM
         + r'(?:\t|,| )"?'
     ),
