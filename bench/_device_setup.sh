@@ -124,6 +124,7 @@ before_after_trees() {
     trees="after"
     if [ -n "${BEFORE:-}" ] && [ -d "$BEFORE" ]; then
         trees="before after"
+        [ "${COST_ORDER:-}" = reversed ] && trees="after before" # the second tree runs on the first one's load
         for f in "$@"; do cp "bench/$f" "$BEFORE/bench/$f"; done
     fi
     for t in $trees; do

@@ -5,6 +5,7 @@
 #           (after only) asyncssh's kept-connection exec as the probe's answer comes and written at once
 #   profile bench/warm_profile.py --plain at COST5_PROFILE_HOSTS (200): a warm sweep's CLI and keeper CPU apart
 #   warm    bench/warm_probe.py --gap 2: warm probe at 240 ms, back to back and after a gap
+# COST_ORDER=reversed runs "after" first; COST5_AFTER_ONLY (warm,kept) the after tree's rows.
 # Each table is printed as its bench ends and kept in $OUT. Setup as scale_device.sh (the carried bundle).
 #
 #   FLEETDIAG_BUNDLE=/abs/bundle BEFORE=/abs/tree COST5_PARTS="cpu profile" bash bench/cost5_device.sh
@@ -43,7 +44,7 @@ for part in $parts; do
         for t in $trees; do
             settle
             only=warm
-            [ "$t" = after ] && only=warm,kept
+            [ "$t" = after ] && only=${COST5_AFTER_ONLY:-warm,kept}
             s "controller CPU per host, warm, ${COST5_CPU_HOSTS:-600} hosts, $t"
             in_tree "$t" env PATH="$VENV/bin:$PATH" timeout "${COST5_CPU_S:-200}" "$PY" bench/cpu_floor.py \
                 --hosts "${COST5_CPU_HOSTS:-600}" --fanout 64 --repeat 1 --only "$only" \
