@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Callable
@@ -50,6 +51,15 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Sshd:
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def strace() -> str:
+    """strace, which scripts/test installs: a test that traces the remote part's system calls fails without it
+    rather than passing unproven."""
+    path = shutil.which("strace")
+    assert path is not None, "strace is not installed: scripts/test installs it (apt-get install strace)"
+    return path
 
 
 @pytest.fixture

@@ -597,8 +597,7 @@ WRITE_CALLS = (
 )
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed (scripts/test installs it)")
-def test_discovery_and_streams_make_no_write_syscall(vllm_job, tmp_path):
+def test_discovery_and_streams_make_no_write_syscall(vllm_job, tmp_path, strace):
     """Discovery (through /proc) and a command stream, traced under bash (which would put a
     here-document in a temp file): every file opened for writing is /dev/null."""
     import re

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
-
-import pytest
 
 from fleetdiag.analysis import load_rules
 from fleetdiag.inventory import Host
@@ -40,8 +37,7 @@ def _writes(tmp_path: Path, cmd: str) -> tuple[list[str], str]:
     return writes, out.read_text()
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed (scripts/test installs it)")
-def test_the_probe_answer_leaves_in_a_write_per_section(tmp_path):
+def test_the_probe_answer_leaves_in_a_write_per_section(tmp_path, strace):
     log = tmp_path / "run.log"
     log.write_bytes(DEMO.read_bytes())
     settings = ProbeSettings(facts=True, kernel=True)

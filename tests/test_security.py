@@ -279,8 +279,7 @@ def test_remote_filesystem_unchanged_after_a_probe(tmp_path):
     assert log.stat().st_atime_ns >= atime  # read, yes; written, no
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed (scripts/test installs it)")
-def test_remote_command_makes_no_write_syscall(tmp_path):
+def test_remote_command_makes_no_write_syscall(tmp_path, strace):
     """The whole exec (funnel + facts) traced: every file opened for writing is /dev/null,
     and nothing is created, renamed, linked, removed or truncated."""
     log = write_log(tmp_path / "vllm.log", SEED)
