@@ -599,8 +599,8 @@ def _word_continues(cur: str, nxt: str, width: int) -> bool:
 # a record's level in a column of its own at the line's start, the way a console logger (rich's, uvicorn's) writes
 # it: "ERROR:    ", "INFO:     ", after the logger's own stamp or not
 _LEVEL_COLUMN = re.compile(
-    r"^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE):? {2,}"
-    r"|^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE):(?: |$)"
+    r"^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE)"
+    r"(?::? {2,}|:(?: |$))"
 )
 LEVEL_SHARE = 0.5  # of non-empty lines that open with a level column, for a log to be a console logger's
 

@@ -334,6 +334,17 @@ class _Stream:
         sig = self.rules.standalone_for(s)
         return sig is None or sig.weak  # a launcher summary's "exitcode: -9" is part of it
 
+    def _open(self, ln: LogLine, prev: LogLine | None, head: str, truncated: bool) -> None:
+        """A traceback starts at ``ln``: its header is the head text before it on the line, else the error line
+        ``prev`` right above (which then belongs to the block, not to the pending lines)."""
+        if prev is not None and prev is self.pending:
+            self.pending = None  # the error line announcing this traceback is its header
+        self._flush_pending()
+        self.header = head or (prev.msg.strip() if prev is not None else None)
+        self.header_line = prev if not head else None
+        self.block = ([prev] if prev is not None else []) + [ln]
+        self.state, self.foreign, self.truncated = _TB, 0, truncated
+
     def _idle(self, ln: LogLine, m: str, s: str, shape: tuple[int, re.Match[str] | None]) -> None:
         kind, match = shape
         if kind == _OTHER and s.startswith("--> Returned ") and self._returned(ln, s):
@@ -343,13 +354,7 @@ class _Stream:
             prev = (
                 self.last if self.last is not None and self.last is self.last_idle and adjacent(self.last, ln) else None
             )
-            if prev is not None and prev is self.pending:
-                self.pending = None  # the error line announcing this traceback is its header
-            self._flush_pending()
-            self.header = head or (prev.msg.strip() if prev is not None else None)
-            self.header_line = prev if not head else None
-            self.block = ([prev] if prev is not None else []) + [ln]
-            self.state, self.foreign, self.truncated = _TB, 0, False
+            self._open(ln, prev, head, truncated=False)
             return
         if kind == _S_FRAME:
             # frames printed without their "Traceback (most recent call last):" head (Ray Serve's request handler
@@ -360,12 +365,7 @@ class _Stream:
                 if self.pending is not None and self.pending is self.last and adjacent(self.last, ln)
                 else None
             )
-            self.pending = None if prev is not None else self.pending
-            self._flush_pending()
-            self.header = prev.msg.strip() if prev is not None else None
-            self.header_line = prev
-            self.block = ([prev] if prev is not None else []) + [ln]
-            self.state, self.foreign, self.truncated = _TB, 0, True
+            self._open(ln, prev, "", truncated=True)
             return
         self._flush_pending()
         if kind == _S_TERM:
