@@ -79,7 +79,11 @@ _BRACKET_NAME_LEVEL = _p(
 _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
 # TensorRT's own loggers (trtexec, polygraphy) after their "[05/21/2024-16:18:49] ": "[E] ", "[W] ", "[I] "
 _BRACKET_LETTER = _p(r"\[(?P<level>[EWIF])\] ")
-_ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"  # a full date, its zone or not
+# the two dates a program's own header carries after its level word: a full date, its zone or not, and vLLM's
+# month-day time. normalise asks for them too, to tell a program's header from a collector's severity column
+ISO_DATE = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+MONTH_DAY_TIME = r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+_ISO = ISO_DATE
 _ISO_TIME = _p(r"(?P<time>" + _ISO + r")[ \t]+(?=\S)")
 # Python logging's level word beside a full date, either side: "%(levelname)s %(asctime)s" (Ray Serve's
 # "ERROR 2024-09-19 08:23:55,732 controller 528 -- ..."), and "%(asctime)s %(levelname)s" ("2026-08-07T18:25:43.623Z
@@ -97,7 +101,7 @@ _BRACKET_PID = _p(r"\[(?P<tag>\d{2,7})\] (?=\d+\.\d\d\.\d\d\d\.\d\d\d )")
 _UNIT_PID = _p(r"(?:[a-z0-9][\w.-]* )?(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
 _UNIT_PID_START = _p(r"(?P<tag>[A-Za-z][\w.@/-]*\[\d+\]): ")
 _NCCL = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*:\d+:\d+ \[\d+\]) ")
-_VLLM = _p(r"(?P<level>" + _LVL + r") +(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) +\[?(?P<source>" + _SRC + r")\] ?")
+_VLLM = _p(r"(?P<level>" + _LVL + r") +(?P<time>" + MONTH_DAY_TIME + r") +\[?(?P<source>" + _SRC + r")\] ?")
 _GLOG = _p(r"(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+) +\d+ (?P<source>" + _SRC + r")\] ")
 _PYLOG = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<source>[\w.]+):")
 _UVICORN = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL): +")

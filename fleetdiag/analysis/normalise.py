@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..records import Line
+from .lines import ISO_DATE, MONTH_DAY_TIME
 
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z| ?[+-]\d\d:?\d\d| UTC)?"
 _ISO_ZONED = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
@@ -35,6 +36,7 @@ _STREAM = r"(?:[\t ]+(?:\d[\t ]+)?(?:stdout|stderr)(?:[\t ]+[FP](?=[\t ])|:)?)?"
 # tab-separated; or epoch milliseconds
 # (a severity that the program's own dated header follows after a blank is the program's: vLLM's
 # "ERROR 10-10 14:03:52", Ray Serve's "ERROR 2024-09-19 08:23:55,732"; a tab-separated one is the collector's column)
+# (the dates are the line parser's own: lines.MONTH_DAY_TIME and lines.ISO_DATE)
 _PREFIXES = (
     re.compile(r"^\s*\|?\s*(?P<ts>" + _TS + r")\s*\|\s?"),
     re.compile(
@@ -44,7 +46,11 @@ _PREFIXES = (
         + _TS
         + r')"?(?:[\t ,]+"?\[?'
         + _SEV
-        + r'\]?"?(?![\t ]+\d\d-\d\d \d\d:| +\d{4}-\d\d-\d\d[T ]\d\d:)(?: *(?= ))?)?'
+        + r'\]?"?(?![\t ]+'
+        + MONTH_DAY_TIME
+        + "| +"
+        + ISO_DATE
+        + r")(?: *(?= ))?)?"
         + _STREAM
         + r'(?:\t|,| )"?'
     ),
