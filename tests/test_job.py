@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -249,6 +250,25 @@ def test_user_rules_extend_peer_kinds(tmp_path: Path) -> None:
     bad.write_text("peer_cause: []\n")
     with pytest.raises(ValueError, match="unknown section"):
         load_job_rules([bad], user_default=False)
+
+
+def test_default_rules_follow_an_edit_of_the_users_peer_file(tmp_path: Path, monkeypatch) -> None:
+    """A long ``watch`` reads the user's peer.yaml again once it changes, and a broken edit falls back."""
+    from fleetdiag.job.rules import default_job_rules
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    kinds = lambda: [r.key for r in default_job_rules().peer_caused]  # noqa: E731
+    assert "my bus lost" not in kinds()
+    peer = tmp_path / "fleetdiag" / "peer.yaml"
+    peer.parent.mkdir()
+    peer.write_text("peer_caused:\n  - {kind: my bus lost, pattern: 'MyBusError'}\n")
+    assert "my bus lost" in kinds()
+    peer.write_text("peer_caused:\n  - {kind: my link lost, pattern: 'MyLinkError'}\n")
+    os.utime(peer, ns=(peer.stat().st_atime_ns, peer.stat().st_mtime_ns + 1_000_000_000))
+    assert "my link lost" in kinds() and "my bus lost" not in kinds()
+    peer.write_text("peer_cause: []\n")  # an unknown section: the shipped rules alone
+    os.utime(peer, ns=(peer.stat().st_atime_ns, peer.stat().st_mtime_ns + 2_000_000_000))
+    assert kinds() and "my link lost" not in kinds()
 
 
 @pytest.mark.parametrize(

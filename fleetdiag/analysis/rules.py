@@ -692,6 +692,14 @@ def _build(
     )
 
 
+def user_file_key(path: Path) -> tuple[str, int] | None:
+    """A user's rules file as a cache key: its path and mtime, so a long ``watch`` sees an edit; None when absent."""
+    try:
+        return (str(path), os.stat(path).st_mtime_ns) if path.is_file() else None
+    except OSError:
+        return None
+
+
 @lru_cache(maxsize=4)
 def _cached(user_key: tuple[str, int] | None) -> Rules:
     return load_rules(user_default=user_key is not None)
@@ -703,13 +711,7 @@ def default_rules() -> Rules:
     A broken user file must not make analysis fail, so it falls back to the
     shipped rules alone (the CLI's load_rules() reports the error).
     """
-    key: tuple[str, int] | None = None
-    try:
-        up = user_rules_path()
-        if up.is_file():
-            key = (str(up), os.stat(up).st_mtime_ns)
-    except OSError:
-        key = None
+    key = user_file_key(user_rules_path())
     try:
         return _cached(key)
     except RulesError:

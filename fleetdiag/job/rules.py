@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ..analysis.rules import RulesError
+from ..analysis.rules import RulesError, user_file_key
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built: ~5x faster
 
@@ -155,10 +155,16 @@ def load_job_rules(extra: Iterable[Path | str] = (), *, user_default: bool = Tru
     return out
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=4)
+def _cached(user_key: tuple[str, int] | None) -> JobRules:
+    return load_job_rules(user_default=user_key is not None)
+
+
 def default_job_rules() -> JobRules:
-    """Shipped + user rules; a broken user file falls back to the shipped rules alone."""
+    """Shipped + user rules, cached by the user file's path and mtime (a ``watch`` that runs for days sees
+    an edit); a broken user file falls back to the shipped rules alone."""
+    key = user_file_key(user_peer_rules_path())
     try:
-        return load_job_rules()
+        return _cached(key)
     except RulesError:
-        return load_job_rules(user_default=False)
+        return _cached(None)
