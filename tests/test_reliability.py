@@ -474,6 +474,21 @@ def test_log_single_1mb_line_keeps_both_ends(sshd, tmp_path):
     assert res.timing.bytes < 64 * 1024  # the 1 MB line did not travel
 
 
+def test_log_whose_last_line_outruns_the_tail_window_is_read_not_empty(sshd, tmp_path, write_inventory):
+    """A log whose last 32 KiB hold no line break (one JSON record of 1 MB ends it): the end of that line is
+    read and the card says so, instead of a healthy 'no log lines to analyse'."""
+    log = write_log(tmp_path / "app.log", b"starting\n" + b'{"msg": "' + b"x" * 1_000_000 + b' END-OF-THE-LINE"}\n')
+    inv = write_inventory({"gpu01": str(log)})
+    r = CliRunner().invoke(main, ["-i", str(inv), "probe", "gpu01", "--json", *sshd.cli_args()])
+    (host,) = json.loads(r.output)["hosts"]
+    assert host["summary"] != "no log lines to analyse", host
+    assert host["summary"].endswith("(1 lines read)"), host
+    assert any("hold no line break: the end of one longer line is shown" in m for m in host["markers"]), host
+    assert host["timing"]["bytes"] < 64 * 1024  # the 1 MB line did not travel
+    card = CliRunner().invoke(main, ["-i", str(inv), "probe", "gpu01", *sshd.cli_args()], env={"COLUMNS": "200"})
+    assert "hold no line break" in card.output, card.output
+
+
 def _sparse_10g(path: Path, tail: bytes) -> int:
     size = 10 * 1024**3
     with open(path, "wb") as fh:

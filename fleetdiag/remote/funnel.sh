@@ -238,13 +238,18 @@ fd_tailpass() {
   fd_last "$tb" | fd_nz | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
     BEGIN { print "S\ttail"; N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
     { p = pos; pos += length($0) + 1
-      if (base > 0 && NR == 1) next
+      if (base > 0 && NR == 1) { cut = $0; next }
       if (p < rp) next
       t = $0; sub(/\r$/, "", t); t = fd_clip(t)
       lno = (base == 0) ? NR : "-"
       buf[k % N] = fd_int(p) "\t" lno "\t" t; k++ }
     END { s = (k > N) ? k - N : 0
       if (s > 0) printf "X\ttail: last %d lines shown\n", N
+      # the window holds no line break: one line longer than the window ends the log. Its end is all there is
+      # to read, shown as cut (dropping it would read as a log with no lines)
+      if (NR == 1 && base > 0 && base >= rp) {
+        printf "X\ttail: the last %d bytes hold no line break: the end of one longer line is shown\n", pos - base - 1
+        t = cut; sub(/\r$/, "", t); print "L\t" fd_int(base) "\t-\t" fd_clip(t) }
       for (i = s; i < k; i++) print "L\t" buf[i % N] }'
 }
 # The rendezvous endpoint (torchrun, vLLM and Ray print it near the start, which the passes
