@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -52,6 +52,7 @@ def _cases():
         "tests/corpus_heldout4",
         "tests/corpus_heldout5",
         "tests/corpus_heldout6",
+        "tests/corpus_heldout7",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -176,12 +177,71 @@ HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 }
 
 
+# the seventh held-back set (tests/corpus_heldout7/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of 3d2632f and 2a8977a, the analyzer of main at 9f7bc28),
+# with its answer; "both" where the card does not show the labelled line or verdict either.
+HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "llamacpp_28317_new_log_format_unknown_architecture_spark2_5_fit_params": (
+        "json",
+        "line right, category other (labelled config): llama-server's 'llama_model_load: error loading model: "
+        "unknown model architecture: 'spark2_5'' in its elapsed-time log format",
+    ),
+    "llamacpp_ollama_12984_compose_unknown_architecture_pangu_embedded_gin_500": (
+        "both",
+        "healthy (starting): ollama's compose-column lines 'llama_model_load: error loading model: error loading "
+        "model architecture: unknown model architecture: 'pangu-embedded'', 'NewLlamaServer failed' and the "
+        "chat's 500 are not read as a failure",
+    ),
+    "llamacpp_llamamodels_496_ollama_run_500_llama_server_terminated_unknown_mllama": (
+        "json",
+        "line right, category other (labelled config): the client's relayed 'Error: 500 Internal Server Error: "
+        "llama-server process has terminated: exit status 1: error loading model: unknown model architecture: "
+        "'mllama''",
+    ),
+    "llamacpp_lmstudio_579_failed_to_load_unknown_architecture_llama4": (
+        "both",
+        "healthy (starting): LM Studio's 'Failed to load the model' banner over llama.cpp's 'error loading model: "
+        "error loading model architecture: unknown model architecture: 'llama4'' is not read as a failure",
+    ),
+    "sglang_12827_ci_stamp_sigquit_from_child_one_line": (
+        "both",
+        "healthy (starting): SGLang's one line 'Received sigquit from a child process. It usually means the child "
+        "failed.' under a collector's ISO stamp is not read as a failure",
+    ),
+    "vllm_14452_rtx5090_routes_started_server_process_starting": (
+        "both",
+        "healthy (serving and idle): uvicorn's 'Started server process' after the route table is read as start-up "
+        "completed, with 'Waiting for application startup.' cut and no 'Application startup complete'",
+    ),
+    "vllm_16107_docker_timestamps_routes_starting": (
+        "both",
+        "healthy (phase starting): a route table under docker's RFC 3339 stamps gives the verdict healthy, not starting",
+    ),
+    "vllm_27194_bracket_residue_output_handler_engine_dead_stream": (
+        "both",
+        "the output handler's first frame line ('... [async_llm.py:485[]   File \".../async_llm.py\", line 444, in "
+        "output_handler', the logger's ']' pasted as '[]') with category other, not the EngineDeadError under it",
+    ),
+    "vllm_ascend_2416_compose_column_capturing_cudagraph_debug_starting": (
+        "both",
+        "healthy (phase starting): the workers' DEBUG 'Capturing a cudagraph' lines under a compose column give the "
+        "verdict healthy, not starting",
+    ),
+    "vllm_lmcache_2306_serving_chat_engine_dead_then_enginecore_traceback_cut": (
+        "both",
+        "the engine core's cut traceback's last frame '(EngineCore_DP0 pid=697344)     self.run()' (a traceback "
+        "without its final line), not the front end's EngineDeadError above it",
+    ),
+}
+
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
     "tests/corpus_heldout4": HELDOUT4_KNOWN_WRONG,
     "tests/corpus_heldout5": HELDOUT5_KNOWN_WRONG,
     "tests/corpus_heldout6": HELDOUT6_KNOWN_WRONG,
+    "tests/corpus_heldout7": HELDOUT7_KNOWN_WRONG,
 }
 
 
