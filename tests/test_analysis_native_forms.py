@@ -67,3 +67,20 @@ def test_a_levelless_nccl_remote_error_loses_to_the_ranks_own_transport_line() -
     assert dec.role == "peer-caused"
     alone = _dec("ith exception: NCCL error: remote process exited or there was a network error, NCCL version 2.20.5\n")
     assert alone.role == "peer-caused" and alone.category == "nccl"
+
+
+def test_an_assertion_in_each_quoting_of_its_runtime_is_decisive_and_glib_criticals_are_not() -> None:
+    """glibc quotes the check `x', libstdc++'s _GLIBCXX_ASSERTIONS 'x', a translated glibc ‘x’, a device-side
+    assert `x`: each is the native program's decisive line, ahead of the abort it causes."""
+    for quoted in ("`ctx != NULL'", "'__n < this->size()'", "‘top != 0’", "`idx < n`"):
+        dec = _dec(
+            f"loading\n/usr/include/c++/13/bits/stl_vector.h:1125: f(): Assertion {quoted} failed.\nAborted (core dumped)\n"
+        )
+        assert dec.line.endswith(f"Assertion {quoted} failed."), (quoted, dec.line)
+        assert dec.rule == "native-assertion" and dec.category == "other" and dec.exception_type is None
+    # GLib's warnings ("g_object_ref: assertion 'G_IS_OBJECT (object)' failed") are lowercase, CRITICAL-level
+    # reports a program survives: they decide nothing here
+    glib = analyze_text(
+        "(app:1): GLib-GObject-CRITICAL **: g_object_ref: assertion 'G_IS_OBJECT (object)' failed\nready\n"
+    )
+    assert glib.decisive is None or glib.decisive.rule != "native-assertion"

@@ -153,12 +153,6 @@ HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "device 0: cudaMalloc failed: out of memory' and the lines relaying it up to the server's 'unable to load "
         "model' are not read as a failure",
     ),
-    "megatron_bridge_3599_hybrid_ep_permute_cuda_assert_one_line": (
-        "both",
-        "healthy (starting): a one-line paste of glibc's assert() report 'python3: .../permute.cu:412: void "
-        "permute_launcher(PermuteArgs) [...]: Assertion 'args.output_tokens_ptr != nullptr' failed.' is not read "
-        "as a failure",
-    ),
     "sglang_36333_state_deleted_then_health_check_failed_detokenizer_20s": (
         "both",
         "healthy (starting): SGLang's repeated 'Health check failed. Server couldn't get a response from "
