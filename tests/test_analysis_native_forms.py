@@ -84,3 +84,29 @@ def test_an_assertion_in_each_quoting_of_its_runtime_is_decisive_and_glib_critic
         "(app:1): GLib-GObject-CRITICAL **: g_object_ref: assertion 'G_IS_OBJECT (object)' failed\nready\n"
     )
     assert glib.decisive is None or glib.decisive.rule != "native-assertion"
+
+
+def test_a_native_allocators_failed_allocation_is_decisive_over_the_loader_lines_relaying_it() -> None:
+    """ggml prints no level: its backend's failed cudaMalloc (or host buffer) is the cause, the tensor-range,
+    graph-allocator and model-load lines above the server's exit relay it."""
+    for first, category in (
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9220.57 MiB on device 0: cudaMalloc failed: out of memory",
+            "oom",
+        ),
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 512.00 MiB on device 1: hipMalloc failed: out of memory",
+            "oom",
+        ),
+        ("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 437944320", "oom"),
+    ):
+        dec = _dec(
+            "load_tensors: loading model tensors, this can take a while... (mmap = true)\n"
+            f"{first}\n"
+            "alloc_tensor_range: failed to allocate CUDA0 buffer of size 9668469760\n"
+            "llama_model_load: error loading model: unable to allocate CUDA0 buffer\n"
+            "llama_model_load_from_file_impl: failed to load model\n"
+        )
+        assert dec.line == first and dec.category == category and dec.rule == "allocator-oom"
+    # a sentence about cudaMalloc is not an allocator's report
+    assert analyze_text("note: cudaMalloc may fail when the GPU is shared\nready\n").verdict == "healthy"

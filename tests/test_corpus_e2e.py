@@ -147,12 +147,6 @@ HELDOUT5_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # since to the written labelling rules; the analyzer of main at d52494c), with its answer; "both" where
 # the card does not show the labelled line either.
 HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "llamacpp_9352_rocm_cudamalloc_oom_compute_buffers_unable_to_load": (
-        "both",
-        "healthy (starting): llama.cpp's 'ggml_backend_cuda_buffer_type_alloc_buffer: allocating 17536.01 MiB on "
-        "device 0: cudaMalloc failed: out of memory' and the lines relaying it up to the server's 'unable to load "
-        "model' are not read as a failure",
-    ),
     "sglang_36333_state_deleted_then_health_check_failed_detokenizer_20s": (
         "both",
         "healthy (starting): SGLang's repeated 'Health check failed. Server couldn't get a response from "
