@@ -25,7 +25,7 @@ FLOORS = {
     # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load";
     # 374 with seven more: a CI runner's stamp on every line, one compose service's column, a console logger's
     # word-wrapped records, Marian's CUDA checks
-    "tests/corpus_extra": 380,
+    "tests/corpus_extra": 382,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -70,8 +70,9 @@ FLOORS = {
     # measured (commit 6214bd5's labels, the analyzer of main at d52494c), 23 once two labels that broke written
     # labelling rules were corrected (their `why` says which); its three kernel logs 3 of 3. 24 since libstdc++'s
     # straight-quoted assertion is a native assertion, 25 since a native allocator's failed allocation is the cause
-    # (both made on tests/corpus_extra's logs: informed, its README)
-    "tests/corpus_heldout6": 25,
+    # (both made on tests/corpus_extra's logs: informed, its README), 26 since an exception whose whole message is
+    # a native record stays one line and TensorRT-LLM's mpiSize == tp * pp check is the launch's layout
+    "tests/corpus_heldout6": 26,
     # the seventh held-back set, never tuned on (tests/corpus_heldout7/README.md): 8 of 18 and no decoy when first
     # measured (commits 3d2632f's and 2a8977a's labels, the analyzer of main at 9f7bc28); its two kernel logs 2 of 2
     "tests/corpus_heldout7": 8,

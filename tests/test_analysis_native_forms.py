@@ -110,3 +110,25 @@ def test_a_native_allocators_failed_allocation_is_decisive_over_the_loader_lines
         assert dec.line == first and dec.category == category and dec.rule == "allocator-oom"
     # a sentence about cudaMalloc is not an allocator's report
     assert analyze_text("note: cudaMalloc may fail when the GPU is shared\nready\n").verdict == "healthy"
+
+
+def test_an_exception_whose_whole_message_is_a_native_record_stays_one_line_with_the_records_category() -> None:
+    """``RuntimeError: [TensorRT-LLM][ERROR] …`` is not a bare ``RuntimeError:`` head over a record: it is one
+    line, the exception's, and the record's words decide its category."""
+    for check in (
+        "mpiSize == tp * pp (worldConfig.cpp:99)",
+        "MPI size 1 != TP size 2 * PP size 1 (worldConfig.cpp:98)",
+    ):
+        dec = _dec(
+            "Traceback (most recent call last):\n"
+            '  File "run.py", line 420, in main\n'
+            "    runner = runner_cls.from_dir(**runner_kwargs)\n"
+            f"RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: {check}\n"
+        )
+        assert dec.line == f"RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: {check}"
+        assert dec.exception_type == "RuntimeError" and dec.category == "config" and dec.rule == "launch-layout"
+    # a record inside a longer message is still a line of its own, and decisive over the message relaying it
+    dec = _dec(
+        "E0221 model_lifecycle.cc:654] failed to load 'm': [TensorRT-LLM][ERROR] Assertion failed: x != nullptr\n"
+    )
+    assert dec.line == "[TensorRT-LLM][ERROR] Assertion failed: x != nullptr" and dec.exception_type is None

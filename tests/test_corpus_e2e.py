@@ -157,11 +157,6 @@ HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "line right, category other (labelled nccl): the relayed '[TensorRT-LLM][ERROR] Assertion failed: Failed, "
         "NCCL error .../ncclCommunicator.cpp:90 'invalid usage (run with NCCL_DEBUG=WARN for details)''",
     ),
-    "tensorrt_llm_qwentrtllm_123_run_py_mpisize_tp_pp_assertion": (
-        "both",
-        "the unfolded exception's head 'RuntimeError:' with category other, not the record under it "
-        "'[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp' (config)",
-    ),
 }
 
 

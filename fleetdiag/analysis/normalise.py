@@ -157,6 +157,9 @@ _RELAYED_PART = re.compile(
 # the relayed record of a native library inside another message ("…modelInstanceState: [TensorRT-LLM][ERROR]
 # Assertion failed: …"): the library's own record starts there, so it is a line of its own too
 _INNER_RECORD = re.compile(r"(?<=: )\[[A-Za-z][\w.+-]*\] ?\[(?:ERROR|FATAL|E|F)\] (?=\S)")
+# an exception's head with nothing of its own after it, behind whatever prefix ("RuntimeError:", "[rank0]:
+# RuntimeError:", a relay's "[Info] (Process) RuntimeError:")
+_BARE_HEAD = re.compile(r"(?:^|(?<=[\s\]):]))[A-Za-z_][\w.]*(?:Error|Exception)\w*:$")
 MAX_UNFOLD = 400  # parts of one line, at most: a relayed message is bounded like any other
 _UNESCAPE = {'\\"': '"', "\\'": "'", "\\t": "\t", "\\\\": "\\"}
 _ESCAPED = re.compile(r"\\[\"'t\\]")
@@ -173,7 +176,10 @@ def _split_inner(part: str) -> list[str]:
     m = _INNER_RECORD.search(part, 1)
     if m is None:
         return [part]
-    return [part[: m.start()].rstrip(), part[m.start() :]]
+    head = part[: m.start()].rstrip()
+    if _BARE_HEAD.search(head):  # "RuntimeError: [TensorRT-LLM][ERROR] …": the record is the whole message
+        return [part[m.start() :]]
+    return [head, part[m.start() :]]
 
 
 def unfold(text: str) -> list[str] | None:
