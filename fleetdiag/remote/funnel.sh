@@ -233,7 +233,8 @@ fd_pass() {
       for (k = 0; k < nt; k++) printf "T\t%s\t%s\t%s\n", fd_int(first[order[k]]), firstln[order[k]], order[k]
     }')
 }
-# The last lines from the latest run start ($rp) on.
+# The last lines from the latest run start ($rp) on. A window that holds no line break (one line longer than
+# the window ends the log) shows the end of that line, marked as cut: dropping it would read as a log with no lines.
 fd_tailpass() {
   fd_last "$tb" | fd_nz | awk -v base=$((size - tb)) -v rp="$rp" "$FD_AWKLIB"'
     BEGIN { print "S\ttail"; N = ENVIRON["FD_TL"] + 0; ML = ENVIRON["FD_MAXLINE"] + 0; pos = base; k = 0 }
@@ -245,8 +246,6 @@ fd_tailpass() {
       buf[k % N] = fd_int(p) "\t" lno "\t" t; k++ }
     END { s = (k > N) ? k - N : 0
       if (s > 0) printf "X\ttail: last %d lines shown\n", N
-      # the window holds no line break: one line longer than the window ends the log. Its end is all there is
-      # to read, shown as cut (dropping it would read as a log with no lines)
       if (NR == 1 && base > 0 && base >= rp) {
         printf "X\ttail: the last %d bytes hold no line break: the end of one longer line is shown\n", pos - base - 1
         t = cut; sub(/\r$/, "", t); print "L\t" fd_int(base) "\t-\t" fd_clip(t) }
