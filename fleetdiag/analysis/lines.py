@@ -83,12 +83,11 @@ _BRACKET_LETTER = _p(r"\[(?P<level>[EWIF])\] ")
 # month-day time. normalise asks for them too, to tell a program's header from a collector's severity column
 ISO_DATE = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 MONTH_DAY_TIME = r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
-_ISO = ISO_DATE
-_ISO_TIME = _p(r"(?P<time>" + _ISO + r")[ \t]+(?=\S)")
+_ISO_TIME = _p(r"(?P<time>" + ISO_DATE + r")[ \t]+(?=\S)")
 # Python logging's level word beside a full date, either side: "%(levelname)s %(asctime)s" (Ray Serve's
 # "ERROR 2024-09-19 08:23:55,732 controller 528 -- ..."), and "%(asctime)s %(levelname)s" ("2026-08-07T18:25:43.623Z
 # ERROR xinference.core.worker pid:41 ..."; only right after the time, where a level word is the header's)
-_LEVEL_ISO = _p(r"(?P<level>" + _LVL + r") +(?P<time>" + _ISO + r") +(?=\S)")
+_LEVEL_ISO = _p(r"(?P<level>" + _LVL + r") +(?P<time>" + ISO_DATE + r") +(?=\S)")
 _LEVEL_WORD = _p(r"(?P<level>" + _LVL + r") +(?=\S)")
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
 # nccl-tests name the host before their failure lines: "node7: Test NCCL failure common.cu:959 '...'"
