@@ -25,7 +25,7 @@ FLOORS = {
     # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load";
     # 374 with seven more: a CI runner's stamp on every line, one compose service's column, a console logger's
     # word-wrapped records, Marian's CUDA checks
-    "tests/corpus_extra": 382,
+    "tests/corpus_extra": 391,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -74,8 +74,11 @@ FLOORS = {
     # a native record stays one line and TensorRT-LLM's mpiSize == tp * pp check is the launch's layout
     "tests/corpus_heldout6": 26,
     # the seventh held-back set, never tuned on (tests/corpus_heldout7/README.md): 8 of 18 and no decoy when first
-    # measured (commits 3d2632f's and 2a8977a's labels, the analyzer of main at 9f7bc28); its two kernel logs 2 of 2
-    "tests/corpus_heldout7": 8,
+    # measured (commits 3d2632f's and 2a8977a's labels, the analyzer of main at 9f7bc28); its two kernel logs 2 of 2.
+    # 12 since a native model loader's rejection of the file (unknown architecture, tensor count or shape) is the
+    # cause, config (made on tests/corpus_extra's logs from other projects after its miss list named the class:
+    # informed for that class, its README)
+    "tests/corpus_heldout7": 12,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,

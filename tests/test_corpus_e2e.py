@@ -164,28 +164,6 @@ HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # analyzer got wrong when the set was first scored (labels of 3d2632f and 2a8977a, the analyzer of main at 9f7bc28),
 # with its answer; "both" where the card does not show the labelled line or verdict either.
 HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "llamacpp_28317_new_log_format_unknown_architecture_spark2_5_fit_params": (
-        "json",
-        "line right, category other (labelled config): llama-server's 'llama_model_load: error loading model: "
-        "unknown model architecture: 'spark2_5'' in its elapsed-time log format",
-    ),
-    "llamacpp_ollama_12984_compose_unknown_architecture_pangu_embedded_gin_500": (
-        "both",
-        "healthy (starting): ollama's compose-column lines 'llama_model_load: error loading model: error loading "
-        "model architecture: unknown model architecture: 'pangu-embedded'', 'NewLlamaServer failed' and the "
-        "chat's 500 are not read as a failure",
-    ),
-    "llamacpp_llamamodels_496_ollama_run_500_llama_server_terminated_unknown_mllama": (
-        "json",
-        "line right, category other (labelled config): the client's relayed 'Error: 500 Internal Server Error: "
-        "llama-server process has terminated: exit status 1: error loading model: unknown model architecture: "
-        "'mllama''",
-    ),
-    "llamacpp_lmstudio_579_failed_to_load_unknown_architecture_llama4": (
-        "both",
-        "healthy (starting): LM Studio's 'Failed to load the model' banner over llama.cpp's 'error loading model: "
-        "error loading model architecture: unknown model architecture: 'llama4'' is not read as a failure",
-    ),
     "sglang_12827_ci_stamp_sigquit_from_child_one_line": (
         "both",
         "healthy (starting): SGLang's one line 'Received sigquit from a child process. It usually means the child "
