@@ -288,16 +288,22 @@ _TGI_SIGILL = (
     "shutdown with signal 4 rank=0\n"
 )
 
+# SGLang's server logs its SIGQUIT handler's line with no level ("[time] message")
+_SGLANG_SIGQUIT = (
+    "[2026-12-01 10:00:01] Received sigquit from a child process. It usually means the child failed.\n"
+)
+
 
 @pytest.mark.parametrize(
     "text, line, reason, category",
     [
+        (_SGLANG_SIGQUIT, "Received sigquit from a child process", "no cause in the lines read", "other"),
         (_TABBY, "exited with status code 1", "a child process exited with code 1 and wrote no error", "other"),
         (_SWAP, "ExitError >> signal: aborted", "died with SIGABRT (-6) and wrote no error", "other"),
         (_OLLAMA, "runner process has terminated: signal: killed", "died with SIGKILL (-9) and wrote no error", "oom"),
         (_TGI_SIGILL, "signaled to shutdown with signal 4", "died with SIGILL (-4) and wrote no error", "other"),
     ],
-    ids=["tabby-status-code", "go-exiterror-signal", "ollama-runner-killed", "tgi-shard-signal-4"],
+    ids=["sglang-sigquit-no-level", "tabby-status-code", "go-exiterror-signal", "ollama-runner-killed", "tgi-shard-signal-4"],
 )
 def test_supervisor_report_of_a_silent_child_is_decisive_and_says_so(rules, text, line, reason, category):
     d = analyze_text(text, rules=rules)

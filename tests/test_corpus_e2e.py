@@ -164,11 +164,6 @@ HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # analyzer got wrong when the set was first scored (labels of 3d2632f and 2a8977a, the analyzer of main at 9f7bc28),
 # with its answer; "both" where the card does not show the labelled line or verdict either.
 HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "sglang_12827_ci_stamp_sigquit_from_child_one_line": (
-        "both",
-        "healthy (starting): SGLang's one line 'Received sigquit from a child process. It usually means the child "
-        "failed.' under a collector's ISO stamp is not read as a failure",
-    ),
     "vllm_14452_rtx5090_routes_started_server_process_starting": (
         "both",
         "healthy (serving and idle): uvicorn's 'Started server process' after the route table is read as start-up "
