@@ -289,9 +289,7 @@ _TGI_SIGILL = (
 )
 
 # SGLang's server logs its SIGQUIT handler's line with no level ("[time] message")
-_SGLANG_SIGQUIT = (
-    "[2026-12-01 10:00:01] Received sigquit from a child process. It usually means the child failed.\n"
-)
+_SGLANG_SIGQUIT = "[2026-12-01 10:00:01] Received sigquit from a child process. It usually means the child failed.\n"
 
 
 @pytest.mark.parametrize(
@@ -303,7 +301,13 @@ _SGLANG_SIGQUIT = (
         (_OLLAMA, "runner process has terminated: signal: killed", "died with SIGKILL (-9) and wrote no error", "oom"),
         (_TGI_SIGILL, "signaled to shutdown with signal 4", "died with SIGILL (-4) and wrote no error", "other"),
     ],
-    ids=["sglang-sigquit-no-level", "tabby-status-code", "go-exiterror-signal", "ollama-runner-killed", "tgi-shard-signal-4"],
+    ids=[
+        "sglang-sigquit-no-level",
+        "tabby-status-code",
+        "go-exiterror-signal",
+        "ollama-runner-killed",
+        "tgi-shard-signal-4",
+    ],
 )
 def test_supervisor_report_of_a_silent_child_is_decisive_and_says_so(rules, text, line, reason, category):
     d = analyze_text(text, rules=rules)
