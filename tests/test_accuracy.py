@@ -25,7 +25,7 @@ FLOORS = {
     # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load";
     # 374 with seven more: a CI runner's stamp on every line, one compose service's column, a console logger's
     # word-wrapped records, Marian's CUDA checks
-    "tests/corpus_extra": 391,
+    "tests/corpus_extra": 393,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -78,8 +78,10 @@ FLOORS = {
     # 12 since a native model loader's rejection of the file (unknown architecture, tensor count or shape) is the
     # cause, config (made on tests/corpus_extra's logs from other projects after its miss list named the class:
     # informed for that class, its README); 13 since SGLang's "Received sigquit from a child process", which its
-    # logger prints with no level, is a supervisor's report of its child's failure (informed, its README)
-    "tests/corpus_heldout7": 13,
+    # logger prints with no level, is a supervisor's report of its child's failure (informed, its README); 15 since
+    # a front end coming up (vLLM's route table, uvicorn's server process before its start-up completes) is
+    # start-up in progress (made on tests/corpus_extra's club-3090 #747 and strix-halo toolboxes #12)
+    "tests/corpus_heldout7": 15,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,

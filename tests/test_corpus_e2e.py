@@ -164,15 +164,6 @@ HELDOUT6_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # analyzer got wrong when the set was first scored (labels of 3d2632f and 2a8977a, the analyzer of main at 9f7bc28),
 # with its answer; "both" where the card does not show the labelled line or verdict either.
 HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "vllm_14452_rtx5090_routes_started_server_process_starting": (
-        "both",
-        "healthy (serving and idle): uvicorn's 'Started server process' after the route table is read as start-up "
-        "completed, with 'Waiting for application startup.' cut and no 'Application startup complete'",
-    ),
-    "vllm_16107_docker_timestamps_routes_starting": (
-        "both",
-        "healthy (phase starting): a route table under docker's RFC 3339 stamps gives the verdict healthy, not starting",
-    ),
     "vllm_27194_bracket_residue_output_handler_engine_dead_stream": (
         "both",
         "the output handler's first frame line ('... [async_llm.py:485[]   File \".../async_llm.py\", line 444, in "

@@ -47,7 +47,7 @@ _PROGRESS = re.compile(
 # matcher to use a user's patterns too).
 _READY = re.compile(
     r"Application startup complete|Uvicorn running on|The server is fired up and ready to roll"
-    r"|Server is ready|Started server process|Running on https?://|Serving on|listening on (?:port|https?://)"
+    r"|Server is ready|Running on https?://|Serving on|listening on (?:port|https?://)"
     r"|Avg prompt throughput|\"(?:GET|POST) /\S* HTTP/1\.[01]\" 200"
 )
 # Still starting: waits, loading, compiling, graph capture.
@@ -55,6 +55,7 @@ _WAITING = re.compile(
     r"[Ww]aiting for .*(?:ready|to start|to come up|to be up|server|engine|health)|[Hh]ealth ?check"
     r"|Loading (?:safetensors checkpoint shards|(?:model )?weights)|Starting to load model"
     r"|Capturing (?:CUDA|cuda|ACL|HIP) graph|Waiting for init message|torch\.compile|Compiling"
+    r"|Available routes are:|Route: /\S*, Methods: |Started server process|Waiting for application startup"
 )
 
 
