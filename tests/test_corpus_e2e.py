@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -53,6 +53,7 @@ def _cases():
         "tests/corpus_heldout5",
         "tests/corpus_heldout6",
         "tests/corpus_heldout7",
+        "tests/corpus_heldout8",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -182,6 +183,44 @@ HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 }
 
 
+# the eighth held-back set (tests/corpus_heldout8/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of 82dbc8e, the analyzer of main at dde47d3), with its
+# answer; "both" where the card does not show the labelled line or verdict either.
+HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "llamacpp_ollama_8387_journald_gin_only_500s_30m_stalled": (
+        "both",
+        "healthy: ollama's journald GIN lines answering every '/api/chat' with 500 (most after 29m59s or 30m0s), "
+        "none served, are not read as a front end that answers only errors (labelled stalled)",
+    ),
+    "torch_axolotl_2215_progress_bar_glued_agent_death_signal_sighup": (
+        "both",
+        "healthy: torchrun's agent warning 'Received 1 death signal, shutting down workers' glued to a tqdm bar, then "
+        "its 'closing signal SIGHUP' lines, is not read as a failure",
+    ),
+    "torch_axolotl_2791_childfailed_no_other_failures_rank1_then_empty_error_line": (
+        "both",
+        "a decoy: axolotl's ERROR record cut after its prefix ('[2025-06-18 04:34:34,298] [ERROR] "
+        "[axolotl.cli.main.train:182] [PID:113411] [RANK:0]') over the ChildFailedError's root-cause record "
+        "'exitcode  : 1 (pid: 113422)'",
+    ),
+    "vllm_25032_qwen3_next_flash_attn_combine_illegal_access_worker_died": (
+        "both",
+        "a decoy, category other: the engine core's 'Dumping input data for V1 LLM engine ...' ERROR line (cut) "
+        "over vllm-flash-attn's untagged 'CUDA error (.../flash_fwd_combine_launch_template.h:60): an illegal "
+        "memory access was encountered' (cuda)",
+    ),
+    "vllm_blazux_2_dgx_apiserver_engine_dead_then_enginecore_shutdown_traceback_cut": (
+        "both",
+        "a decoy: the engine core's cut shutdown traceback's last frame '(EngineCore pid=374)     "
+        "self.worker.shutdown()' (a traceback without its final line), not the front end's EngineDeadError above it",
+    ),
+    "vllm_llmscaler_616_b60_no_available_memory_for_cache_blocks_then_apiserver": (
+        "json",
+        "line right, category config (labelled oom): the engine core's 'ValueError: No available memory for the "
+        "cache blocks. Try increasing `gpu_memory_utilization` ...'",
+    ),
+}
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
@@ -189,6 +228,7 @@ HELD_BACK = {
     "tests/corpus_heldout5": HELDOUT5_KNOWN_WRONG,
     "tests/corpus_heldout6": HELDOUT6_KNOWN_WRONG,
     "tests/corpus_heldout7": HELDOUT7_KNOWN_WRONG,
+    "tests/corpus_heldout8": HELDOUT8_KNOWN_WRONG,
 }
 
 
