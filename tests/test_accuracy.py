@@ -25,7 +25,7 @@ FLOORS = {
     # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load";
     # 374 with seven more: a CI runner's stamp on every line, one compose service's column, a console logger's
     # word-wrapped records, Marian's CUDA checks
-    "tests/corpus_extra": 393,
+    "tests/corpus_extra": 395,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -80,11 +80,14 @@ FLOORS = {
     # informed for that class, its README); 13 since SGLang's "Received sigquit from a child process", which its
     # logger prints with no level, is a supervisor's report of its child's failure (informed, its README); 15 since
     # a front end coming up (vLLM's route table, uvicorn's server process before its start-up completes) is
-    # start-up in progress (made on tests/corpus_extra's club-3090 #747 and strix-halo toolboxes #12)
-    "tests/corpus_heldout7": 15,
+    # start-up in progress (made on tests/corpus_extra's club-3090 #747 and strix-halo toolboxes #12); 16 since a
+    # wrapper that names what failed (EngineDeadError) ranks above a traceback cut before its exception
+    "tests/corpus_heldout7": 16,
     # the eighth held-back set, never tuned on (tests/corpus_heldout8/README.md): 16 of 22 and 3 decoys when first
-    # measured (commit 82dbc8e's labels, the analyzer of main at dde47d3)
-    "tests/corpus_heldout8": 16,
+    # measured (commit 82dbc8e's labels, the analyzer of main at dde47d3), and on main after three classes made
+    # without it; 17 since a wrapper that names what failed (EngineDeadError) ranks above a traceback cut before its
+    # exception (a class tests/corpus_heldout7's miss list named; this set's miss list showed it too: informed)
+    "tests/corpus_heldout8": 17,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -99,7 +102,7 @@ FLOORS = {
     "tests/corpus_heldout7/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 179
+SUPPORTED_FLOOR = 181
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,
@@ -112,9 +115,8 @@ DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout6": 0,
     "tests/corpus_heldout7": 0,
     # tests/corpus_heldout8: axolotl's cut ERROR record over a ChildFailedError's root-cause record, vLLM's engine-core
-    # input dump over vllm-flash-attn's CUDA check, an engine core's cut shutdown frame over the front end's
-    # EngineDeadError (held back: known-wrong cases, not tuned on)
-    "tests/corpus_heldout8": 3,
+    # input dump over vllm-flash-attn's CUDA check (held back: known-wrong cases, not tuned on); 3 when first measured
+    "tests/corpus_heldout8": 2,
 }
 
 

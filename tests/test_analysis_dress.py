@@ -268,6 +268,31 @@ def test_one_record_repeated_at_the_widest_length_is_not_a_terminals_wrap() -> N
     assert normalise(split_text(log)).steps == []
 
 
+def test_a_terminal_cut_inside_a_hex_id_is_joined_and_a_host_prefix_is_not(rules) -> None:
+    """A cut at the terminal's width that lands inside a request id leaves "f81b0bfd2d1: ..." on the next line: the
+    rest of the id, not a host's prefix. A line that starts with a host's name after a full-width line stays its own."""
+    lines = [
+        "ERROR 12-16 09:17:04 [async_llm.py:480] Traceback (most recent call last):",
+        '  File "/srv/lib/python3.12/site-packages/vllm/v1/engine/core_client.py", line 846, in get_output_as',
+        "ync",
+        "ERROR 12-16 09:17:04 [async_llm.py:480] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encoun",
+        "tered an issue. See stack trace (above) for the root cause.",
+    ]
+    width = len(lines[1])
+    failed = "ERROR 12-16 09:17:04 [stage.py:1000] Failed on request chatcmpl-" + "533c3c01506d4618b3e03f81b0bfd2d1" * 2
+    lines += [failed[:width], failed[width:] + ": EngineCore encountered an issue."]
+    assert len(lines[3]) == width == len(lines[5]) and lines[6].split(":")[0].isalnum() and len(lines[6]) < width
+    norm = normalise(split_text("\n".join(lines) + "\n"))
+    assert f"lines re-wrapped at {width} columns joined" in norm.steps, norm.steps
+    assert any(ln.text == failed + ": EngineCore encountered an issue." for ln in norm.lines)
+    d = analyze_text("\n".join(lines) + "\n", rules=rules)
+    assert d.decisive is not None and d.decisive.exception_type == "vllm.v1.engine.exceptions.EngineDeadError"
+    # a host's line after a full-width line that ends in a word is the host's, not the rest of that word
+    host = ["x" * (width - 7) + " deadbe", "node-12: RuntimeError: boom"]
+    norm = normalise(split_text("\n".join(lines[:5] + host) + "\n"))
+    assert any(ln.text == "node-12: RuntimeError: boom" for ln in norm.lines)
+
+
 def test_a_pastes_markdown_comes_off_and_a_log_lines_own_marks_stay() -> None:
     """Fences (glued to a line too), quotes, inline code, <details> tags, a bullet and a user's elision are dress;
     a logger's "- name - LEVEL - ", pytest's "> " marker and backticks inside a message are the line's own."""

@@ -175,11 +175,6 @@ HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "healthy (phase starting): the workers' DEBUG 'Capturing a cudagraph' lines under a compose column give the "
         "verdict healthy, not starting",
     ),
-    "vllm_lmcache_2306_serving_chat_engine_dead_then_enginecore_traceback_cut": (
-        "both",
-        "the engine core's cut traceback's last frame '(EngineCore_DP0 pid=697344)     self.run()' (a traceback "
-        "without its final line), not the front end's EngineDeadError above it",
-    ),
 }
 
 
@@ -208,11 +203,6 @@ HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "a decoy, category other: the engine core's 'Dumping input data for V1 LLM engine ...' ERROR line (cut) "
         "over vllm-flash-attn's untagged 'CUDA error (.../flash_fwd_combine_launch_template.h:60): an illegal "
         "memory access was encountered' (cuda)",
-    ),
-    "vllm_blazux_2_dgx_apiserver_engine_dead_then_enginecore_shutdown_traceback_cut": (
-        "both",
-        "a decoy: the engine core's cut shutdown traceback's last frame '(EngineCore pid=374)     "
-        "self.worker.shutdown()' (a traceback without its final line), not the front end's EngineDeadError above it",
     ),
     "vllm_llmscaler_616_b60_no_available_memory_for_cache_blocks_then_apiserver": (
         "json",

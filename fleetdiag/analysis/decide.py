@@ -43,9 +43,10 @@ from .tracebacks import JVM_CAUSE, SECTION, Event, build_events
 
 # tiers, best first: a cause; a weak cause (an error line of no known shape) or a peer-caused error,
 # whichever came first (an unknown error-level line after a transport error is its follow-up);
-# a launcher's report of a child's exit; a traceback without its last line; a wrapper or launcher
-# line that quotes nothing; a consequence
-STRONG, WEAK, LAUNCH_TIER, INCOMPLETE, REPORTER, ONLY_SECONDARY = range(6)
+# a launcher's report of a child's exit; a wrapper or launcher line that quotes nothing (it names what
+# failed: the engine, a worker, a child); a traceback without its last line (frames name no error); a
+# consequence
+STRONG, WEAK, LAUNCH_TIER, REPORTER, INCOMPLETE, ONLY_SECONDARY = range(6)
 PEER_TIER = WEAK
 # a signature whose role is wrapper names the step that failed (a build): it loses to any cause (the compiler's
 # own line it wraps) and beats the launcher's report of the process that ran the step
@@ -682,9 +683,11 @@ def _cascade(judged: list[Judged], best: Judged, run: list[LogLine], rules: Rule
 
 def _confidence(best: Judged, judged: list[Judged], cascade: int) -> float:
     ev = best.ev
-    if best.tier >= REPORTER:
+    if best.tier == ONLY_SECONDARY:
         c = 0.2
     elif best.tier == INCOMPLETE:
+        c = 0.25
+    elif best.tier == REPORTER:
         c = 0.3
     elif best.tier == LAUNCH_TIER or (best.tier == WEAK and best.line_role in (CAUSE, WRAPPER)):
         c = 0.45
@@ -713,7 +716,7 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
     prim = [j for j in judged if j.role == "primary" and j.tier == best.tier]
     if best.line_role == LAUNCHER and best.tier <= LAUNCH_TIER:
         what = _launcher_says(best, rank)
-    elif best.tier >= REPORTER:
+    elif best.tier in (REPORTER, ONLY_SECONDARY):
         what = f"no cause in the lines read, only consequences (a {best.line_role}); the earliest is shown"
     elif best.line_role == PEER:
         what = "peer-caused: a transport or watchdog error that blames another process, and no cause of its own"

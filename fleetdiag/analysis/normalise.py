@@ -631,13 +631,18 @@ def _word_wrap_width(texts: list[str]) -> int | None:
     return width if wraps >= WORD_WRAPS else None
 
 
+# a cut that lands inside a hex id (a request id, a hash): the rest, "f81b0bfd2d1: ...", is no host prefix
+_HEX_TAIL = re.compile(r"[0-9a-f]{4,}$")
+_HEX_HEAD = re.compile(r"[0-9a-f]+: ")
+
+
 def _continues(cur: str, nxt: str, first: str, width: int) -> bool:
     """Is ``nxt`` the rest of ``cur``, cut at the terminal's width?"""
     return (
         len(cur) == width
         and _cut(cur)
         and bool(nxt.strip())
-        and not _OWN_HEADER.match(nxt)
+        and (not _OWN_HEADER.match(nxt) or bool(_HEX_TAIL.search(cur) and _HEX_HEAD.match(nxt)))
         and nxt[:6] != first[:6]  # a new record of the same template
         and not _RULE.match(nxt)
     )
