@@ -197,7 +197,10 @@ def _log_problem(fr: FunnelResult) -> str:
 
 
 async def open_host(host: HostLike, settings: ProbeSettings, direct: bool = False) -> Runner:
-    """The host's connection: through the keeper when connections are kept (unless ``direct``)."""
+    """The host's connection: through the keeper when connections are kept (unless ``direct``).
+
+    The handshake holds the host's ``connect_gate`` slot; through the keeper that is while its first
+    command's request may dial (``KeptConnection``), since that request is the open too."""
     jump = None
     if host.jump:
         resolve = settings.jump_resolver or parse_jump
@@ -208,26 +211,37 @@ async def open_host(host: HostLike, settings: ProbeSettings, direct: bool = Fals
         # each hop may name an inventory host; a chain is connected through in order
         jump = [resolve(_hop_text(h)) for h in hops]
     opts = host_transport(host, settings.transport)
-    if settings.connect_gate is None:
-        return await _connect(host, settings, opts, jump, direct)
-    async with settings.connect_gate(host):
-        return await _connect(host, settings, opts, jump, direct)
-
-
-async def _connect(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any, direct: bool) -> Any:
-    """Through the keeper when connections are kept and it answers; directly otherwise, silently."""
     if settings.persist > 0 and not direct:
-        from .ssh.keeper import KeeperUnavailable, open_kept
-
-        try:
-            return await open_kept(
-                host.target, host.port, host.user, opts, jump, host.name, settings.persist, settings.keeper_dir
-            )
-        except KeeperUnavailable:
-            pass
+        kept = await _kept(host, settings, opts, jump)
+        if kept is not None:
+            return kept
     from .ssh.transport import connect  # asyncssh loads only when a host is really reached directly
 
-    return await connect(host.target, host.port, host.user, opts, jump=jump)
+    if settings.connect_gate is None:
+        return await connect(host.target, host.port, host.user, opts, jump=jump)
+    async with settings.connect_gate(host):
+        return await connect(host.target, host.port, host.user, opts, jump=jump)
+
+
+async def _kept(host: HostLike, settings: ProbeSettings, opts: TransportOptions, jump: Any) -> Any:
+    """The host's kept connection, when the keeper can be used for it; None: connect directly, silently."""
+    from .ssh.keeper import KeeperUnavailable, open_kept
+
+    gate = settings.connect_gate
+    try:
+        return await open_kept(
+            host.target,
+            host.port,
+            host.user,
+            opts,
+            jump,
+            host.name,
+            settings.persist,
+            settings.keeper_dir,
+            gate=None if gate is None else lambda: gate(host),
+        )
+    except KeeperUnavailable:
+        return None
 
 
 def host_transport(host: Any, opts: TransportOptions) -> TransportOptions:
@@ -378,12 +392,10 @@ async def probe_host(host: HostLike, settings: ProbeSettings, conn: Runner | Non
         rules = await settings.rules_ready()
         # built with the marker of a request sent ahead for this command line, if any (ssh.keeper.ahead)
         command, mark = ahead.command(lambda m: probe_command(host, source, log_path, settings, rules, mark=m))
+        # a kept connection's first command is its open too: the keeper found (or started), the host
+        # dialled when it held none, and the command on a direct connection when the keeper cannot be used
         run = await conn.execute(command, settings.transport.command_timeout)
-        if not run.started and own:  # the keeper was gone before it took the command: direct, once
-            conn.close()
-            conn = await open_host(host, settings, direct=True)
-            timing.connect_ms = round(conn.connect_ms, 1)
-            run = await conn.execute(command, settings.transport.command_timeout)
+        timing.connect_ms = round(conn.connect_ms, 1)
         if run.error is not None and not isinstance(run.error, PartialOutput):
             raise run.error
         out, status, exec_ms = run.stdout, run.status, run.total_ms

@@ -220,13 +220,20 @@ def test_warm_probe_sends_ahead_and_prints_what_the_cli_alone_prints(sshd, rt, t
         keeper_client.close_kept(rt)
 
 
+async def held(sshd, rt: Path) -> keeper_client.KeptConnection:
+    """The host's kept connection, open: its first command (the open too) has run through the keeper."""
+    conn = await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+    assert (await conn.execute("true", 10)).status == 0
+    return conn
+
+
 def test_kept_only_is_never_dialled(sshd, rt):
     """A request sent ahead runs only on a connection the keeper holds: it never dials for one."""
     params = connect_params("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None)
     key = connection_key(params)
 
     async def go() -> dict:
-        conn = await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        conn = await held(sshd, rt)
         other = dict(params, user="nobody-here")
         req = {"op": "run", "key": key + "x", "params": other, "command": "echo hi", "timeout": 5, "kept_only": True}
         reader, writer = await keeper_client._request(rt, req, 3.0)
@@ -237,7 +244,7 @@ def test_kept_only_is_never_dialled(sshd, rt):
 
     async def gone() -> tuple[bytes, int | None]:
         """A client that leaves mid-answer stops its own command, not the connection under another one."""
-        conn = await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        conn = await held(sshd, rt)
         chatty = "echo a; sleep 1; i=0; while [ $i -lt 200 ]; do echo b$i; i=$((i+1)); sleep 0.01; done"
         req = {"op": "run", "key": conn.key, "params": conn.params, "command": chatty, "timeout": 20}
         reader, writer = await keeper_client._request(rt, req, 3.0)
@@ -265,7 +272,7 @@ def test_a_commands_output_reaches_its_client_in_few_frames(sshd, rt):
     from fleetdiag.ssh.keeper.server import RELAY_EVERY
 
     async def go() -> tuple[list[tuple[float, bytes]], float]:
-        conn = await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        conn = await held(sshd, rt)
         chatty = "i=0; while [ $i -lt 60 ]; do echo line$i; i=$((i+1)); sleep 0.01; done; echo oops >&2"
         req = {"op": "run", "key": conn.key, "params": conn.params, "command": chatty, "timeout": 30}
         t0 = time.monotonic()
@@ -369,7 +376,7 @@ def test_an_early_request_the_keeper_does_not_hold_is_sent_again(sshd, rt, monke
     argv = ["fleetdiag", "probe", "h"]
 
     async def go() -> tuple[bytes, int]:
-        await keeper_client.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "h", 30.0, rt)
+        await held(sshd, rt)
         ahead._save(rt, ahead.argv_key(argv[1:], os.getcwd(), dict(os.environ)), {"request": req, "mark": "m"})
         assert ahead.send_early(argv)  # the keeper answers at once; it holds `first`, not `other`
         conn = keeper_client.KeptConnection(rt, key, other, "h", 30.0, 1.0, False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -499,9 +500,9 @@ def test_the_keeper_runs_commands_on_spare_channels(loud_sshd, rt, monkeypatch):
     assert [(c["uses"], c["spare_uses"]) for c in listed] == [(3, 3 if sshfast.enabled() else 0)]
 
 
-def test_a_busy_keeper_gets_longer_for_a_run_than_for_an_open(tmp_path, monkeypatch):
-    """A keeper that answered the open a moment ago is alive: a run waits past the 200 ms hello for it
-    (hundreds of hosts' commands in one process), where an open would have gone direct."""
+def test_a_busy_keeper_gets_longer_for_a_later_run_than_for_a_first(tmp_path, monkeypatch):
+    """A keeper that answered a connection's first request (its open too) is alive: a later run waits past
+    the 200 ms hello for it (hundreds of hosts' commands in one process), where a first would go direct."""
     monkeypatch.delenv("FLEETDIAG_KEEPER_HELLO", raising=False)
     rt = tmp_path / "rt"
     rt.mkdir(mode=0o700)
@@ -520,8 +521,8 @@ def test_a_busy_keeper_gets_longer_for_a_run_than_for_an_open(tmp_path, monkeypa
         server = await asyncio.start_unix_server(serve, str(rt / "keeper.sock"))
         os.chmod(rt / "keeper.sock", 0o600)
         try:
-            with pytest.raises(keeper_mod.KeeperUnavailable):  # an open: 200 ms, then direct
-                await keeper_client._request(rt, {"op": "open"})
+            with pytest.raises(keeper_mod.KeeperUnavailable):  # a first request: 200 ms, then direct
+                await keeper_client._request(rt, {"op": "run"})
             conn = keeper_mod.KeptConnection(rt, "k", {"target": "h", "port": 22}, "h", 60.0, 1.0, True)
             out, status, _o, _t = await conn.run("true", 10)
             return out, status, True
@@ -529,3 +530,50 @@ def test_a_busy_keeper_gets_longer_for_a_run_than_for_an_open(tmp_path, monkeypa
             server.close()
 
     assert asyncio.run(go()) == (b"ok\n", 0, True)
+
+
+def test_a_command_is_one_request_and_holds_the_handshake_slot_only_while_dialling(loud_sshd, rt, monkeypatch):
+    """A kept connection's first command is its open too: one request to the keeper, warm or cold (where
+    it is sent again only while the keeper it started comes up). The host's handshake slot (the
+    scheduler's gate) is held while that request may dial, and given back when the keeper says the
+    connection is ready, before the command ends."""
+    monkeypatch.setenv("FLEETDIAG_KEEPER_HELLO", "3")
+    sent: list[tuple[str, bool]] = []
+    real = keeper_client._request
+
+    async def counting(directory, req, hello=None):
+        sent.append((req.get("op"), bool(req.get(keeper_wire.CONNECTED_KEY))))
+        return await real(directory, req, hello)
+
+    monkeypatch.setattr(keeper_client, "_request", counting)
+    spans: list[tuple[float, float]] = []
+
+    @contextlib.asynccontextmanager
+    async def gate():
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            spans.append((t0, time.monotonic()))
+
+    async def one() -> float:
+        opts = loud_sshd.opts()
+        conn = await keeper_mod.open_kept("127.0.0.1", loud_sshd.port, loud_sshd.user, opts, None, "h", 60.0, rt, gate)
+        out, status, _o, _t = await conn.run("sleep 1; echo done", 20)
+        assert (out, status) == (b"done\n", 0)
+        return time.monotonic()
+
+    before = logins(loud_sshd)
+    try:
+        ends = [asyncio.run(one())]
+        cold = len(sent)
+        ends.append(asyncio.run(one()))
+        warm = sent[cold:]
+    finally:
+        keeper_mod.close_kept(rt)
+    assert logins(loud_sshd) - before == 1
+    assert warm == [("run", True)], sent  # warm: one request
+    assert set(sent[:cold]) == {("run", True)}, sent
+    assert len(spans) == 2, spans
+    for (_t0, given), end in zip(spans, ends):
+        assert end - given > 0.8, (spans, ends)  # the slot went back as the command started

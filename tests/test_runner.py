@@ -75,8 +75,10 @@ def test_keeper_killed_mid_command_is_the_hosts_error_never_healthy(sshd, tmp_pa
     assert proc.returncode != 0
 
 
-def test_keeper_gone_before_the_command_reruns_it_directly(sshd, tmp_path, rt, monkeypatch):
-    """A keeper that went away between the open and the run never got the command: it runs once, directly."""
+def test_keeper_gone_before_the_command_runs_it_once_elsewhere(sshd, tmp_path, rt, monkeypatch):
+    """A keeper gone before a command's request never got the command. A connection's first command is
+    its open too: it starts a new keeper and runs there, once, with the same result. A later command on
+    a connection whose keeper has gone since: never started (the caller may run it elsewhere)."""
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
     inv = parse_inventory(
@@ -85,24 +87,44 @@ def test_keeper_gone_before_the_command_reruns_it_directly(sshd, tmp_path, rt, m
         "inv.yaml",
     )
     monkeypatch.setenv("FLEETDIAG_KEEPER_HELLO", "3")
-    real = keeper_mod.KeptConnection.execute
-    runs: list[bool] = []
+    settings = ProbeSettings(transport=sshd.opts(), persist=60.0, keeper_dir=rt)
+    assert asyncio.run(probe_host(inv.hosts["n0"], settings)).verdict == FAILED
+    (old,) = pids_with("fleetdiag.ssh.keeper", str(rt))
 
-    async def kill_first(self, command, timeout, cap=None):
+    def kill_keepers() -> None:
         for pid in pids_with("fleetdiag.ssh.keeper", str(rt)):
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while pids_with("fleetdiag.ssh.keeper", str(rt)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+            time.sleep(0.02)
+
+    real = keeper_mod.KeptConnection.execute
+    runs: list[bool] = []
+
+    async def kill_first(self, command, timeout, cap=None):
+        kill_keepers()
         res = await real(self, command, timeout, cap)
         runs.append(res.started)
         return res
 
     monkeypatch.setattr(keeper_mod.KeptConnection, "execute", kill_first)
-    settings = ProbeSettings(transport=sshd.opts(), persist=60.0, keeper_dir=rt)
     res = asyncio.run(probe_host(inv.hosts["n0"], settings))
-    assert runs == [False], "the kept run never started"
+    assert runs == [True], "the first command ran, once"
     assert res.verdict == FAILED and DECISIVE in res.decisive.line, res
+    assert pids_with("fleetdiag.ssh.keeper", str(rt)) not in ([], [old]), "on a keeper it started"
+    monkeypatch.setattr(keeper_mod.KeptConnection, "execute", real)
+
+    async def later() -> tuple[bool, bool]:
+        conn = await keeper_mod.open_kept("127.0.0.1", sshd.port, sshd.user, sshd.opts(), None, "n0", 60.0, rt)
+        first = await conn.execute("true", 10)
+        kill_keepers()
+        second = await conn.execute("true", 10)
+        return first.started and first.error is None, second.started
+
+    try:
+        assert asyncio.run(later()) == (True, False)
+    finally:
+        kill_keepers()
 
 
 def test_passphrase_is_scrubbed_from_remote_stderr_on_both_runners(tmp_path, rt):

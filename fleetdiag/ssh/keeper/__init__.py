@@ -32,9 +32,11 @@ Why it is shaped like this:
   none. A dead connection is dropped and redialled once.
 
 The wire (``wire``): frames of a 4-byte length and a payload; a request is one
-JSON frame (``op``: ``open``, ``run``, ``list``, ``close``); ``run`` answers
-with stdout, stderr and end frames. The keeper stops reading a command's output
-at ``cap`` bytes (8 MiB by default).
+JSON frame (``op``: ``run``, ``list``, ``close``); ``run`` names the host's
+connection and the command, and is the open too (the keeper dials when it holds
+none), so a warm command costs the CLI one request; it answers with stdout,
+stderr and end frames. The keeper stops reading a command's output at ``cap``
+bytes (8 MiB by default).
 
 Its modules: ``place`` (the private directory and socket) · ``key`` (what
 decides a connection) · ``wire`` (framing, the peer's uid) · ``server`` (the

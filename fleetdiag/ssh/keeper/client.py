@@ -7,6 +7,8 @@ import json
 import os
 import stat
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from ..reach import (
     STDERR_KEEP,
     CommandEnd,
     HostError,
+    Runner,
     RunOutcome,
     TransportOptions,
     outcome,
@@ -27,11 +30,11 @@ from . import ahead
 from .key import connect_params, connection_key
 from .place import private_dir, runtime_dir, socket_path
 from .start import START_WAIT, spawn
-from .wire import FAILED, NOT_KEPT, OUTPUT_CAP, peer_uid, recv, send
+from .wire import CONNECTED, CONNECTED_KEY, FAILED, NOT_KEPT, OUTPUT_CAP, peer_uid, recv, send
 
 HELLO_TIMEOUT = 0.2  # a keeper that does not say hello within this is wedged: connect directly
 HELLO_ENV = "FLEETDIAG_KEEPER_HELLO"  # seconds, to override HELLO_TIMEOUT (a heavily loaded machine, tests)
-# A command's run request goes to a keeper that answered its open a moment ago: it is alive, maybe
+# A connection's later run requests go to a keeper that answered its first one: it is alive, maybe
 # busy (hundreds of hosts' commands in one process), so it gets this long to say hello.
 RUN_HELLO = 10.0
 
@@ -97,8 +100,40 @@ async def _ask(directory: Path, req: dict[str, Any], timeout: float) -> dict[str
         writer.close()
 
 
+Gate = Callable[[], AbstractAsyncContextManager[Any]]  # a handshake slot for one host (the scheduler's)
+
+
+class _Slot:
+    """A host's handshake slot (``Gate``), held from a connection's first request until the keeper says its
+    connection is ready (or the direct connection is open): a dial through the keeper counts against the
+    address's handshakes as a direct one does, and a kept connection costs a moment in the slot."""
+
+    def __init__(self, gate: Gate | None):
+        self.gate = gate
+        self.held: AbstractAsyncContextManager[Any] | None = None
+
+    async def take(self) -> None:
+        if self.gate is not None and self.held is None:
+            held = self.gate()
+            await held.__aenter__()
+            self.held = held
+
+    async def give(self) -> None:
+        held, self.held = self.held, None
+        if held is not None:
+            await held.__aexit__(None, None, None)
+
+
 class KeptConnection:
-    """A ``transport.Connection`` look-alike whose commands run on the keeper's connection."""
+    """A ``transport.Connection`` look-alike whose commands run on the keeper's connection.
+
+    Made by ``open_kept`` without a word to the keeper: the first command's ``run`` request is the open
+    too (the keeper dials when it holds no connection for ``key``), so a warm command costs one request.
+    Until the keeper has answered, ``direct`` is how this host is reached without it: a keeper that is
+    absent and cannot be started, wedged or not ours, or that cannot unlock a key this command can,
+    means that command and the ones after it run on a direct connection, silently. ``gate``: the host's
+    handshake slot, held while that first request may dial (``_Slot``). A connection made without
+    ``direct`` counts as answered (its keeper is known alive)."""
 
     STDERR_KEEP = STDERR_KEEP
 
@@ -112,6 +147,8 @@ class KeptConnection:
         connect_ms: float,
         reused: bool,
         cap: int = OUTPUT_CAP,
+        direct: Callable[[], Awaitable[Runner]] | None = None,
+        gate: Gate | None = None,
     ):
         self.directory = directory
         self.key = key
@@ -125,14 +162,30 @@ class KeptConnection:
         self.last_stderr = b""
         self.last_status: int | None = None
         self.last_rtt_ms: float | None = None
+        self._direct = direct  # None once the keeper answered
+        self._gate = gate
+        self._fallback: Runner | None = None  # the direct connection, once the keeper could not be used
 
     async def execute(self, command: str, timeout: float | None, cap: int | None = None) -> RunOutcome:
         """Run one command on the keeper's connection (``reach.Runner``), with ``Connection.execute``'s
         semantics: the keeper runs ``transport.run_on``, and its end record goes through ``reach.outcome``.
 
-        A keeper gone before it took the request: ``started`` is False (the command never reached the
-        host). A keeper that stops answering mid-command: the output is incomplete, an internal error."""
+        The first command's request finds the keeper (starting one when none listens) and is the open:
+        the keeper dials if it must, and a host it cannot reach is this command's error. A keeper that
+        cannot be used for it: the command runs directly (``direct``). Later, a keeper gone before it took
+        the request: ``started`` is False (the command never reached the host). A keeper that stops
+        answering mid-command: the output is incomplete, an internal error."""
         cap = cap or self.cap
+        if self._fallback is not None:
+            return self._keep(await self._fallback.execute(command, timeout, cap))
+        slot = _Slot(self._gate if self._direct is not None else None)
+        try:
+            return await self._execute(command, timeout, cap, slot)
+        finally:
+            await slot.give()
+
+    async def _execute(self, command: str, timeout: float | None, cap: int, slot: _Slot) -> RunOutcome:
+        first = self._direct is not None
         req = {
             "op": "run",
             "key": self.key,
@@ -150,22 +203,33 @@ class KeptConnection:
             except OSError:
                 early.close()
                 early = None
+            else:  # sent ahead, it runs only on a connection the keeper holds: no handshake to wait for
+                await slot.take()
+                await slot.give()
         if early is None:
+            t0 = time.perf_counter()
             try:
-                reader, writer = await _request(self.directory, req, RUN_HELLO)
+                if first:
+                    await slot.take()
+                    reader, writer = await self._first_request({**req, CONNECTED_KEY: True} if slot.held else req)
+                else:
+                    reader, writer = await _request(self.directory, req, RUN_HELLO)
             except KeeperUnavailable as exc:
+                if first:
+                    return await self._go_direct(command, timeout, cap, slot)
                 end = CommandEnd(NOT_RUN, kind=CLOSED, reason=f"connection keeper for {self.where} went away ({exc})")
                 res = outcome(end, b"", b"", self.where, timeout, cap)
                 res.started = False
                 return self._keep(res)
+            if first:  # finding the keeper (starting it) is part of reaching the host
+                self.connect_ms += (time.perf_counter() - t0) * 1000
         out: list[bytes] = []
         err: list[bytes] = []
         gone = False
-        limit = (
-            None
-            if timeout is None
-            else timeout * 2 + float(self.params.get("connect_timeout") or CONNECT_TIMEOUT) * 2 + 5
-        )
+        connect = float(self.params.get("connect_timeout") or CONNECT_TIMEOUT)
+        limit = None if timeout is None else timeout * 2 + connect * 2 + 5
+        if limit is not None and first and self.params.get("jump"):  # the keeper may dial through the chain
+            limit += 2 * (connect * 2 + 1)
         try:
             while True:
                 frame = await asyncio.wait_for(recv(reader), limit)
@@ -177,19 +241,67 @@ class KeptConnection:
                 elif kind == b"X":
                     end = CommandEnd.from_plain(json.loads(data))
                     break
+                elif kind == CONNECTED:
+                    await slot.give()
         except (OSError, ValueError, TypeError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
             silent = isinstance(exc, (asyncio.TimeoutError, TimeoutError))
             end = CommandEnd(KEEPER_LOST, reason=f"nothing for {limit:g}s" if silent else "it ended")
             gone = not silent  # the keeper closed the socket: it died or restarted
         finally:
             writer.close()
+        await slot.give()
         if early is not None and (gone or (end.ended == NOT_RUN and end.kind == NOT_KEPT)):
             # sent ahead and not run, or its keeper gone since (killed, restarted): the command's own request
             # goes now, as it would have without send-ahead (once: ``take`` hands the early socket out once)
-            return await self.execute(command, timeout, cap)
-        if end.reused is False:  # the keeper had to dial again (the connection had died)
+            return await self._execute(command, timeout, cap, slot)
+        if first and end.ended == NOT_RUN and end.kind == KEY:
+            # the keeper lacks what unlocks a key (its environment): this command may not
+            return await self._go_direct(command, timeout, cap, slot)
+        if first and end.ended != KEEPER_LOST:
+            self._direct = None  # the keeper answered: later requests give it longer to say hello
+        if end.reused is not None:  # whether the keeper's connection was there already for this command
+            self.reused = bool(end.reused)
+        if end.reused is False:  # the keeper had to dial (first use, or the connection had died)
             self.connect_ms += float(end.connect_ms or 0)
         return self._keep(outcome(end, b"".join(out), b"".join(err), self.where, timeout, cap))
+
+    async def _first_request(self, req: dict[str, Any]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Send a connection's first request: to the keeper that listens, else to one started for it.
+
+        KeeperUnavailable: none usable (wedged, not ours, could not start, not ready in time)."""
+        try:
+            return await _request(self.directory, req)
+        except KeeperUnavailable as exc:
+            if not exc.absent:  # wedged or not ours: direct, without waiting on it again
+                raise
+            started = await asyncio.get_running_loop().run_in_executor(None, spawn, self.directory, self.persist)
+            if started == FAILED:
+                raise KeeperUnavailable("the keeper could not start") from exc
+        deadline = time.monotonic() + START_WAIT
+        while True:
+            try:
+                return await _request(self.directory, req)
+            except KeeperUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.02)
+
+    async def _go_direct(self, command: str, timeout: float | None, cap: int, slot: _Slot) -> RunOutcome:
+        """This command, and the ones after it, on a direct connection (its handshake in the host's slot):
+        the keeper could not be used."""
+        dial, self._direct = self._direct, None
+        if dial is None:  # not reached: only a connection's first command falls back
+            raise KeeperUnavailable("no direct connection to fall back on")
+        await slot.take()
+        try:
+            self._fallback = await dial()
+        except HostError as exc:  # the host's error, as a direct connection's open raises it
+            return self._keep(RunOutcome(error=exc))
+        finally:
+            await slot.give()
+        self.connect_ms += self._fallback.connect_ms
+        self.reused = False
+        return self._keep(await self._fallback.execute(command, timeout, cap))
 
     def _keep(self, res: RunOutcome) -> RunOutcome:
         self.last_stderr, self.last_status, self.last_rtt_ms = res.stderr, res.status, res.rtt_ms
@@ -200,7 +312,9 @@ class KeptConnection:
         return (await self.execute(command, timeout)).result()
 
     def close(self) -> None:
-        """The connection stays with the keeper: nothing to close here."""
+        """The connection stays with the keeper: nothing to close here (but a direct one, when it fell back)."""
+        if self._fallback is not None:
+            self._fallback.close()
 
 
 def usable(opts: TransportOptions) -> bool:
@@ -217,11 +331,15 @@ async def open_kept(
     label: str,
     persist: float,
     directory: Path | None = None,
+    gate: Gate | None = None,
 ) -> KeptConnection:
-    """The host's kept connection (dialled by the keeper when it holds none); starts the keeper if needed.
+    """The host's kept connection, as a ``KeptConnection`` whose first command is also its open: nothing
+    is asked of the keeper here, so a warm command costs one request; ``gate``: the host's handshake slot.
 
-    Raises KeeperUnavailable when there is no usable keeper (the caller connects
-    directly), HostError when the keeper could not reach the host.
+    Raises KeeperUnavailable when the keeper cannot be used for these options or this directory (the
+    caller connects directly). A keeper found unusable at the first command, or one that could not
+    unlock a key: that command connects directly, silently; a host the keeper could not reach is that
+    command's error (a HostError, as from a direct connection).
     """
     if not usable(opts):
         raise KeeperUnavailable("options the keeper cannot have")
@@ -229,35 +347,14 @@ async def open_kept(
     if private_dir(directory) is None:
         raise KeeperUnavailable(f"{directory} is not a private directory")
     params = connect_params(target, port, user, opts, jump)
+
+    async def direct() -> Runner:
+        from ..transport import connect  # asyncssh loads only when a host is really reached directly
+
+        return await connect(target, port, user, opts, jump=jump)
+
     key = connection_key(params)
-    t0 = time.perf_counter()
-    req = {"op": "open", "key": key, "params": params, "label": label, "persist": persist}
-    limit = opts.connect_timeout * 2 + 3 + (2 * (opts.connect_timeout * 2 + 1) if jump else 0)
-    try:
-        answer = await _ask(directory, req, limit)
-    except KeeperUnavailable as exc:
-        if not exc.absent:  # wedged or not ours: direct, without waiting on it again
-            raise
-        started = await asyncio.get_running_loop().run_in_executor(None, spawn, directory, persist)
-        if started == FAILED:
-            raise KeeperUnavailable("the keeper could not start") from exc
-        deadline = time.monotonic() + START_WAIT
-        while True:
-            try:
-                answer = await _ask(directory, req, limit)
-                break
-            except KeeperUnavailable:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.02)
-    if "error" in answer:
-        kind, text = answer["error"]
-        if kind == KEY:  # the keeper lacks what unlocks a key (its environment): this command may not
-            raise KeeperUnavailable(text)
-        raise HostError(kind, text)
-    return KeptConnection(
-        directory, key, params, label, persist, (time.perf_counter() - t0) * 1000, bool(answer.get("reused"))
-    )
+    return KeptConnection(directory, key, params, label, persist, 0.0, False, direct=direct, gate=gate)
 
 
 def list_kept(directory: Path | None = None) -> list[dict[str, Any]] | None:

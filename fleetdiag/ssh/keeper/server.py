@@ -17,7 +17,19 @@ from typing import Any
 from ..reach import CUT_LOST, NOT_RUN, TIMEOUT, CommandEnd, HostError
 from .key import options, unplain
 from .place import LOCK_NAME, private_dir, socket_path
-from .wire import DEFAULT_PERSIST, FAILED, NOT_KEPT, OUTPUT_CAP, READY, TAKEN, peer_uid, recv, send
+from .wire import (
+    CONNECTED,
+    CONNECTED_KEY,
+    DEFAULT_PERSIST,
+    FAILED,
+    NOT_KEPT,
+    OUTPUT_CAP,
+    READY,
+    TAKEN,
+    peer_uid,
+    recv,
+    send,
+)
 
 EXIT_GRACE = 2.0  # an idle keeper with no connection exits after this
 TRUST_CHECK = 5.0  # seconds between checks of idle connections' trust files (every reuse checks them too)
@@ -175,10 +187,10 @@ class Keeper:
             await send(writer, json.dumps({"hello": 1, "pid": os.getpid()}).encode())
             req = json.loads(await recv(reader))
             op = req.get("op")
-            if op == "open":
-                await self.op_open(req, writer)
-            elif op == "run":
+            if op == "run":
                 await self.op_run(req, writer)
+            elif op == "open":  # a CLI of an earlier version: its open, then its run
+                await self.op_open(req, writer)
             elif op == "list":
                 await send(writer, json.dumps({"connections": self.listing(), "pid": os.getpid()}).encode())
             elif op == "close":
@@ -207,7 +219,9 @@ class Keeper:
         await send(writer, json.dumps({"reused": reused, "connect_ms": dial_ms}).encode())
 
     async def op_run(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> None:
-        """Run one command on the kept connection: its output as frames, then its ``CommandEnd``.
+        """Run one command on the host's kept connection, dialled first when there is none: its output
+        as frames, then its ``CommandEnd`` (a host that cannot be reached: NOT_RUN with its error's kind).
+        With ``CONNECTED_KEY``, a ``CONNECTED`` frame once the connection is ready.
 
         The command semantics (caps, timeouts, stderr kept, how it ended) are ``transport.run_on``'s,
         the very ones of a direct connection; the client maps the end with ``reach.outcome``."""
@@ -219,6 +233,7 @@ class Keeper:
         cap = int(req.get("cap") or OUTPUT_CAP)
 
         relay = Relay(writer)
+        say_connected = bool(req.get(CONNECTED_KEY))
 
         async def out(data: bytes) -> None:
             await relay.add(b"O", data)
@@ -237,6 +252,9 @@ class Keeper:
                 end = CommandEnd(NOT_RUN, kind=exc.kind, reason=str(exc))
                 await send(writer, b"X" + json.dumps(dataclasses.asdict(end)).encode())
                 return
+            if say_connected:  # the handshake, if any, is over: the client's slot for it can go
+                say_connected = False
+                await _to_client(writer, CONNECTED)
             k.busy += 1
             try:
                 end = await run_on(k.conn, req["command"], timeout, cap, out, err)
