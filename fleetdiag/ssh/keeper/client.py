@@ -81,7 +81,12 @@ async def _request(
         if hello.get("hello") != 1:
             raise KeeperUnavailable("not a keeper")
         await send(writer, json.dumps(req).encode())
-    except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError, TimeoutError) as exc:
+    except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError) as exc:
+        # closed or reset before its hello: no keeper serves this socket any more (the connect was queued and
+        # dropped as the keeper died): nothing listens, as for a refused connect, and a new keeper may start
+        writer.close()
+        raise KeeperUnavailable(f"keeper gone: {exc!r}", absent=True) from exc
+    except (OSError, ValueError, asyncio.TimeoutError, TimeoutError) as exc:
         writer.close()
         raise KeeperUnavailable(f"keeper wedged: {exc}") from exc
     except KeeperUnavailable:
