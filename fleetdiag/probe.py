@@ -196,8 +196,8 @@ def _log_problem(fr: FunnelResult) -> str:
     return f"funnel failed: {'; '.join(fr.markers) or fr.status}" + (f" ({reason})" if reason else "")
 
 
-async def open_host(host: HostLike, settings: ProbeSettings, direct: bool = False) -> Runner:
-    """The host's connection: through the keeper when connections are kept (unless ``direct``).
+async def open_host(host: HostLike, settings: ProbeSettings) -> Runner:
+    """The host's connection: through the keeper when connections are kept.
 
     The handshake holds the host's ``connect_gate`` slot; through the keeper that is while its first
     command's request may dial (``KeptConnection``), since that request is the open too."""
@@ -211,7 +211,7 @@ async def open_host(host: HostLike, settings: ProbeSettings, direct: bool = Fals
         # each hop may name an inventory host; a chain is connected through in order
         jump = [resolve(_hop_text(h)) for h in hops]
     opts = host_transport(host, settings.transport)
-    if settings.persist > 0 and not direct:
+    if settings.persist > 0:
         kept = await _kept(host, settings, opts, jump)
         if kept is not None:
             return kept

@@ -50,12 +50,12 @@ _READY = re.compile(
     r"|Server is ready|Running on https?://|Serving on|listening on (?:port|https?://)"
     r"|Avg prompt throughput|\"(?:GET|POST) /\S* HTTP/1\.[01]\" 200"
 )
-# Still starting: waits, loading, compiling, graph capture.
+# Still starting: waits, loading, compiling, graph capture (the rules file's "waiting" section adds the rest:
+# hang.judge_silence passes its matcher, as for "ready").
 _WAITING = re.compile(
     r"[Ww]aiting for .*(?:ready|to start|to come up|to be up|server|engine|health)|[Hh]ealth ?check"
     r"|Loading (?:safetensors checkpoint shards|(?:model )?weights)|Starting to load model"
     r"|Capturing (?:CUDA|cuda|ACL|HIP) graph|Waiting for init message|torch\.compile|Compiling"
-    r"|Available routes are:|Route: /\S*, Methods: |Started server process|Waiting for application startup"
 )
 
 
