@@ -130,7 +130,7 @@ def _sources_besides(held: Path) -> set[str]:
         (HELDOUT6, 31),
         (HELDOUT7, 20),
         (HELDOUT8, 22),
-        (HELDOUT9, 20),
+        (HELDOUT9, 24),
     ],
     ids=["heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9"],
 )
