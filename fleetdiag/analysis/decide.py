@@ -566,6 +566,8 @@ _EXIT = re.compile(
 )
 # an inference server's summary that a model failed to load (rules.yaml): a launcher-tier line that reports no exit
 MODEL_LOAD_FAILED = "model-load-failed"
+AGENT_DEATH_SIGNAL = "agent-death-signal"
+_DEATH_SIGNAL = re.compile(r"Received (\d+) death signal")
 _SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11, "SIGABRT": 6, "SIGBUS": 7, "SIGTERM": 15, "SIGINT": 2, "SIGFPE": 8}
 _GO_SIGNALS = {  # Go's names of the signals (syscall.Signal.String)
     "killed": 9,
@@ -615,6 +617,13 @@ def _launcher_says(best: Judged, rank: int | None) -> str:
         return (
             "the server reports that a model failed to load, and the load error it sums up is not in the lines "
             "read: see its log from the start of the load"
+        )
+    if best.sig is not None and best.sig.name == AGENT_DEATH_SIGNAL:
+        m = _DEATH_SIGNAL.search(best.ev.line.msg)
+        sent = f"{signal_name(int(m.group(1)))} ({m.group(1)})" if m else "a signal"
+        return (
+            f"the launcher's agent was sent {sent} from outside the job and stopped its workers; no rank wrote an "
+            "error in the lines read"
         )
     if sig is not None:
         name = signal_name(sig)
