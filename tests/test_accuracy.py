@@ -25,7 +25,7 @@ FLOORS = {
     # 367 with seven more: a supervisor's report of its native child's exit, a server's final "failed to load";
     # 374 with seven more: a CI runner's stamp on every line, one compose service's column, a console logger's
     # word-wrapped records, Marian's CUDA checks
-    "tests/corpus_extra": 395,
+    "tests/corpus_extra": 400,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -86,8 +86,13 @@ FLOORS = {
     # the eighth held-back set, never tuned on (tests/corpus_heldout8/README.md): 16 of 22 and 3 decoys when first
     # measured (commit 82dbc8e's labels, the analyzer of main at dde47d3), and on main after three classes made
     # without it; 17 since a wrapper that names what failed (EngineDeadError) ranks above a traceback cut before its
-    # exception (a class tests/corpus_heldout7's miss list named; this set's miss list showed it too: informed)
-    "tests/corpus_heldout8": 17,
+    # exception (a class tests/corpus_heldout7's miss list named; this set's miss list showed it too: informed); 19
+    # since a native check's `CUDA error (<file>:<line>): <what>` (FlashAttention-3's) is a CUDA error and torchrun's
+    # agent's `Received N death signal` is decisive alone (informed for both: made on tests/corpus_extra's logs)
+    "tests/corpus_heldout8": 19,
+    # the ninth held-back set, never tuned on (tests/corpus_heldout9/README.md): 15 of 24 and 2 decoys when first
+    # measured (commit 0f5bbd5's labels, the analyzer of main at da4c52f), and on main after two classes made without it
+    "tests/corpus_heldout9": 15,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -102,7 +107,7 @@ FLOORS = {
     "tests/corpus_heldout7/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 181
+SUPPORTED_FLOOR = 182
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,
@@ -114,9 +119,12 @@ DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout5": 1,
     "tests/corpus_heldout6": 0,
     "tests/corpus_heldout7": 0,
-    # tests/corpus_heldout8: axolotl's cut ERROR record over a ChildFailedError's root-cause record, vLLM's engine-core
-    # input dump over vllm-flash-attn's CUDA check (held back: known-wrong cases, not tuned on); 3 when first measured
-    "tests/corpus_heldout8": 2,
+    # tests/corpus_heldout8: axolotl's cut ERROR record over a ChildFailedError's root-cause record (held back: a
+    # known-wrong case, not tuned on); 3 when first measured
+    "tests/corpus_heldout8": 1,
+    # tests/corpus_heldout9: ollama's scheduler ERROR over the runner's own abort, a front end's HTTPException over
+    # TensorRT-LLM's assertion (held back: known-wrong cases, not tuned on)
+    "tests/corpus_heldout9": 2,
 }
 
 

@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -54,6 +54,7 @@ def _cases():
         "tests/corpus_heldout6",
         "tests/corpus_heldout7",
         "tests/corpus_heldout8",
+        "tests/corpus_heldout9",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -187,27 +188,77 @@ HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "healthy: ollama's journald GIN lines answering every '/api/chat' with 500 (most after 29m59s or 30m0s), "
         "none served, are not read as a front end that answers only errors (labelled stalled)",
     ),
-    "torch_axolotl_2215_progress_bar_glued_agent_death_signal_sighup": (
-        "both",
-        "healthy: torchrun's agent warning 'Received 1 death signal, shutting down workers' glued to a tqdm bar, then "
-        "its 'closing signal SIGHUP' lines, is not read as a failure",
-    ),
     "torch_axolotl_2791_childfailed_no_other_failures_rank1_then_empty_error_line": (
         "both",
         "a decoy: axolotl's ERROR record cut after its prefix ('[2025-06-18 04:34:34,298] [ERROR] "
         "[axolotl.cli.main.train:182] [PID:113411] [RANK:0]') over the ChildFailedError's root-cause record "
         "'exitcode  : 1 (pid: 113422)'",
     ),
-    "vllm_25032_qwen3_next_flash_attn_combine_illegal_access_worker_died": (
-        "both",
-        "a decoy, category other: the engine core's 'Dumping input data for V1 LLM engine ...' ERROR line (cut) "
-        "over vllm-flash-attn's untagged 'CUDA error (.../flash_fwd_combine_launch_template.h:60): an illegal "
-        "memory access was encountered' (cuda)",
-    ),
     "vllm_llmscaler_616_b60_no_available_memory_for_cache_blocks_then_apiserver": (
         "json",
         "line right, category config (labelled oom): the engine core's 'ValueError: No available memory for the "
         "cache blocks. Try increasing `gpu_memory_utilization` ...'",
+    ),
+}
+
+# the ninth held-back set (tests/corpus_heldout9/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of 0f5bbd5, the analyzer of main at da4c52f), with its
+# answer.
+HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "llamacpp_ollama_9170_journald_systemd_main_process_exited_status2_then_restart": (
+        "both",
+        "healthy: systemd's 'ollama.service: Main process exited, code=exited, status=2/INVALIDARGUMENT' between the "
+        "unit's start-ups is not read as the server's exit",
+    ),
+    "llamacpp_ollama_intel_gpu_22_docker_stamp_neo_abort_out_of_order_gin_500": (
+        "both",
+        "a decoy: ollama's scheduler ERROR 'error loading llama server' ('llama runner process has terminated: exit "
+        "status 2') over the runner's own 'Abort was called at 63 line in file:' under docker's stamp",
+    ),
+    "nccl_1920_rfc3339_stamp_socket_send_reset_by_peer_bootstrap_connect": (
+        "both",
+        "healthy: NCCL's 'NCCL WARN socketProgressOpt: Call to send to … failed : Connection reset by peer' under an "
+        "RFC 3339 stamp is not read as a failure",
+    ),
+    "other_gpustack_3352_mindie_ascend_runtime_set_visible_device_failed_invalid_device": (
+        "both",
+        "MindIE's '[ERROR] RUNTIME(…) … FuncErrorReason:report error module_type=3' record over the runtime's "
+        "'SetDevice:Set visible device failed, invalid device=0' (config)",
+    ),
+    "other_mistralrs_2118_rust_panic_thread_id_unreachable_code_qwen3_embedding": (
+        "both",
+        "healthy: mistral.rs's panic 'internal error: entered unreachable code' on the line after \"thread '…' "
+        'panicked at" is not read as a failure',
+    ),
+    "tensorrt_llm_5451_briton_http_500_traceback_then_executor_decoder_finished_event_assert": (
+        "both",
+        "a decoy: the front end's 'fastapi.exceptions.HTTPException: 500: Briton error during inference' over "
+        "TensorRT-LLM's '[TensorRT-LLM][ERROR] Assertion failed: decoderFinishedEvent must be nullopt.'",
+    ),
+    "torch_llamafactory_8261_line_numbered_progress_bar_glued_rank5_watchdog_cut": (
+        "both",
+        "healthy: rank 5's '[Rank 5] Watchdog caught collective operati…' glued to a line-numbered progress bar and "
+        "cut is not read as a failure",
+    ),
+    "vllm_23184_enginecore_graph_capturing_input_tokens_finished_in_starting": (
+        "both",
+        "healthy (labelled starting): the engine core's CUDA-graph capture, still going at the window's end, reads "
+        "as healthy",
+    ),
+    "accelerate_fluxgym_269_gui_info_prefix_launcher_calledprocesserror_only": (
+        "reason",
+        "line right, the card's reason is 'the only primary error, in an untagged process', not that the launched "
+        "command wrote no error",
+    ),
+    "torch_momentumgs_12_whole_launcher_traceback_one_line_markdown_link_exitcode_minus9": (
+        "reason",
+        "line right, the card's reason is 'no cause in the lines read, only consequences (a launcher)', not that "
+        "rank 0 died with SIGKILL and wrote no error",
+    ),
+    "vllm_omni_1029_ci_pipe_column_stage1_engine_dead_then_failed_on_request": (
+        "both",
+        "the stage's cut 'Traceback (most recent call last):' under a CI log's '  | ' column and vllm-omni's "
+        "'[Stage-1] ' label over the front end's EngineDeadError",
     ),
 }
 
@@ -219,6 +270,7 @@ HELD_BACK = {
     "tests/corpus_heldout6": HELDOUT6_KNOWN_WRONG,
     "tests/corpus_heldout7": HELDOUT7_KNOWN_WRONG,
     "tests/corpus_heldout8": HELDOUT8_KNOWN_WRONG,
+    "tests/corpus_heldout9": HELDOUT9_KNOWN_WRONG,
 }
 
 
@@ -248,7 +300,11 @@ def _reason_has(case) -> str | None:
 
 # cases whose label says what the card must say of the decisive line (a launcher's report of a child
 # that wrote no error: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log")
-REASON_PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}") for c in CASES if _reason_has(c)]
+REASON_PARAMS = [
+    pytest.param(c, id=f"{c.set}:{c.id}", marks=_xfail(c, "reason") if c.set in HELD_BACK else [])
+    for c in CASES
+    if _reason_has(c)
+]
 CARD_PARAMS = [pytest.param(c, id=f"{c.set}:{c.id}", marks=_xfail(c, "card")) for c in CASES]
 
 
