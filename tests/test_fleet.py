@@ -61,6 +61,14 @@ class Background:
     def run(self, coro, timeout: float = 10):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def shut(self, server) -> None:
+        """Close a server on the loop that serves it: from another thread its close races the loop's own."""
+
+        async def close() -> None:
+            server.close()
+
+        self.run(close())
+
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
@@ -370,8 +378,8 @@ def test_hung_hosts_hit_their_deadline_while_the_others_report_on_time(sshd, tmp
             assert 1.95 < t < 4.0  # at the deadline, not at the 10 s connect or 30 s command timeout
     finally:
         bg.run(near.stop())
-        wedged.close()
-        hung.close()
+        bg.shut(wedged)
+        bg.shut(hung)
 
 
 # --------------------------------------------------------------------------- sweep and history, end to end
@@ -548,7 +556,7 @@ def test_second_concurrent_sweep_is_refused_and_ctrl_c_keeps_results(sshd, tmp_p
         with Store(db, readonly=True) as st:
             assert set(st.open_incidents()) == {"fast"}  # an interrupted host is not an incident
     finally:
-        wedged.close()
+        bg.shut(wedged)
         bg.run(watch.stop())
 
 
