@@ -113,6 +113,7 @@ def spec_for(log: str, rules: Rules, overrides: dict[str, Any] | None = None) ->
         keywords=rules.keyword_ere(),
         run_start=run_start,
         tags=rules.tag_ere(),
+        block_heads=rules.block_head_ere(),
         endpoints=job_mod.endpoint_ere(),
     )
     for key in ("tail_lines", "scan_bytes", "timeout"):

@@ -51,9 +51,20 @@ LOCAL_MONTHS = {
 }
 
 
+# A month as a stamp may print it: a word of 3-6 letters in any script ("Apr", "kwi", "févr.", "ago") or the
+# CJK locales' number and sign ("2月", "2월"); month_number says which month, if any, a match names
+MONTH_WORD = r"(?:[^\W\d_]{3,6}\.?|\d{1,2}[月월])"
+_CJK_MONTH = re.compile(r"(\d{1,2})[月월]")
+
+
 def month_number(name: str) -> int | None:
-    """1-12 for a month's abbreviation in English or one of LOCAL_MONTHS's locales ("Apr", "kwi", "févr."), else None."""
+    """1-12 for a month's abbreviation in English, one of LOCAL_MONTHS's locales ("Apr", "kwi", "févr.") or a CJK
+    locale ("2月"), else None."""
     key = name.lower().rstrip(".")
+    m = _CJK_MONTH.fullmatch(key)
+    if m:
+        n = int(m.group(1))
+        return n if 1 <= n <= 12 else None
     return MONTHS.get(key) or LOCAL_MONTHS.get(key)
 
 
@@ -68,8 +79,8 @@ _GLOG_LINE = re.compile(r"(?:^|[\[\]:\s])[IWEF](?P<t>\d{3,4} \d\d:\d\d:\d\d(?:\.
 _GLOG = re.compile(  # glog: 1120 14:37:16.123, 626 06:24:44.9 (26 June)
     r"(?<![\d-])(?P<mo>\d{1,2}?)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d+))?"
 )
-_SYSLOG = re.compile(  # syslog: Nov 20 14:37:16
-    r"(?<![A-Za-z])(?P<mon>[A-Za-z]{3})\s+(?P<d>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d+))?"
+_SYSLOG = re.compile(  # syslog: Nov 20 14:37:16 (or under another locale: "ago 27 14:15:42", "2月 25 17:49:00")
+    r"(?<![^\W\d_])(?P<mon>" + MONTH_WORD + r")\s+(?P<d>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d+))?"
 )
 
 
@@ -122,9 +133,10 @@ def parse(text: str | None) -> Stamp | None:
     if m:
         return _stamp(m, None, None)
     m = _SYSLOG.search(text)
-    if m and m.group("mon").lower() in MONTHS:
+    month = month_number(m.group("mon")) if m else None
+    if m and month:
         return Stamp(
-            MONTHS[m.group("mon").lower()],
+            month,
             int(m.group("d")),
             int(m.group("h")),
             int(m.group("mi")),

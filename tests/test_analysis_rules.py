@@ -24,6 +24,9 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 CORPUS_EXTRA = Path(__file__).resolve().parent / "corpus_extra"
 
 SAMPLES = [
+    # block heads: a Rust panic, with the thread's id newer releases print and without it
+    "thread 'main' (48213) panicked at src/engine/mod.rs:312:29:",
+    "thread 'tokio-runtime-worker' panicked at router/src/infer/v3/queue.rs:180:58:",
     # keywords: a worker's one-line last words
     "/bin/sh: 1: vllm: not found",
     "/usr/bin/python3: No module named vllm.entrypoints.openai.api_serve",
@@ -201,6 +204,7 @@ def test_tools_and_python_agree(tool, section):
         "tags": RULES.tag_ere,
         "waiting": RULES.waiting_ere,
         "ready": RULES.ready_ere,
+        "block_heads": RULES.block_head_ere,
     }[section]()
     py = re.compile(union)
     expected = {i for i, ln in enumerate(LINES) if py.search(ln)}
@@ -208,6 +212,15 @@ def test_tools_and_python_agree(tool, section):
     for pat in getattr(RULES, section):
         rx = re.compile(pat)
         assert _matching(tool, pat, data) == {i for i, ln in enumerate(LINES) if rx.search(ln)}, pat
+
+
+def test_every_block_head_is_a_keyword_line():
+    """The funnel's context pass sees only the lines its keyword grep kept: a block head no keyword matches
+    would never start one."""
+    heads = [ln for ln in LINES if re.search(RULES.block_head_ere(), ln)]
+    assert any("panicked" in ln for ln in heads) and any("Traceback" in ln for ln in heads)
+    kw = re.compile(RULES.keyword_ere())
+    assert [ln for ln in heads if not kw.search(ln)] == []
 
 
 @pytest.mark.parametrize("tool", [t for t in _tools() if t != ["grep"]], ids=lambda t: " ".join(t))

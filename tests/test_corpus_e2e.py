@@ -203,32 +203,20 @@ HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 
 # the ninth held-back set (tests/corpus_heldout9/README.md: nobody tunes on it), in the same form: each case the
 # analyzer got wrong when the set was first scored (labels of 0f5bbd5, the analyzer of main at da4c52f), with its
-# answer.
+# answer. Five are right since (informed, tests/corpus_heldout9/README.md): NCCL's return-code lines that name the
+# call are unwinding, a Rust panic's head may carry the thread's id, a launcher's summary read as a consequence
+# says who died of what, Python's CalledProcessError is a launcher's report, and Intel's compute runtime's
+# "Abort was called at N line in file:" is a native assertion.
 HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     "llamacpp_ollama_9170_journald_systemd_main_process_exited_status2_then_restart": (
         "both",
-        "healthy: systemd's 'ollama.service: Main process exited, code=exited, status=2/INVALIDARGUMENT' between the "
-        "unit's start-ups is not read as the server's exit",
-    ),
-    "llamacpp_ollama_intel_gpu_22_docker_stamp_neo_abort_out_of_order_gin_500": (
-        "both",
-        "a decoy: ollama's scheduler ERROR 'error loading llama server' ('llama runner process has terminated: exit "
-        "status 2') over the runner's own 'Abort was called at 63 line in file:' under docker's stamp",
-    ),
-    "nccl_1920_rfc3339_stamp_socket_send_reset_by_peer_bootstrap_connect": (
-        "both",
-        "healthy: NCCL's 'NCCL WARN socketProgressOpt: Call to send to … failed : Connection reset by peer' under an "
-        "RFC 3339 stamp is not read as a failure",
+        "stalled (healthy when first scored): systemd restarted the unit after its 'ollama.service: Main process "
+        "exited, code=exited, status=2/INVALIDARGUMENT', and the new start-up, the window's end, is the latest run",
     ),
     "other_gpustack_3352_mindie_ascend_runtime_set_visible_device_failed_invalid_device": (
         "both",
         "MindIE's '[ERROR] RUNTIME(…) … FuncErrorReason:report error module_type=3' record over the runtime's "
         "'SetDevice:Set visible device failed, invalid device=0' (config)",
-    ),
-    "other_mistralrs_2118_rust_panic_thread_id_unreachable_code_qwen3_embedding": (
-        "both",
-        "healthy: mistral.rs's panic 'internal error: entered unreachable code' on the line after \"thread '…' "
-        'panicked at" is not read as a failure',
     ),
     "tensorrt_llm_5451_briton_http_500_traceback_then_executor_decoder_finished_event_assert": (
         "both",
@@ -244,16 +232,6 @@ HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "both",
         "healthy (labelled starting): the engine core's CUDA-graph capture, still going at the window's end, reads "
         "as healthy",
-    ),
-    "accelerate_fluxgym_269_gui_info_prefix_launcher_calledprocesserror_only": (
-        "reason",
-        "line right, the card's reason is 'the only primary error, in an untagged process', not that the launched "
-        "command wrote no error",
-    ),
-    "torch_momentumgs_12_whole_launcher_traceback_one_line_markdown_link_exitcode_minus9": (
-        "reason",
-        "line right, the card's reason is 'no cause in the lines read, only consequences (a launcher)', not that "
-        "rank 0 died with SIGKILL and wrote no error",
     ),
     "vllm_omni_1029_ci_pipe_column_stage1_engine_dead_then_failed_on_request": (
         "both",

@@ -440,9 +440,9 @@ SURVIVAL_LINES = 3  # normal lines the same process must log after an error for 
 _ENDING = re.compile(
     r"(?i)shut(ting)? ?down|exit|terminat|stopp|abort|kill|clean ?up|destroy|teardown|tear down|finished server process"
 )
-_UNWINDING = re.compile(
-    r"-> \d+(?: \[[^]]*\])?\s*$"
-)  # NCCL's "init.cc:1010 -> 1": the error code returned up the stack
+# NCCL's "init.cc:1010 -> 1": the error code returned up the stack; newer releases name the call after it
+# ("bootstrap.cc:868 -> 6 ncclSocketConnect()")
+_UNWINDING = re.compile(r"-> \d+(?: \[[^]]*\])?\s*$|\.(?:cc|cu|cpp|c|h):\d+ -> \d+\b")
 
 
 # health, readiness and metrics probes (a load balancer's, an orchestrator's): an HTTP front end answers them
@@ -563,11 +563,17 @@ _EXIT = re.compile(
     # dumped)", TGI's "signaled to shutdown with signal 4"
     r"|exited with status code (?P<sc>-?\d+)|\bsignal: (?P<go>killed|aborted|segmentation fault|bus error"
     r"|illegal instruction|terminated|interrupt)\b|with signal (?P<num>\d+)\b"
+    # systemd's report on a unit's main process: "code=exited, status=2/INVALIDARGUMENT" is the status it
+    # exited with, "code=killed, status=9/KILL" and "code=dumped, status=6/ABRT" the signal that ended it
+    r"|code=exited, status=(?P<sd>\d+)|code=(?:killed|dumped), status=(?P<sdsig>\d+)"
+    # Python's subprocess: "Command '[...]' died with <Signals.SIGKILL: 9>."
+    r"|died with <Signals\.SIG[A-Z]+: (?P<pysig>\d+)>"
 )
 # an inference server's summary that a model failed to load (rules.yaml): a launcher-tier line that reports no exit
 MODEL_LOAD_FAILED = "model-load-failed"
 AGENT_DEATH_SIGNAL = "agent-death-signal"
 _DEATH_SIGNAL = re.compile(r"Received (\d+) death signal")
+_UNIT = re.compile(r"(\S+\.service): [Mm]ain process exited")  # systemd names the unit whose process it was
 _SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11, "SIGABRT": 6, "SIGBUS": 7, "SIGTERM": 15, "SIGINT": 2, "SIGFPE": 8}
 _GO_SIGNALS = {  # Go's names of the signals (syscall.Signal.String)
     "killed": 9,
@@ -595,11 +601,23 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
         return None, _GO_SIGNALS[m.group("go")]
     if m.group("num"):
         return None, int(m.group("num"))
+    if m.group("sdsig") or m.group("pysig"):
+        return None, int(m.group("sdsig") or m.group("pysig"))
     raw = next(
-        g for g in (m.group("code"), m.group("rc"), m.group("ec"), m.group("st"), m.group("dc"), m.group("sc")) if g
+        g
+        for g in (
+            m.group("code"),
+            m.group("rc"),
+            m.group("ec"),
+            m.group("st"),
+            m.group("dc"),
+            m.group("sc"),
+            m.group("sd"),
+        )
+        if g
     )
     n = int(raw)
-    if m.group("sc"):
+    if m.group("sc") or m.group("sd"):
         return n, None  # a supervisor's status code is the child's code (Windows' are negative NTSTATUS values)
     if n < 0:
         return None, -n
@@ -611,7 +629,14 @@ def exit_of(text: str) -> tuple[int | None, int | None]:
 def _launcher_says(best: Judged, rank: int | None) -> str:
     """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
     local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg) or _SPAWNED.search(best.ev.line.msg)
-    who = f"local rank {local.group(1)}" if local else (f"rank {rank}" if rank is not None else "a child process")
+    unit = _UNIT.search(best.ev.line.msg)
+    who = (
+        f"local rank {local.group(1)}"
+        if local
+        else f"{unit.group(1)}'s main process"
+        if unit
+        else (f"rank {rank}" if rank is not None else "a child process")
+    )
     code, sig = exit_of(best.ev.line.msg)
     if best.sig is not None and best.sig.name == MODEL_LOAD_FAILED:
         return (
@@ -725,6 +750,10 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
     prim = [j for j in judged if j.role == "primary" and j.tier == best.tier]
     if best.line_role == LAUNCHER and best.tier <= LAUNCH_TIER:
         what = _launcher_says(best, rank)
+    elif (
+        best.tier in (REPORTER, ONLY_SECONDARY) and best.line_role == LAUNCHER and exit_of(ev.line.msg) != (None, None)
+    ):
+        what = _launcher_says(best, rank)  # a launcher's summary read as a consequence still says who died of what
     elif best.tier in (REPORTER, ONLY_SECONDARY):
         what = f"no cause in the lines read, only consequences (a {best.line_role}); the earliest is shown"
     elif best.line_role == PEER:

@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..records import Line
+from ..timestamps import MONTH_WORD
 
 MAX_PARSE = 16384  # characters of a line that are parsed; the raw line is kept whole
 
@@ -128,9 +129,10 @@ _RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
 # containerd/CRI log files (/var/log/pods): "2024-01-01T00:00:00.000000000Z stderr F message"
 _CRI = _p(r"(?:stdout|stderr) [FP] ")
 # syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message" (journalctl -o short-precise: 03:04:05.123456;
-# a journal without a host name leaves two blanks: "Apr 27 09:35:17  lemond[17105]: ")
+# a journal without a host name leaves two blanks: "Apr 27 09:35:17  lemond[17105]: "); journalctl prints the
+# month as the reader's locale abbreviates it ("ago 27", "2月 25"): timestamps.MONTH_WORD
 _SYSLOG = _p(
-    r"(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) (?:\S+ | )"
+    r"(?P<time>" + MONTH_WORD + r" [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) (?:\S+ | )"
     r"(?P<tag>[\w.@/-]+\[\d+\]): "
 )
 
@@ -156,12 +158,13 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "|": (_LOGURU,),
 }
 for _c in "0123456789":
-    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _GGML_LOG, _NCCL)
+    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _GGML_LOG, _NCCL, _SYSLOG)
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _DISPATCH[_c] = _UPPER
 for _c in "abcdefghijklmnopqrstuvwxyz":
-    _DISPATCH[_c] = (_NCCL, _LOGGER_PID_LEVEL)
-_DISPATCH["s"] = (_CRI, _NCCL, _LOGGER_PID_LEVEL)
+    _DISPATCH[_c] = (_NCCL, _LOGGER_PID_LEVEL, _SYSLOG)
+_DISPATCH["s"] = (_CRI, _NCCL, _LOGGER_PID_LEVEL, _SYSLOG)
+_OTHER_SCRIPT = (_SYSLOG,)  # a line opening in another script: a journal's month under the reader's locale
 
 _GROUPS = {
     rx: tuple(n for n in ("tag", "level", "time", "source") if n in rx.groupindex)
@@ -333,7 +336,7 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
             c = s[i]
             if source is not None and c != "[" and c != "(":
                 break  # after a logger header only a bracketed prefix can follow
-            for rx in _DISPATCH.get(c, ()):
+            for rx in _DISPATCH.get(c, _OTHER_SCRIPT if c.isalpha() else ()):
                 m = rx.match(s, i)
                 if m is not None:
                     break

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..records import Line
+from ..timestamps import MONTH_WORD
 from .lines import ISO_DATE, MONTH_DAY_TIME
 
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z| ?[+-]\d\d:?\d\d| UTC)?"
@@ -62,7 +63,7 @@ _PREFIXES = (
     # a runner's clock alone (Jenkins' timestamper: "12:00:07 "), before nearly every line
     re.compile(r"^(?P<clock>\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)(?: |$)"),
 )
-_MONTH_TS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+_MONTH_TS = MONTH_WORD + r" [ 0-3]\d \d\d:\d\d:\d\d(?:\.\d+)?"
 # a journal's or a syslog file's line: stamp, host, identifier[pid] (journalctl -o short, short-iso,
 # short-precise; /var/log/syslog). The line model reads it (the identifier is the process tag); only
 # the order check looks past it, at the program's own text

@@ -26,7 +26,7 @@ except ImportError:  # Python 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
 CATEGORIES = ("config", "oom", "cuda", "nccl", "import", "python", "network", "disk", "other")
-ERE_SECTIONS = ("keywords", "run_start", "tags", "waiting", "ready")
+ERE_SECTIONS = ("keywords", "run_start", "tags", "waiting", "ready", "block_heads")
 LIST_SECTIONS = ERE_SECTIONS + ("benign", "serving")
 # What an error line is to the failure (DESIGN §14): raised where it happened, quoting another
 # error, a launcher reporting a child, a transport/watchdog error blaming another process, or a
@@ -207,6 +207,7 @@ RULE_FIELDS = (
     "keywords",
     "run_start",
     "tags",
+    "block_heads",
     "waiting",
     "ready",
     "benign",
@@ -226,6 +227,9 @@ class Rules:
     keywords: list[str] = field(default_factory=list)
     run_start: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
+    # lines that open an error whose message follows them (a Python traceback, a Rust panic): in a log with
+    # no process tags the funnel's context pass reads on from the first of them
+    block_heads: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     ready: list[str] = field(default_factory=list)
     benign: list[str] = field(default_factory=list)
@@ -301,6 +305,9 @@ class Rules:
 
     def tag_ere(self) -> str:
         return ere_union(self.tags)
+
+    def block_head_ere(self) -> str:
+        return ere_union(self.block_heads)
 
     def waiting_ere(self) -> str:
         return ere_union(self.waiting)
@@ -677,6 +684,7 @@ def _build(
         keywords=merged["keywords"],
         run_start=merged["run_start"],
         tags=merged["tags"],
+        block_heads=merged["block_heads"],
         waiting=merged["waiting"],
         ready=merged["ready"],
         benign=merged["benign"],

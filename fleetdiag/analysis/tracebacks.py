@@ -43,8 +43,9 @@ TERMINATE = re.compile(
 )
 WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
 # A Rust panic: "thread 'main' panicked at src/main.rs:12:5:" with the message on the next line (Rust 1.73+),
-# or "thread 'main' panicked at 'message', src/main.rs:12:5" (older). A paste may wrap it in markdown.
-PANIC = re.compile(r"^[*_`]{0,2}thread '(?P<thread>[^']*)' panicked at (?P<rest>.*)$")
+# or "thread 'main' panicked at 'message', src/main.rs:12:5" (older); newer releases put the thread's id after
+# its name ("thread 'main' (48213) panicked at"). A paste may wrap it in markdown.
+PANIC = re.compile(r"^[*_`]{0,2}thread '(?P<thread>[^']*)' (?:\(\d+\) )?panicked at (?P<rest>.*)$")
 NATIVE_STACK = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+:|\s*\d+# |\s+\S)")
 UNRAISABLE = re.compile(r"^Exception ignored (?:in|on)\b")
 ERROR_WORD = re.compile(r"^(?:ERROR|FATAL|CRITICAL|Error|Fatal error)\b")

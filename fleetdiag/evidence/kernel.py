@@ -21,8 +21,8 @@ _RE_ISO = re.compile(rf"^(?P<t>{_ISO})\s+(?:(?P<host>\S+)\s+)?kernel:\s?(?:\[\s*
 _RE_ISO_BARE = re.compile(rf"^(?P<t>{_ISO})\s+")  # dmesg --time-format iso
 # Talos: 'kern: warning: [<ISO>]: ', with the node's name or address before it when talosctl asked many nodes
 _RE_TALOS = re.compile(rf"^(?:[\w.:-]+:\s+)?kern:\s*\w+:\s*\[(?P<t>{_ISO})\]:\s*")
-# a month or a weekday as a locale abbreviates it ("Apr", "kwi", "févr.", "Do", "Чт"); see timestamps.LOCAL_MONTHS
-_MON = r"[^\W\d_]{3,6}\.?"
+# a month or a weekday as a locale abbreviates it ("Apr", "kwi", "févr.", "2月", "Do", "Чт"); see timestamps
+_MON = timestamps.MONTH_WORD
 _DAY = r"[^\W\d_]{2,5}\.?"
 _RE_SYSLOG = re.compile(  # syslog, journalctl -o short and short-precise (fractional seconds)
     rf"^(?P<mon>{_MON})\s+(?P<day>\d{{1,2}})\s+(?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?\s+"

@@ -46,6 +46,9 @@ class FunnelSpec:
     keywords: str  # one ERE: error-shaped lines
     run_start: str  # one ERE: a new run's start banner
     tags: str  # one ERE: a leading process tag
+    # one ERE: a line that opens an error whose message follows it; an untagged log's context pass starts at the
+    # first one ("": at a Python traceback's head only)
+    block_heads: str = ""
     tail_lines: int = 80
     tail_bytes: int = 32 * 1024
     scan_bytes: int = 64 * 1024 * 1024
@@ -119,6 +122,7 @@ def build_script(spec: FunnelSpec, mark: str) -> str:
         "FD_KW": spec.keywords,
         "FD_RS": spec.run_start,
         "FD_TAGS": spec.tags,
+        "FD_BH": spec.block_heads or r"Traceback \(most recent call last\)",
         "FD_TL": spec.tail_lines,
         "FD_TB": spec.tail_bytes,
         "FD_SCAN": spec.scan_bytes,

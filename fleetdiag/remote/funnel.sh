@@ -206,7 +206,7 @@ fd_win() { if [ "$start" -gt 0 ]; then fd_from "$start"; else fd_all; fi; }
 fd_pass() {
   p1=$( { if [ -n "$fd_cr" ]; then fd_win | tr '\r' '\n'; else fd_win; fi; } | fd_grep | tr '\000' ' ' | awk -v start="$start" -v cap="$cap" -v lnb="$lnb" "$FD_AWKLIB"'
     function reset() { nh = 0; nr = 0; hb = 0; dropped = 0; nt = 0; split("", first); split("", firstln); split("", order); split("", ring) }
-    BEGIN { kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]; ML = ENVIRON["FD_MAXLINE"] + 0
+    BEGIN { kw = ENVIRON["FD_KW"]; rs = ENVIRON["FD_RS"]; tg = ENVIRON["FD_TAGS"]; bh = ENVIRON["FD_BH"]; ML = ENVIRON["FD_MAXLINE"] + 0
       H1 = ENVIRON["FD_H1"] + 0; H2 = ENVIRON["FD_H2"] + 0; HB = ENVIRON["FD_HB"] + 0; runpos = -1; reset() }
     {
       i = index($0, ":"); ln = substr($0, 1, i - 1); r = substr($0, i + 1)
@@ -220,7 +220,7 @@ fd_pass() {
       else { if (nr >= H2) dropped++; ring[nr % H2] = rec; nr++ }
       if (tg != "" && t ~ kw && match(t, tg)) { g = substr(t, RSTART, RLENGTH)
         if (!(g in first)) { first[g] = pos; firstln[g] = lno; order[nt++] = g } }
-      else if (t ~ /Traceback \(most recent call last\)/ && !("" in first)) { first[""] = pos; firstln[""] = lno; order[nt++] = "" }
+      else if (t ~ bh && !("" in first)) { first[""] = pos; firstln[""] = lno; order[nt++] = "" }
     }
     END {
       if (cutkw && start <= cap) print "X\tthe scan window starts inside an error-shaped line: its start was not searched"
