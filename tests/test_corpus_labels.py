@@ -3,7 +3,7 @@
 Only consistency is checked here (every quoted line is in its file, no decoy sits on a
 decisive line, no source repeats another corpus's), never what the analyzer answers:
 tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8 and tests/corpus_heldout9 are kept out of rule development, and the kernel cases are judged through the kernel tests.
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9 and tests/corpus_heldout10 are kept out of rule development, and the kernel cases are judged through the kernel tests.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ HELDOUT6 = TESTS / "corpus_heldout6"
 HELDOUT7 = TESTS / "corpus_heldout7"
 HELDOUT8 = TESTS / "corpus_heldout8"
 HELDOUT9 = TESTS / "corpus_heldout9"
+HELDOUT10 = TESTS / "corpus_heldout10"
 KERNEL_SETS = [
     TESTS / "corpus_kernel_extra",
     HELDOUT / "kernel",
@@ -59,6 +60,7 @@ def _sources(*folders: Path) -> list[str]:
         *_labels(HELDOUT7),
         *_labels(HELDOUT8),
         *_labels(HELDOUT9),
+        *_labels(HELDOUT10),
     ],
     ids=lambda p: f"{p.parent.name}/{p.stem}",
 )
@@ -131,11 +133,12 @@ def _sources_besides(held: Path) -> set[str]:
         (HELDOUT7, 20),
         (HELDOUT8, 22),
         (HELDOUT9, 24),
+        (HELDOUT10, 24),
     ],
-    ids=["heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9"],
+    ids=["heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9", "heldout10"],
 )
 def test_a_later_heldout_set_shares_no_source(held: Path, least: int) -> None:
-    """tests/corpus_heldout2, 3, 4, 5, 6, 7, 8 and 9 (with their kernel cases) are each held back from every other corpus,
+    """tests/corpus_heldout2 to 10 (with their kernel cases) are each held back from every other corpus,
     the other held-back sets included."""
     sources = _sources(held, *([held / "kernel"] if (held / "kernel").is_dir() else []))
     assert len(sources) >= least and len(sources) == len(set(sources))
