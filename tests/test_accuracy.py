@@ -99,6 +99,9 @@ FLOORS = {
     # since Intel's compute runtime's "Abort was called at N line in file:" is a native assertion (made on
     # tests/corpus_extra's compute-runtime reports: informed)
     "tests/corpus_heldout9": 18,
+    # the tenth held-back set, never tuned on (tests/corpus_heldout10/README.md): 17 of 24 and 2 decoys when first
+    # measured (commit 6130201's labels, the analyzer of main at 40e10b1), and the same on 72dbab4's analyzer
+    "tests/corpus_heldout10": 17,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -131,6 +134,9 @@ DECOY_CEILINGS: dict[str, int] = {
     # tests/corpus_heldout9: a front end's HTTPException over TensorRT-LLM's assertion (held back: a known-wrong
     # case, not tuned on); 2 when first measured
     "tests/corpus_heldout9": 1,
+    # tests/corpus_heldout10: Go's SIGABRT over llama.cpp's K-shift abort, a request's FSM error on a serving vLLM
+    # (held back: known-wrong cases, not tuned on)
+    "tests/corpus_heldout10": 2,
 }
 
 

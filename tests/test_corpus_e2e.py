@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -55,6 +55,7 @@ def _cases():
         "tests/corpus_heldout7",
         "tests/corpus_heldout8",
         "tests/corpus_heldout9",
+        "tests/corpus_heldout10",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -240,6 +241,47 @@ HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     ),
 }
 
+# the tenth held-back set (tests/corpus_heldout10/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of 6130201, the analyzer of main at 40e10b1, and the
+# same answers from the analyzer of 72dbab4), with its answer.
+HELDOUT10_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "llamacpp_23281_server_uptime_stamps_fit_params_then_warmup_cut_starting": (
+        "both",
+        "healthy (labelled starting): llama-server's fit-params and warm-up lines under its uptime stamps, the "
+        "window cut in the warm-up, read as a server that is up",
+    ),
+    "llamacpp_ollama_9182_k_shift_abort_gdb_then_go_sigabrt_llama_decode": (
+        "both",
+        "a decoy: Go's 'SIGABRT: abort' from the runner's crash dump over llama.cpp's own 'The current context "
+        "does not support K-shift' before gdb's attach",
+    ),
+    "megatron_nemo_9146_llama2_sft_pp2_sanity_checking_0_of_unknown_starting": (
+        "both",
+        "healthy (labelled starting): NeMo's 'Sanity Checking: 0it' progress at the window's end, every line at "
+        "one second, read as a run that is up",
+    ),
+    "other_comfyui_4880_xflux_sdpa_allocation_on_device_then_second_prompt_same_oom": (
+        "json",
+        "ComfyUI's logger record '!!! Exception during processing !!! Allocation on device' (category other) over "
+        "the traceback's 'torch.OutOfMemoryError: Allocation on device' (oom)",
+    ),
+    "sglang_4205_capture_cuda_graph_failed_gloo_pair_connection_closed_peer_cut": (
+        "json",
+        "line right, category other and role cause: SGLang's 'Exception: Capture cuda graph failed: [...gloo "
+        "pair.cc:534] Connection cl' (cut) is not read as gloo's peer-caused transport error",
+    ),
+    "torch_llamacookbook_675_fsdp_4bit_cannot_flatten_integer_dtype_then_rank0_traceback_cut": (
+        "json",
+        "line right, category python (labelled config): FSDP's 'ValueError: Cannot flatten integer dtype "
+        "tensors' on a 4-bit model",
+    ),
+    "vllm_qwen38_rtx3090_19_xgrammar_fsm_errors_400_then_chat_200_health_200_healthy": (
+        "both",
+        "a decoy: the engine core's request-scoped 'ERROR … [backend_xgrammar.py:162] Failed to advance FSM for "
+        "request …' read as a failure, though requests after it are answered 200",
+    ),
+}
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
@@ -249,6 +291,7 @@ HELD_BACK = {
     "tests/corpus_heldout7": HELDOUT7_KNOWN_WRONG,
     "tests/corpus_heldout8": HELDOUT8_KNOWN_WRONG,
     "tests/corpus_heldout9": HELDOUT9_KNOWN_WRONG,
+    "tests/corpus_heldout10": HELDOUT10_KNOWN_WRONG,
 }
 
 
