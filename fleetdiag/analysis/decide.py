@@ -630,13 +630,12 @@ def _launcher_says(best: Judged, rank: int | None) -> str:
     """What a launcher-only answer means: "rank 3 died with SIGKILL (-9) and wrote no error: see the kernel log"."""
     local = re.search(r"\blocal_rank: ?(\d+)", best.ev.line.msg) or _SPAWNED.search(best.ev.line.msg)
     unit = _UNIT.search(best.ev.line.msg)
-    who = (
-        f"local rank {local.group(1)}"
-        if local
-        else f"{unit.group(1)}'s main process"
-        if unit
-        else (f"rank {rank}" if rank is not None else "a child process")
-    )
+    if local:
+        who = f"local rank {local.group(1)}"
+    elif unit:
+        who = f"{unit.group(1)}'s main process"
+    else:
+        who = f"rank {rank}" if rank is not None else "a child process"
     code, sig = exit_of(best.ev.line.msg)
     if best.sig is not None and best.sig.name == MODEL_LOAD_FAILED:
         return (
@@ -748,12 +747,10 @@ def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank
     if best.line_role == LAUNCHER and best.tier <= LAUNCH_TIER:
         where = f"reported by {ev.process}" if ev.process else "reported by the launcher"
     prim = [j for j in judged if j.role == "primary" and j.tier == best.tier]
-    if best.line_role == LAUNCHER and best.tier <= LAUNCH_TIER:
+    # a launcher's summary says who died of what, also where it ranks only as a consequence
+    reported_exit = best.tier in (REPORTER, ONLY_SECONDARY) and exit_of(ev.line.msg) != (None, None)
+    if best.line_role == LAUNCHER and (best.tier <= LAUNCH_TIER or reported_exit):
         what = _launcher_says(best, rank)
-    elif (
-        best.tier in (REPORTER, ONLY_SECONDARY) and best.line_role == LAUNCHER and exit_of(ev.line.msg) != (None, None)
-    ):
-        what = _launcher_says(best, rank)  # a launcher's summary read as a consequence still says who died of what
     elif best.tier in (REPORTER, ONLY_SECONDARY):
         what = f"no cause in the lines read, only consequences (a {best.line_role}); the earliest is shown"
     elif best.line_role == PEER:

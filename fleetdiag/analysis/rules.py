@@ -228,7 +228,7 @@ class Rules:
     run_start: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     # lines that open an error whose message follows them (a Python traceback, a Rust panic): in a log with
-    # no process tags the funnel's context pass reads on from the first of them
+    # no process tags the funnel's context pass reads on from the first of them; each is a keyword as well
     block_heads: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     ready: list[str] = field(default_factory=list)
@@ -245,7 +245,9 @@ class Rules:
 
     def compile(self) -> None:
         """(Re)build the matchers; call after editing the lists."""
-        self.keyword_pats = [Pat(p) for p in self.keywords]
+        # a block head is searched for as a keyword too: the funnel's context pass sees only keyword lines
+        self._keyword_list = [*self.keywords, *(p for p in self.block_heads if p not in self.keywords)]
+        self.keyword_pats = [Pat(p) for p in self._keyword_list]
         self.run_start_pats = [Pat(p) for p in self.run_start]
         self.waiting_pats = [Pat(p) for p in self.waiting]
         self.ready_pats = [Pat(p) for p in self.ready]
@@ -298,7 +300,7 @@ class Rules:
 
     # -- what the funnel asks for: one ERE per list --
     def keyword_ere(self) -> str:
-        return ere_union(self.keywords)
+        return ere_union(self._keyword_list)
 
     def run_start_ere(self) -> str:
         return ere_union(self.run_start)
