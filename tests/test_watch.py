@@ -416,7 +416,10 @@ def test_truncation_and_rotation_restart_from_the_top(sshd, tmp_path):
     d = run.watch.views["h"].result.decisive
     assert d.process == "Worker pid=9999" and DECISIVE in d.line
     assert any("rotated" in m for m in run.watch.views["h"].markers)
-    assert [e.state for e in run.events][-3:] == [FAILED, RECOVERED, FAILED]
+    # the new file is read from its top: on a loaded box one poll may see only its start-up lines (starting)
+    # before its failure line arrives
+    assert [e.state for e in run.events if e.state != STARTING][-3:] == [FAILED, RECOVERED, FAILED]
+    assert run.events[-1].state == FAILED
 
 
 def test_hostile_log_path_is_followed_literally(sshd, tmp_path):
