@@ -3,7 +3,7 @@
 Only consistency is checked here (every quoted line is in its file, no decoy sits on a
 decisive line, no source repeats another corpus's), never what the analyzer answers:
 tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9 and tests/corpus_heldout10 are kept out of rule development, and the kernel cases are judged through the kernel tests.
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10 and tests/corpus_heldout11 are kept out of rule development, and the kernel cases are judged through the kernel tests.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ HELDOUT7 = TESTS / "corpus_heldout7"
 HELDOUT8 = TESTS / "corpus_heldout8"
 HELDOUT9 = TESTS / "corpus_heldout9"
 HELDOUT10 = TESTS / "corpus_heldout10"
+HELDOUT11 = TESTS / "corpus_heldout11"
 KERNEL_SETS = [
     TESTS / "corpus_kernel_extra",
     HELDOUT / "kernel",
@@ -61,6 +62,7 @@ def _sources(*folders: Path) -> list[str]:
         *_labels(HELDOUT8),
         *_labels(HELDOUT9),
         *_labels(HELDOUT10),
+        *_labels(HELDOUT11),
     ],
     ids=lambda p: f"{p.parent.name}/{p.stem}",
 )
@@ -134,8 +136,9 @@ def _sources_besides(held: Path) -> set[str]:
         (HELDOUT8, 22),
         (HELDOUT9, 24),
         (HELDOUT10, 24),
+        (HELDOUT11, 24),
     ],
-    ids=["heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9", "heldout10"],
+    ids=["heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9", "heldout10", "heldout11"],
 )
 def test_a_later_heldout_set_shares_no_source(held: Path, least: int) -> None:
     """tests/corpus_heldout2 to 10 (with their kernel cases) are each held back from every other corpus,
