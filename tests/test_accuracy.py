@@ -26,8 +26,10 @@ FLOORS = {
     # 374 with seven more: a CI runner's stamp on every line, one compose service's column, a console logger's
     # word-wrapped records, Marian's CUDA checks; 419 with nineteen more: ROCm's native faults, services read
     # from their journal (systemd's report of the main process, a locale's month), Rust servers' panics; 422 with
-    # Intel's compute runtime's fatal check
-    "tests/corpus_extra": 422,
+    # Intel's compute runtime's fatal check; 456 with thirty-four more: llama.cpp's model load and Lightning's sanity
+    # check still starting (and past it), an app's logger record over its traceback, Go's crash dump after a native
+    # error, glibc's heap check, supervisors that restart, store and mesh transports
+    "tests/corpus_extra": 456,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -97,11 +99,18 @@ FLOORS = {
     # 17 since a Rust panic's head may carry the thread's id (made on tests/corpus_extra's xinfer logs) and NCCL's
     # return-code lines that name the call are unwinding (made on this set's one log of that form: informed); 18
     # since Intel's compute runtime's "Abort was called at N line in file:" is a native assertion (made on
-    # tests/corpus_extra's compute-runtime reports: informed)
-    "tests/corpus_heldout9": 18,
+    # tests/corpus_extra's compute-runtime reports: informed); 19 since a supervisor's report that its child exited is
+    # not taken back by the supervisor's own lines after it (made on tests/corpus_extra's journal and restart logs:
+    # informed)
+    "tests/corpus_heldout9": 19,
     # the tenth held-back set, never tuned on (tests/corpus_heldout10/README.md): 17 of 24 and 2 decoys when first
-    # measured (commit 6130201's labels, the analyzer of main at 40e10b1), and the same on 72dbab4's analyzer
-    "tests/corpus_heldout10": 17,
+    # measured (commit 6130201's labels, the analyzer of main at 40e10b1), and the same on 72dbab4's analyzer; 19 since
+    # llama.cpp's model load and Lightning's sanity check are a start-up in progress (made on tests/corpus_extra's
+    # logs of those programs from other reports: informed)
+    "tests/corpus_heldout10": 19,
+    # the eleventh held-back set, never tuned on (tests/corpus_heldout11/README.md): 15 of 24 and 4 decoys when first
+    # measured (commit 0aeb622's labels, the analyzer of main at 8a56a64), and the same on this stop's analyzer
+    "tests/corpus_heldout11": 15,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -137,6 +146,9 @@ DECOY_CEILINGS: dict[str, int] = {
     # tests/corpus_heldout10: Go's SIGABRT over llama.cpp's K-shift abort, a request's FSM error on a serving vLLM
     # (held back: known-wrong cases, not tuned on)
     "tests/corpus_heldout10": 2,
+    # tests/corpus_heldout11: Go's SIGSEGV over llama.cpp's K-shift abort, a relayed frame under a GUI's prefix, a
+    # frame of SGLang's CLI traceback, oneCCL's teardown abort (held back: known-wrong cases, not tuned on)
+    "tests/corpus_heldout11": 4,
 }
 
 

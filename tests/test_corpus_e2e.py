@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -56,6 +56,7 @@ def _cases():
         "tests/corpus_heldout8",
         "tests/corpus_heldout9",
         "tests/corpus_heldout10",
+        "tests/corpus_heldout11",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -209,11 +210,6 @@ HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # says who died of what, Python's CalledProcessError is a launcher's report, and Intel's compute runtime's
 # "Abort was called at N line in file:" is a native assertion.
 HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "llamacpp_ollama_9170_journald_systemd_main_process_exited_status2_then_restart": (
-        "both",
-        "stalled (healthy when first scored): systemd restarted the unit after its 'ollama.service: Main process "
-        "exited, code=exited, status=2/INVALIDARGUMENT', and the new start-up, the window's end, is the latest run",
-    ),
     "other_gpustack_3352_mindie_ascend_runtime_set_visible_device_failed_invalid_device": (
         "both",
         "MindIE's '[ERROR] RUNTIME(…) … FuncErrorReason:report error module_type=3' record over the runtime's "
@@ -245,20 +241,10 @@ HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # analyzer got wrong when the set was first scored (labels of 6130201, the analyzer of main at 40e10b1, and the
 # same answers from the analyzer of 72dbab4), with its answer.
 HELDOUT10_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "llamacpp_23281_server_uptime_stamps_fit_params_then_warmup_cut_starting": (
-        "both",
-        "healthy (labelled starting): llama-server's fit-params and warm-up lines under its uptime stamps, the "
-        "window cut in the warm-up, read as a server that is up",
-    ),
     "llamacpp_ollama_9182_k_shift_abort_gdb_then_go_sigabrt_llama_decode": (
         "both",
         "a decoy: Go's 'SIGABRT: abort' from the runner's crash dump over llama.cpp's own 'The current context "
         "does not support K-shift' before gdb's attach",
-    ),
-    "megatron_nemo_9146_llama2_sft_pp2_sanity_checking_0_of_unknown_starting": (
-        "both",
-        "healthy (labelled starting): NeMo's 'Sanity Checking: 0it' progress at the window's end, every line at "
-        "one second, read as a run that is up",
     ),
     "other_comfyui_4880_xflux_sdpa_allocation_on_device_then_second_prompt_same_oom": (
         "json",
@@ -282,6 +268,56 @@ HELDOUT10_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     ),
 }
 
+# the eleventh held-back set (tests/corpus_heldout11/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of 0aeb622, the analyzer of main at 8a56a64, and the same
+# answers from this stop's analyzer), with its answer.
+HELDOUT11_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "deepspeed_llama32_vision_finetune_9_loading_shards": (
+        "both",
+        "healthy or stalled (labelled starting): transformers' 'Loading checkpoint shards: 100%|' at the window's end "
+        "is not read as a start-up in progress",
+    ),
+    "llamacpp_ollama_8492_kshift_unsupported_sigsegv": (
+        "both",
+        "a decoy: Go's 'SIGSEGV: segmentation violation' from the runner's crash dump over llama.cpp's own "
+        "'llama.cpp:11968: The current context does not support K-shift'",
+    ),
+    "megatron_ms_swift_7992_watchdog_hang_sigterm": (
+        "json",
+        "line right, category other (labelled nccl): the heartbeat monitor's 'Terminating the process after attempting "
+        "to dump debug info, due to ProcessGroupNCCL watchdog hang.'",
+    ),
+    "other_fluxgym_78_oom_under_accelerate": (
+        "json",
+        "a decoy: a relayed 'File \"…accelerate.exe\\__main__.py\", line 7' frame under fluxgym's '[time] [INFO] ' "
+        "prefix over the relayed 'torch.OutOfMemoryError: CUDA out of memory.'",
+    ),
+    "sglang_5594_multinode_nccl_connect_abort": (
+        "json",
+        "line right, category network (labelled nccl): NCCL's 'socketStartConnect: Connect to … failed : Software "
+        "caused connection abort'",
+    ),
+    "sglang_gpustack_3848_scheduler_killed_exit_minus9": (
+        "json",
+        "a decoy: a frame of the CLI's traceback ('    launch_server(server_args)') over SGLang's 'Exit code: -9' "
+        "for its killed scheduler",
+    ),
+    "vllm_11560_worker_cuda_reinit_forked_subprocess": (
+        "json",
+        "line right, category other (labelled config): 'RuntimeError: Cannot re-initialize CUDA in forked subprocess.'",
+    ),
+    "vllm_llm-scaler_432_worker_failed_ur_out_of_resources": (
+        "json",
+        "line right, category other (labelled oom): the engine core's 'Worker failed with error 'level_zero backend "
+        "failed with error: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)''",
+    ),
+    "vllm_llm-scaler_672_compose_worker0_died_ccl_teardown": (
+        "both",
+        "a decoy: oneCCL's 'what():  oneCCL: pmi_resizable_simple_internal.cpp:363 … failed' at teardown over the "
+        "executor's 'Worker proc VllmWorker-0 died unexpectedly, shutting down executor.'",
+    ),
+}
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
@@ -292,6 +328,7 @@ HELD_BACK = {
     "tests/corpus_heldout8": HELDOUT8_KNOWN_WRONG,
     "tests/corpus_heldout9": HELDOUT9_KNOWN_WRONG,
     "tests/corpus_heldout10": HELDOUT10_KNOWN_WRONG,
+    "tests/corpus_heldout11": HELDOUT11_KNOWN_WRONG,
 }
 
 

@@ -24,7 +24,7 @@ from ..units import signal_name
 from . import hints
 from .fingerprint import fingerprint
 from .frames import crosses_packages, frame_lines, frame_paths
-from .lines import SEVERITY, LogLine, clean, parse_all
+from .lines import PROGRESS, SEVERITY, LogLine, clean, parse_all
 from .normalise import Normalised, filed_time, normalise
 from .processes import rank_of
 from .rules import (
@@ -443,6 +443,13 @@ _ENDING = re.compile(
 # NCCL's "init.cc:1010 -> 1": the error code returned up the stack; newer releases name the call after it
 # ("bootstrap.cc:868 -> 6 ncclSocketConnect()")
 _UNWINDING = re.compile(r"-> \d+(?: \[[^]]*\])?\s*$|\.(?:cc|cu|cpp|c|h):\d+ -> \d+\b")
+# a runtime's report that the process is dying: Go's fatal signal header ("SIGSEGV: segmentation violation",
+# "SIGABRT: abort"), its fatal error and panic, and the goroutine dump under them. Lines of that dump are no sign
+# that the process went on after an error
+_DYING = re.compile(
+    r"^(?:SIG(?:SEGV|ABRT|BUS|ILL|FPE|TRAP|QUIT|SYS): [a-z]|fatal error: |panic: |signal arrived during cgo execution"
+    r"|goroutine \d+ (?:gp=\S+ m=\S+ (?:mp=\S+ )?)?\[)"
+)
 
 
 # health, readiness and metrics probes (a load balancer's, an orchestrator's): an HTTP front end answers them
@@ -493,9 +500,19 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
         end = max([ln.index for ln in ev.block] + [ln.index for ln in ev.repeats] + [ev.line.index])
         seen: set[str] = set()
         own = {ln.index for ln in ev.block}
+        # a launcher's or supervisor's report that its child exited is not taken back by its own chatter after it
+        # ("Scheduled restart job", "Started …"): only a server answering requests again, whichever process, is
+        reported = j.line_role == LAUNCHER
         for ln in run[pos.get(end, len(run)) + 1 :]:
+            if reported:
+                if rules.is_serving(ln.raw):
+                    out[k] = True
+                    break
+                continue
             if ln.process != ev.process:
                 continue
+            if _DYING.match(ln.msg.strip()):
+                break  # it died of it
             # the server answered a request after it; an error answer counts (it is a line of its own
             # event, a request-scoped benign one: the loop caught the error and went on)
             if ln.index not in own and rules.is_serving(ln.raw):
@@ -891,7 +908,8 @@ def _summary(run: list[LogLine], rules: Rules) -> tuple[str, str]:
         return STALLED, failing
     last_wait = last_ready = None
     for ln in reversed(run):
-        if last_ready is None and rules.is_ready(ln.raw):
+        # a server answering requests and a training loop's progress are past their start-up too
+        if last_ready is None and (rules.is_ready(ln.raw) or rules.is_serving(ln.raw) or PROGRESS.search(ln.msg)):
             last_ready = ln
         if last_wait is None and rules.is_waiting(ln.raw):
             last_wait = ln

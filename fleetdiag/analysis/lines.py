@@ -35,6 +35,17 @@ _LEVEL_ALIASES = {
     "D": "DEBUG",
 }
 
+# Progress of a training/fine-tuning loop: "step 120", "global_step=5", "iteration 40/1000", "Epoch 3",
+# "[rank0] step 8 norm", Megatron's " iteration      100/ 1000 |", HF Trainer's "{'loss': 0.52, ...}".
+PROGRESS = re.compile(
+    r"(?:\b(?:global[_ ]?)?step\b\s*[:=#]?\s*\[?\d+(?!\d*\s*:\s*[A-Z])"  # not a script's "Step 1: Launching"
+    r"|\biter(?:ation)?s?\b\s*[:=#]?\s*\[?\d+"
+    r"|\bepoch\b\s*[:=#]?\s*\[?\d+(?!\d*\s*:\s*[A-Z])"
+    r"|['\"]?\bloss['\"]?\s*[:=]\s*[-\d.]+(?:e-?\d+)?\b(?!.*\bHTTP\b)"
+    r"|\btrain(?:ing)?[_ ]loss\b)",
+    re.IGNORECASE,
+)
+
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _LVL = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 _SRC = r"[\w./<>-]+:\d+"

@@ -129,6 +129,9 @@ _TAGS = re.compile(
 _TICK_OPEN = re.compile(r"^`(?=[^`\s])")
 _TICK_CLOSE = re.compile(r"(?<=[^`\s])`\s*$")
 _BOLD = re.compile(r"^(\s*)\*\*(?=[^*\s])(.*[^*\s])\*\*\s*$")  # a line a user marked in bold: "**RuntimeError: …**"
+# bold over several lines: its opening "**" glued to the first line's start, its closing one to the last line's end
+_BOLD_OPEN = re.compile(r"^\*\*(?=[^*\s])")
+_BOLD_CLOSE = re.compile(r"(?<=[^*\s])\*\*\s*$")
 _BULLET = re.compile(r"^[ \t]{0,3}[-*+] (?=Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception)\b)")
 # a user's elision of lines: "...", "…", "[...]", "(...)", "<snip>", "[snip]", "... (truncated) ...", "<omitted>"
 _ELISION = re.compile(
@@ -437,8 +440,8 @@ def undress(text: str) -> str | None:
     if not text:
         return text
     c = text.lstrip()[:1]
-    if c not in "`~><-*+.…[(":
-        return text  # the common case: a line that starts like a log line
+    if c not in "`~><-*+.…[(" and text[-1:] != "*":
+        return text  # the common case: a line that starts and ends like a log line
     out = text
     if c == ">" or c == "<":
         m = _QUOTE.match(out)
@@ -462,6 +465,10 @@ def undress(text: str) -> str | None:
         m = _BOLD.match(out)
         if m is not None:
             out = m.group(1) + m.group(2)
+        elif out.count("**") == 1:
+            out = _BOLD_CLOSE.sub("", out)
+    elif out.startswith("**") and out.count("**") == 1:
+        out = _BOLD_OPEN.sub("", out)
     m = _BULLET.match(out)
     if m is not None:
         out = out[m.end() :]
@@ -522,9 +529,9 @@ def normalise(lines: list[Line]) -> Normalised:
     if labelled:
         out.steps.insert(1 if dressed else 0, "line label removed")
         changed = True
-    if changed and not dressed:  # a paste's markdown inside a service's prefix or a relay's label
-        work, dressed = _undressed(work)
-        if dressed:
+    if changed:  # a paste's markdown inside a service's prefix or a relay's label (a bold one's start, behind it)
+        work, inner_dress = _undressed(work)
+        if inner_dress and not dressed:
             out.steps.append("markdown removed")
     width = _wrap_width([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     words = _word_wrap_width([t for t, _, _ in work])

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..analysis.lines import LogLine, parse_all, time_key
+from ..analysis.lines import PROGRESS, LogLine, parse_all, time_key
 from ..records import Line
 
 TRAINING, STARTING, SERVING = "training", "starting", "serving"
@@ -33,16 +33,6 @@ BURST = 0.05  # lines closer than this belong to one burst (a traceback, a multi
 RECENT_GAPS = 64  # the cadence is taken over the latest gaps only: the log's current rhythm
 MIN_GAPS = 3  # fewer gaps than this: no cadence
 
-# Progress of a training/fine-tuning loop: "step 120", "global_step=5", "iteration 40/1000", "Epoch 3",
-# "[rank0] step 8 norm", Megatron's " iteration      100/ 1000 |", HF Trainer's "{'loss': 0.52, ...}".
-_PROGRESS = re.compile(
-    r"(?:\b(?:global[_ ]?)?step\b\s*[:=#]?\s*\[?\d+(?!\d*\s*:\s*[A-Z])"  # not a script's "Step 1: Launching"
-    r"|\biter(?:ation)?s?\b\s*[:=#]?\s*\[?\d+"
-    r"|\bepoch\b\s*[:=#]?\s*\[?\d+(?!\d*\s*:\s*[A-Z])"
-    r"|['\"]?\bloss['\"]?\s*[:=]\s*[-\d.]+(?:e-?\d+)?\b(?!.*\bHTTP\b)"
-    r"|\btrain(?:ing)?[_ ]loss\b)",
-    re.IGNORECASE,
-)
 # Start-up complete: the service is up (the rules file's "ready" section says the same; pass its
 # matcher to use a user's patterns too).
 _READY = re.compile(
@@ -126,7 +116,7 @@ def phase(
     """
     for ln in reversed(parsed):
         text = ln.msg
-        if _PROGRESS.search(text):
+        if PROGRESS.search(text):
             return TRAINING, ln
         if _WAITING.search(text) or (is_waiting is not None and is_waiting(ln.raw)):
             return STARTING, ln
