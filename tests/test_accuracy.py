@@ -28,8 +28,9 @@ FLOORS = {
     # from their journal (systemd's report of the main process, a locale's month), Rust servers' panics; 422 with
     # Intel's compute runtime's fatal check; 456 with thirty-four more: llama.cpp's model load and Lightning's sanity
     # check still starting (and past it), an app's logger record over its traceback, Go's crash dump after a native
-    # error, glibc's heap check, supervisors that restart, store and mesh transports
-    "tests/corpus_extra": 456,
+    # error, glibc's heap check, supervisors that restart, store and mesh transports; 475 with nineteen more: ggml's
+    # abort with a message, transformers' shard loading, relays' labels, CUDA in a forked child, a dead scheduler
+    "tests/corpus_extra": 475,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -106,11 +107,15 @@ FLOORS = {
     # the tenth held-back set, never tuned on (tests/corpus_heldout10/README.md): 17 of 24 and 2 decoys when first
     # measured (commit 6130201's labels, the analyzer of main at 40e10b1), and the same on 72dbab4's analyzer; 19 since
     # llama.cpp's model load and Lightning's sanity check are a start-up in progress (made on tests/corpus_extra's
-    # logs of those programs from other reports: informed)
-    "tests/corpus_heldout10": 19,
+    # logs of those programs from other reports: informed); 20 since ggml's abort with a message of its own is a cause
+    # (made on tests/corpus_extra's llama.cpp and ollama reports: informed)
+    "tests/corpus_heldout10": 20,
     # the eleventh held-back set, never tuned on (tests/corpus_heldout11/README.md): 15 of 24 and 4 decoys when first
-    # measured (commit 0aeb622's labels, the analyzer of main at 8a56a64), and the same on this stop's analyzer
-    "tests/corpus_heldout11": 15,
+    # measured (commit 0aeb622's labels, the analyzer of main at 8a56a64), and the same on this stop's first analyzer
+    # (5eb8475); 19 since transformers' shard loading is a start-up, ggml's abort message a cause, CUDA in a forked
+    # child config and SGLang's "Exit code: -9" a kill (each made on tests/corpus_extra's logs of other reports:
+    # informed)
+    "tests/corpus_heldout11": 19,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -125,7 +130,7 @@ FLOORS = {
     "tests/corpus_heldout7/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 186
+SUPPORTED_FLOOR = 194
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,
@@ -143,12 +148,12 @@ DECOY_CEILINGS: dict[str, int] = {
     # tests/corpus_heldout9: a front end's HTTPException over TensorRT-LLM's assertion (held back: a known-wrong
     # case, not tuned on); 2 when first measured
     "tests/corpus_heldout9": 1,
-    # tests/corpus_heldout10: Go's SIGABRT over llama.cpp's K-shift abort, a request's FSM error on a serving vLLM
-    # (held back: known-wrong cases, not tuned on)
-    "tests/corpus_heldout10": 2,
-    # tests/corpus_heldout11: Go's SIGSEGV over llama.cpp's K-shift abort, a relayed frame under a GUI's prefix, a
-    # frame of SGLang's CLI traceback, oneCCL's teardown abort (held back: known-wrong cases, not tuned on)
-    "tests/corpus_heldout11": 4,
+    # tests/corpus_heldout10: a request's FSM error on a serving vLLM (held back: a known-wrong case, not tuned on);
+    # 2 when first measured
+    "tests/corpus_heldout10": 1,
+    # tests/corpus_heldout11: a relayed frame under a GUI's prefix, oneCCL's teardown abort (held back: known-wrong
+    # cases, not tuned on); 4 when first measured
+    "tests/corpus_heldout11": 2,
 }
 
 

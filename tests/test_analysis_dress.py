@@ -172,8 +172,10 @@ def _changed_in(dress, redress, rules) -> list:
         # ``line`` is the file's line (a terminal-cut line's first part): the logical line goes on after it
         phys = dressed.split("\n")
         said = "".join(phys[dec.lineno - 1 : dec.lineno + 40]) if dec is not None and dec.lineno else ""
-        # (a part of it, when the line relays a message unfolded into lines of its own)
-        relayed = "relayed message unfolded" in steps and dec is not None and dec.lineno
+        # (a part of it, when the line relays a message unfolded into lines of its own, or a progress bar was split
+        # off its start)
+        parted = {"relayed message unfolded", "progress bar split from the line glued to it"} & set(steps)
+        relayed = bool(parted) and dec is not None and dec.lineno
         line = dec.line if dec is not None else ""
         ok = dec is not None and (
             _squash(said).startswith(_squash(line)) or bool(relayed) and _squash(line) in _squash(said)

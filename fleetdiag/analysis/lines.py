@@ -91,6 +91,8 @@ _BRACKET_NAME_LEVEL = _p(
 _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
 # TensorRT's own loggers (trtexec, polygraphy) after their "[05/21/2024-16:18:49] ": "[E] ", "[W] ", "[I] "
 _BRACKET_LETTER = _p(r"\[(?P<level>[EWIF])\] ")
+# ComfyUI-Manager relays a child process's stderr (git, pip, an install script) with "[!] " before each line
+_BRACKET_BANG = _p(r"\[!\](?: |$)")
 # the two dates a program's own header carries after its level word: a full date, its zone or not, and vLLM's
 # month-day time. normalise asks for them too, to tell a program's header from a collector's severity column
 ISO_DATE = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -120,6 +122,10 @@ _LEVEL_SRC = _p(r"(?P<level>" + _LVL + r") +\[(?P<source>" + _SRC + r")\] ?")
 _RAY = _p(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +(?P<source>[\w./<>-]+\.py:\d+) -- ")
 _PYDASH = _p(r"- (?P<source>[\w.]+) - (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
 _LOGURU = _p(r"\| (?P<level>TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| (?P<source>[\w.<>:-]+) - ")
+# FastChat's (and LLaVA's) "<time> | LEVEL | logger | message"; its stream logger relays what the program wrote to
+# stderr as "| ERROR | stderr | <line>", whatever the line says: the line's own words decide, not that level
+_PIPE_LOGGER = _p(r"\| (?P<level>TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) +\| (?P<source>[\w.<>:-]+) \|(?: |$)")
+_RELAYED_STREAMS = ("stderr", "stdout")
 _COMPOSE = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*) +\| ")
 # a runner that relays each node's or each job's streams puts the name and the stream before every line:
 # "dinov2-giant-nodes.cn-d004 [stderr] " (milabench), "host [stdout] "; the name is the line's process tag
@@ -164,9 +170,10 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
         _BRACKET_NAME_LEVEL,
         _BRACKET_PID,
         _BRACKET_LETTER,
+        _BRACKET_BANG,
     ),
     "-": (_PYDASH,),
-    "|": (_LOGURU,),
+    "|": (_LOGURU, _PIPE_LOGGER),
 }
 for _c in "0123456789":
     _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _GGML_LOG, _NCCL, _SYSLOG)
@@ -391,6 +398,8 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                     time = v
             elif source is None:
                 source = v
+        if m.re is _PIPE_LOGGER and source in _RELAYED_STREAMS:
+            level = None
         i = m.end()
     msg = (s[i:] if i else s).rstrip()
     if msg[:1] in " |+" and _EG_GATE.match(msg):

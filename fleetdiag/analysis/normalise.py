@@ -201,13 +201,28 @@ def unfold(text: str) -> list[str] | None:
     return [p for p in out if p.strip()] or None
 
 
-def _unfolded(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], dict[int, str]]:
-    """Relayed messages unfolded into their lines; ``shown`` maps a new line's place to the file's text of it."""
+# tqdm's bar redrawn with a carriage return and no newline, a rank's record written straight after it:
+# "99%|█████████▉| 23054/23316 [2:22:47<01:34,  2.79it/s][rank1]:[E1101 …] Watchdog caught …"
+_GLUED_BAR = re.compile(r"\|\s*\d+/\d+ \[[\d:]+<[\d:?]+,[^\]\[]*\](?=\[)")
+
+
+def _unfolded(
+    work: list[tuple[str, int, float | None]],
+) -> tuple[list[tuple[str, int, float | None]], dict[int, str], int]:
+    """Relayed messages unfolded into their lines, glued progress bars split off; ``shown`` maps a new line's place
+    to the file's text of it; the count is of the bars split off."""
     out: list[tuple[str, int, float | None]] = []
     shown: dict[int, str] = {}
+    bars = 0
     for t, k, st in work:
         parts = unfold(t) if "\\n" in t else None
         if parts is None:
+            if "]" in t and "%|" in t and (bar := _GLUED_BAR.search(t)) is not None:
+                for q in (t[: bar.end()], t[bar.end() :]):
+                    shown[len(out)] = q
+                    out.append((q, k, st))
+                bars += 1
+                continue
             if "][" in t and ": [" in t:
                 inner = _split_inner(t)
                 if len(inner) > 1:
@@ -220,7 +235,7 @@ def _unfolded(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str
         for q in parts:
             shown[len(out)] = q
             out.append((_unescaped(q), k, st))
-    return out, shown
+    return out, shown, bars
 
 
 def _streams_joined(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], bool]:
@@ -572,10 +587,13 @@ def normalise(lines: list[Line]) -> Normalised:
         changed = True
     shown: dict[int, str] = {}
     if any("\\n" in t or "][" in t for t, _, _ in work):
-        unfolded, shown = _unfolded(work)
+        unfolded, shown, bars = _unfolded(work)
         if len(unfolded) > len(work):
+            if len(unfolded) > len(work) + bars:
+                out.steps.append("relayed message unfolded")
+            if bars:
+                out.steps.append("progress bar split from the line glued to it")
             work = unfolded
-            out.steps.append("relayed message unfolded")
             changed = True
         else:
             shown = {}

@@ -467,6 +467,11 @@ class _Stream:
             hl = self.header_line
             assert hl is not None
             self.out.append(Event("error", hl, self.key[0], block=block, message=hl.msg.strip(), weak=True))
+        elif self.state == _TB and not self.chain_events and block and self._stated_on_its_line():
+            # cut before its exception, its head on the traceback's own first line stating the failure (vLLM's
+            # "Exception in worker … while processing method init_device: <message>, Traceback (most recent …"):
+            # that head says it
+            self.out.append(Event("error", block[0], self.key[0], block=block, message=self.header or "", weak=True))
         elif self.state == _TB and not self.chain_events and block:
             last = block[-1]
             self.out.append(
@@ -498,6 +503,17 @@ class _Stream:
         own (Xinference's "<time> <logger> <pid> ERROR    <what failed>"): the header is the statement left."""
         hl = self.header_line
         return hl is not None and hl.severity >= SEVERITY["ERROR"] and len(hl.msg.strip()) >= 8
+
+    def _stated_on_its_line(self) -> bool:
+        """A traceback without its final line opened on an error-level line whose head before "Traceback (most
+        recent call last):" is a message of its own."""
+        first = self.block[0]
+        return (
+            self.header_line is None
+            and first.severity >= SEVERITY["ERROR"]
+            and len((self.header or "").strip(" ,:")) >= 8
+            and TB_START.search(first.msg) is not None
+        )
 
     def finish(self) -> None:
         if self.state != _IDLE:
