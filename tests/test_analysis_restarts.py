@@ -29,6 +29,10 @@ def test_a_supervisors_exit_report_stands_through_its_restart_chatter() -> None:
     d = analyze_text(EXIT + RESTART, rules=RULES)
     assert d.verdict == "failed" and d.decisive is not None
     assert "Main process exited" in d.decisive.line and d.decisive.role == "launcher"
+    assert d.decisive.reason.endswith("; restarted 1 time after it, and nothing served since")
+    again = RESTART.replace("counter is at 1", "counter is at 2").replace("170277", "170301")
+    d = analyze_text(EXIT + RESTART + EXIT.replace("12:27:39", "12:27:45") + again, rules=RULES)
+    assert d.decisive is not None and d.decisive.lineno == 1 and "restarted 2 times after it" in d.decisive.reason
 
 
 def test_the_restarted_program_serving_again_takes_the_exit_back() -> None:

@@ -405,6 +405,18 @@ _RESTARTING = re.compile(r"attempts left; will restart worker group")
 _AGENT_PID = re.compile(r"\b[IWEF]\d{4} [\d:.]+ +(\d+) [\w./-]+\.py:\d+\]")
 
 
+# a supervisor starting its program again after a failure: systemd's "Scheduled restart job, restart counter is at N",
+# supervisord's "spawned: 'x' with pid N", ollama's Windows app's "server crash N - exit code N - respawning"
+_SUPERVISOR_RESTART = re.compile(
+    r"Scheduled restart job, restart counter is at \d+|\bspawned: '[^']+' with pid \d+|- respawning\b"
+)
+
+
+def supervisor_restarts(run: Sequence[LogLine], after: int) -> int:
+    """How many times a supervisor started its program again after the line at index ``after``."""
+    return sum(1 for ln in run if ln.index > after and _SUPERVISOR_RESTART.search(ln.msg))
+
+
 def restarted_after(judged: list[Judged], run: Sequence[LogLine] = ()) -> int | None:
     """Line index of a launcher's report of a failed child after which it started the workers again.
 
@@ -756,6 +768,17 @@ def _confidence(best: Judged, judged: list[Judged], cascade: int) -> float:
     return round(max(0.05, min(0.99, c)), 2)
 
 
+def _restarts_note(best: Judged, run: Sequence[LogLine], rules: Rules) -> str:
+    """A supervisor's report of its child's exit that it restarted since: how often, and whether a request was
+    answered after it (a crash loop answers none)."""
+    at = best.ev.line.index
+    n = supervisor_restarts(run, at) if best.line_role == LAUNCHER else 0
+    if not n:
+        return ""
+    served = any(ln.index > at and rules.is_serving(ln.raw) for ln in run)
+    return f"; restarted {n} time{'s' if n != 1 else ''} after it" + ("" if served else ", and nothing served since")
+
+
 def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank: int | None) -> str:
     ev = best.ev
     where = f"in {ev.process}" if ev.process else "in an untagged process"
@@ -1018,7 +1041,7 @@ def _diagnose(
         hint=hints.render(sig, facts) or _fallback_hint(best),
         fingerprint=best.fp or fingerprint(ev.exception_type or best.kind or ev.kind, ev.message),
         confidence=_confidence(best, judged, cascade),
-        reason=_reason(best, judged, rules, cascade, rank),
+        reason=_reason(best, judged, rules, cascade, rank) + _restarts_note(best, run, rules),
         rank=rank,
         rule=sig.name if sig is not None else (best.rule.kind if best.rule is not None else None),
         role=best.line_role,
