@@ -506,13 +506,11 @@ class _Stream:
 
     def _stated_on_its_line(self) -> bool:
         """A traceback without its final line opened on an error-level line whose head before "Traceback (most
-        recent call last):" is a message of its own."""
-        first = self.block[0]
+        recent call last):" is a message of its own (a head on the line itself leaves no header line)."""
         return (
             self.header_line is None
-            and first.severity >= SEVERITY["ERROR"]
+            and self.block[0].severity >= SEVERITY["ERROR"]
             and len((self.header or "").strip(" ,:")) >= 8
-            and TB_START.search(first.msg) is not None
         )
 
     def finish(self) -> None:
