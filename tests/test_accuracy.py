@@ -30,7 +30,7 @@ FLOORS = {
     # check still starting (and past it), an app's logger record over its traceback, Go's crash dump after a native
     # error, glibc's heap check, supervisors that restart, store and mesh transports; 475 with nineteen more: ggml's
     # abort with a message, transformers' shard loading, relays' labels, CUDA in a forked child, a dead scheduler
-    "tests/corpus_extra": 475,
+    "tests/corpus_extra": 493,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -114,8 +114,15 @@ FLOORS = {
     # measured (commit 0aeb622's labels, the analyzer of main at 8a56a64), and the same on this stop's first analyzer
     # (5eb8475); 19 since transformers' shard loading is a start-up, ggml's abort message a cause, CUDA in a forked
     # child config and SGLang's "Exit code: -9" a kill (each made on tests/corpus_extra's logs of other reports:
-    # informed)
-    "tests/corpus_heldout11": 19,
+    # informed); 20 since a relay's INFO before a child's traceback is no level of the child's lines (made on
+    # tests/corpus_extra's fluxgym #383: informed); 21 since the heartbeat monitor's "Terminating the process … due
+    # to ProcessGroupNCCL watchdog hang" is the watchdog's timeout, nccl (made on tests/corpus_extra's Fuser #3055)
+    "tests/corpus_heldout11": 21,
+    # the twelfth held-back set, never tuned on (tests/corpus_heldout12/README.md): 14 of 20 and no decoy when first
+    # measured (commit fd375b2's labels, the analyzer of main at fd375b2, and the same answers from this stop's first
+    # classes); 15 since transformers' older "Loading 7 checkpoint shards" is a start-up (made on tests/corpus_extra's
+    # TorchServe #2569: informed)
+    "tests/corpus_heldout12": 15,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -151,9 +158,9 @@ DECOY_CEILINGS: dict[str, int] = {
     # tests/corpus_heldout10: a request's FSM error on a serving vLLM (held back: a known-wrong case, not tuned on);
     # 2 when first measured
     "tests/corpus_heldout10": 1,
-    # tests/corpus_heldout11: a relayed frame under a GUI's prefix, oneCCL's teardown abort (held back: known-wrong
-    # cases, not tuned on); 4 when first measured
-    "tests/corpus_heldout11": 2,
+    # tests/corpus_heldout11: oneCCL's teardown abort (held back: a known-wrong case, not tuned on); 4 when first
+    # measured
+    "tests/corpus_heldout11": 1,
 }
 
 

@@ -67,6 +67,7 @@ class Judged:
     rule: SecondaryRule | None = None
     cause: str | None = None  # message quoted by a wrapper
     line_role: str = CAUSE  # cause | wrapper | launcher | peer-caused | consequence (rules.ROLES)
+    again: LogLine | None = None  # the later line that restated this error after the process went on (it recurred)
 
 
 def latest_run(lines: list[LogLine], rules: Rules) -> int:
@@ -535,9 +536,36 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
             if _normal(ln, rules):
                 seen.add(ln.msg.strip())  # one note repeated word for word while waiting is not work
                 if len(seen) >= SURVIVAL_LINES:
-                    out[k] = False
+                    j.again = _recurs_last(ev, run[pos[ln.index] + 1 :], rules)
+                    if j.again is None:
+                        out[k] = False
                     break
     return out
+
+
+RECURRENCE_MIN = 24  # characters of an error's message that a later line must restate to be the same error
+
+
+def _recurs_last(ev: Event, after: Sequence[LogLine], rules: Rules) -> LogLine | None:
+    """The line where the process hit the same error again after going on, when that was the last it did.
+
+    A server that takes the next job after a failed one and fails it the same way (ComfyUI's next prompt, a
+    retried load) did not get past the error: the restated message, with nothing served between and no work
+    after it, keeps the first statement decisive.
+    """
+    msg = ev.message.strip()
+    if len(msg) < RECURRENCE_MIN:
+        return None
+    again = None
+    for k, ln in enumerate(after):
+        if rules.is_serving(ln.raw):
+            again = None  # served since: an error before this answer was one request's
+        elif msg in ln.msg:
+            again = k
+    if again is None:
+        return None
+    work = {ln.msg.strip() for ln in after[again + 1 :] if ln.process == ev.process and _normal(ln, rules)}
+    return after[again] if len(work) < SURVIVAL_LINES else None
 
 
 def choose(judged: list[Judged], rules: Rules) -> Judged | None:
@@ -777,6 +805,14 @@ def _restarts_note(best: Judged, run: Sequence[LogLine], rules: Rules) -> str:
         return ""
     served = any(ln.index > at and rules.is_serving(ln.raw) for ln in run)
     return f"; restarted {n} time{'s' if n != 1 else ''} after it" + ("" if served else ", and nothing served since")
+
+
+def _again_note(best: Judged) -> str:
+    """An error the process went on from and hit again, last: where it recurred."""
+    if best.again is None:
+        return ""
+    at = f" (line {best.again.lineno})" if best.again.lineno else ""
+    return f"; the process went on and failed the same way again{at}, the last it did"
 
 
 def _reason(best: Judged, judged: list[Judged], rules: Rules, cascade: int, rank: int | None) -> str:
@@ -1041,7 +1077,7 @@ def _diagnose(
         hint=hints.render(sig, facts) or _fallback_hint(best),
         fingerprint=best.fp or fingerprint(ev.exception_type or best.kind or ev.kind, ev.message),
         confidence=_confidence(best, judged, cascade),
-        reason=_reason(best, judged, rules, cascade, rank) + _restarts_note(best, run, rules),
+        reason=_reason(best, judged, rules, cascade, rank) + _restarts_note(best, run, rules) + _again_note(best),
         rank=rank,
         rule=sig.name if sig is not None else (best.rule.kind if best.rule is not None else None),
         role=best.line_role,

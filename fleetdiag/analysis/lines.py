@@ -497,7 +497,33 @@ class ParseCache:
 _CACHE: ContextVar[ParseCache | None] = ContextVar("fleetdiag_parse_cache", default=None)
 
 
+# what only a child's stderr holds: a traceback's frame, an exception's own line ("torch.OutOfMemoryError: …")
+_RELAYED_CHILD = re.compile(r'\s*File "[^"]+", line \d+|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ')
+
+
+def _relays_at_info(out: list[LogLine]) -> list[LogLine]:
+    """Drop the INFO of a relay that writes a child's every line at INFO (a GUI's "[time] [INFO] " before
+    what its training subprocess printed, the child's traceback included).
+
+    No logger writes a traceback's head and its frames or its exception as records of their own at INFO: the
+    prefix on them is a relay's, so its INFO says nothing about what the child's lines say; their own words
+    decide (as for FastChat's stderr stream and a front-end's title-case ``[Info]``).
+    """
+    heads = {ln.source for ln in out if ln.level == "INFO" and ln.msg.startswith("Traceback (most recent call last)")}
+    if not heads or not any(ln.level == "INFO" and ln.source in heads and _RELAYED_CHILD.match(ln.msg) for ln in out):
+        return out
+    for ln in out:
+        if ln.level == "INFO" and ln.source in heads:
+            ln.level, ln.relayed = None, True
+    return out
+
+
 def parse_all(lines: Sequence[Line], extra_tags: Sequence[tuple[re.Pattern[str], bool]] = ()) -> list[LogLine]:
+    """Every line parsed (a memo shares the work between lines of the same text), then a relay's INFO dropped."""
+    return _relays_at_info(_parse_all(lines, extra_tags))
+
+
+def _parse_all(lines: Sequence[Line], extra_tags: Sequence[tuple[re.Pattern[str], bool]] = ()) -> list[LogLine]:
     cache = _CACHE.get()
     if cache is None:
         return [parse_line(i, ln, extra_tags) for i, ln in enumerate(lines)]
