@@ -211,11 +211,6 @@ HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # says who died of what, Python's CalledProcessError is a launcher's report, and Intel's compute runtime's
 # "Abort was called at N line in file:" is a native assertion.
 HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "other_gpustack_3352_mindie_ascend_runtime_set_visible_device_failed_invalid_device": (
-        "both",
-        "MindIE's '[ERROR] RUNTIME(…) … FuncErrorReason:report error module_type=3' record over the runtime's "
-        "'SetDevice:Set visible device failed, invalid device=0' (config)",
-    ),
     "tensorrt_llm_5451_briton_http_500_traceback_then_executor_decoder_finished_event_assert": (
         "both",
         "a decoy: the front end's 'fastapi.exceptions.HTTPException: 500: Briton error during inference' over "
@@ -252,11 +247,6 @@ HELDOUT10_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "line right, category other and role cause: SGLang's 'Exception: Capture cuda graph failed: [...gloo "
         "pair.cc:534] Connection cl' (cut) is not read as gloo's peer-caused transport error",
     ),
-    "torch_llamacookbook_675_fsdp_4bit_cannot_flatten_integer_dtype_then_rank0_traceback_cut": (
-        "json",
-        "line right, category python (labelled config): FSDP's 'ValueError: Cannot flatten integer dtype "
-        "tensors' on a 4-bit model",
-    ),
     "vllm_qwen38_rtx3090_19_xgrammar_fsm_errors_400_then_chat_200_health_200_healthy": (
         "both",
         "a decoy: the engine core's request-scoped 'ERROR … [backend_xgrammar.py:162] Failed to advance FSM for "
@@ -289,14 +279,6 @@ HELDOUT11_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # analyzer got wrong when the set was first scored (labels of fd375b2, the analyzer of main at fd375b2), with its
 # answer.
 HELDOUT12_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "deepspeed_4715_nccl_bootstrap_init_starting": (
-        "both",
-        "healthy (labelled starting): NCCL's communicator set-up at the window's end is not read as a start-up",
-    ),
-    "other_candle_vllm_199_compose_panic_missing_vocab_size": (
-        "json",
-        "line right, category other (labelled config): candle-vllm's 'APIError { data: \"missing field `vocab_size` …\" }'",
-    ),
     "sglang_8131_sgl_kernel_undefined_symbol_green_ctx": (
         "json",
         "line right, category config (labelled import): the kernel library's 'ImportError: … undefined symbol: "

@@ -93,6 +93,10 @@ _BRACKET_SOURCE = _p(r"\[(?P<source>[\w./<>-]+\.py:\d+(?::[\w<>.]+)?)\] ?")
 _BRACKET_LETTER = _p(r"\[(?P<level>[EWIF])\] ")
 # ComfyUI-Manager relays a child process's stderr (git, pip, an install script) with "[!] " before each line
 _BRACKET_BANG = _p(r"\[!\](?: |$)")
+# a front end's or a pipeline's label for the component whose line it relays ("[ACE-Step] ", vllm-omni's
+# "[Stage-1] "): one capitalised word, no blank, before the line; the label is the line's process tag. Tried after
+# every other bracketed form (a level, a time, a rank, a library's "[TensorRT-LLM][ERROR]")
+_BRACKET_LABEL = _p(r"\[(?P<tag>[A-Z][A-Za-z0-9_.-]{1,39})\] (?=\S)")
 # the two dates a program's own header carries after its level word: a full date, its zone or not, and vLLM's
 # month-day time. normalise asks for them too, to tell a program's header from a collector's severity column
 ISO_DATE = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -171,6 +175,7 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
         _BRACKET_PID,
         _BRACKET_LETTER,
         _BRACKET_BANG,
+        _BRACKET_LABEL,
     ),
     "-": (_PYDASH,),
     "|": (_LOGURU, _PIPE_LOGGER),

@@ -161,7 +161,11 @@ def _is_exception_type(name: str) -> bool:
     return any(w in low for w in ("error", "exception", "timeout", "exit", "interrupt"))
 
 
-_IDLE, _TB, _EXC, _CHAIN, _NATIVE = range(5)
+_IDLE, _TB, _EXC, _CHAIN, _NATIVE, _CAUSES = range(6)
+# Rust's anyhow and eyre print an error returned from main as "Error: <outermost>", a blank line, "Caused by:" and
+# each cause it wraps on an indented line of its own, innermost last (numbered "0: …", "1: …" when there are several)
+CAUSES_HEAD = "Caused by:"
+CAUSE_NUMBER = re.compile(r"^\d+: +")
 
 
 class _Stream:
@@ -222,6 +226,8 @@ class _Stream:
             return not m.strip() or bool(CHAIN.match(m.strip())) or (self.state == _CHAIN and bool(TB_START.search(m)))
         if self.state == _NATIVE:
             return bool(self.awaiting and m.strip() or WHAT.match(m) or NATIVE_STACK.match(m))
+        if self.state == _CAUSES:
+            return bool(m[:1].isspace() and m.strip())
         if self.state == _IDLE and TB_START.match(m.strip()) and self.last is not None:
             return self.last is prev and self.last.severity >= SEVERITY["ERROR"] and adjacent(prev, ln)
         return False
@@ -314,6 +320,11 @@ class _Stream:
                 self.block.append(ln)
                 return
             self._close()
+        elif self.state == _CAUSES:
+            if s and m[:1].isspace():
+                self.block.append(ln)  # one more cause, inside the last
+                return
+            self._close()
         self._idle(ln, m, s, shape)
 
     def _continues(self, ln: LogLine, s: str, shape: int) -> bool:
@@ -349,6 +360,8 @@ class _Stream:
     def _idle(self, ln: LogLine, m: str, s: str, shape: tuple[int, re.Match[str] | None]) -> None:
         kind, match = shape
         if kind == _OTHER and s.startswith("--> Returned ") and self._returned(ln, s):
+            return
+        if s == CAUSES_HEAD and self._opens_causes(ln):
             return
         if kind == _S_TB:
             head = m[: TB_START.search(m).start()].strip()  # type: ignore[union-attr]
@@ -409,6 +422,21 @@ class _Stream:
                 self.pending = ln
         self.last_idle = ln
 
+    def _opens_causes(self, ln: LogLine) -> bool:
+        """A "Caused by:" under this stream's error line (one blank line between, as anyhow prints it): the causes
+        follow, and the innermost, last, states the failure; the outer line only says what was being done."""
+        outer = self.pending
+        if outer is not None and ln.index - outer.index <= 2:
+            self.pending = None
+        elif self.out and (ev := self.out[-1]).kind == "error" and ev.process == self.key[0] and ev.weak:
+            if ln.index - ev.line.index > 2:
+                return False
+            outer = self.out.pop().line
+        else:
+            return False
+        self.state, self.block = _CAUSES, [outer, ln]
+        return True
+
     def _returned(self, ln: LogLine, s: str) -> bool:
         """Open MPI's help box: "  orte_ess_init failed" / "  --> Returned value X instead of ORTE_SUCCESS".
 
@@ -462,6 +490,10 @@ class _Stream:
         if self.state == _NATIVE and self.native is not None:
             self.native.block = block
             self.out.append(self.native)
+        elif self.state == _CAUSES:
+            stated = block[-1] if len(block) > 2 else block[0]  # no cause under the head: the outer line is all
+            msg = CAUSE_NUMBER.sub("", stated.msg.strip())
+            self.out.append(Event("error", stated, self.key[0], block=block, message=msg, weak=True))
         elif self.state == _TB and not self.chain_events and block and self._stated_by_header():
             # cut before its exception, under a logger's error line that states the failure: that line says it
             hl = self.header_line
