@@ -30,7 +30,7 @@ FLOORS = {
     # check still starting (and past it), an app's logger record over its traceback, Go's crash dump after a native
     # error, glibc's heap check, supervisors that restart, store and mesh transports; 475 with nineteen more: ggml's
     # abort with a message, transformers' shard loading, relays' labels, CUDA in a forked child, a dead scheduler
-    "tests/corpus_extra": 504,
+    "tests/corpus_extra": 519,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -142,7 +142,7 @@ FLOORS = {
     "tests/corpus_heldout7/kernel": 2,
 }
 # rules (Xid codes apart) that fire on right cases from >= 2 sources: it never drops below this
-SUPPORTED_FLOOR = 198
+SUPPORTED_FLOOR = 201
 # set -> the most decoys accepted (the present values; every other set: none)
 DECOY_CEILINGS: dict[str, int] = {
     "tests/corpus_heldout2": 0,

@@ -306,6 +306,7 @@ def classify(events: list[Event], rules: Rules, demoted: set[int] | frozenset[in
         out.append(j)
     _chained_wrappers(out)
     _jvm_causes(out)
+    _details_below(out)
     # what the log states on its own lines: a wrapper that quotes one of them is not the only line naming
     # the cause (RayTaskError(ActorDiedError) over the ActorDiedError Ray printed with the actor's death)
     known = " \n ".join(
@@ -388,6 +389,31 @@ def _jvm_causes(judged: list[Judged]) -> None:
             last, last_end = j, end
         elif ev.kind == "incomplete" and near:
             last_end = end  # a native stack quoted in the message ("Stack trace:  File ..."), then more frames
+
+
+DETAIL_GAP = 12  # lines between a runtime's generic error and the detail line under it that says why
+
+
+def _details_below(judged: list[Judged]) -> None:
+    """A generic error whose runtime prints the reason on a detail line under it wraps that line.
+
+    torch_npu's ``RuntimeError: … NPU function error: aclrtSetDevice …`` is followed by CANN's own record
+    (``EE1001: … Set visible device failed, invalid device=1``, ``EL0004: … Failed to allocate memory``): a cause a
+    signature knows there, in the same process, states what failed; the generic line only says which call did.
+    """
+    order = sorted(judged, key=lambda j: j.ev.line.index)
+    for k, j in enumerate(order):
+        if j.role != "primary" or j.sig is None or not j.sig.detailed or j.line_role != CAUSE:
+            continue
+        at = j.ev.line.index
+        for d in order[k + 1 :]:
+            if d.ev.line.index - at > DETAIL_GAP:
+                break
+            if d.role == "primary" and d.ev.process == j.ev.process and d.line_role == CAUSE and d.sig is not None:
+                if not d.sig.detailed:
+                    j.line_role = WRAPPER
+                    j.tier = max(j.tier, REPORTER)
+                    break
 
 
 def _nested(outer: Event, inner: Event) -> bool:

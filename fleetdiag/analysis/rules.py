@@ -180,6 +180,9 @@ class Signature(_Compiled):
     standalone: bool = False  # a matching line is an error whatever its level
     weak: bool = False  # loses to any other error (e.g. a launcher's exit code)
     role: str = CAUSE  # a launcher's exit code, a peer's transport error: they lose to a cause
+    # a runtime's generic error whose own detail line, printed right under it, says why (torch_npu's "NPU function
+    # error" over CANN's EE1001 / EL0004 record): a cause a signature knows on that line wins over it
+    detailed: bool = False
     # a condition on the traceback's frames (see analysis/frames.py): "another-package" matches only when
     # the failing frame and the frame calling it belong to different packages; "raised-under" matches the
     # pattern against the exception's own frames instead of its text
@@ -593,7 +596,19 @@ def _merge(merged: dict[str, Any], data: dict[str, Any], src: str, first: bool) 
         "signatures",
         "name",
         ("name", "pattern"),
-        ("name", "pattern", "category", "hint", "hint_facts", "standalone", "weak", "role", "frames", "disable"),
+        (
+            "name",
+            "pattern",
+            "category",
+            "hint",
+            "hint_facts",
+            "standalone",
+            "weak",
+            "role",
+            "frames",
+            "detailed",
+            "disable",
+        ),
         first,
     )
 
@@ -678,6 +693,7 @@ def _build(
                 hint_facts=hf,
                 standalone=bool(s.get("standalone")),
                 weak=bool(s.get("weak")),
+                detailed=bool(s.get("detailed")),
                 role=str(s.get("role", CAUSE)),
                 frames=str(s.get("frames", "")),
             )
