@@ -409,11 +409,11 @@ def _details_below(judged: list[Judged]) -> None:
         for d in order[k + 1 :]:
             if d.ev.line.index - at > DETAIL_GAP:
                 break
-            if d.role == "primary" and d.ev.process == j.ev.process and d.line_role == CAUSE and d.sig is not None:
-                if not d.sig.detailed:
-                    j.line_role = WRAPPER
-                    j.tier = max(j.tier, REPORTER)
-                    break
+            known = d.sig is not None and not d.sig.detailed
+            if known and d.role == "primary" and d.ev.process == j.ev.process and d.line_role == CAUSE:
+                j.line_role = WRAPPER
+                j.tier = max(j.tier, REPORTER)
+                break
 
 
 def _nested(outer: Event, inner: Event) -> bool:
@@ -582,16 +582,17 @@ def _recurs_last(ev: Event, after: Sequence[LogLine], rules: Rules) -> LogLine |
     msg = ev.message.strip()
     if len(msg) < RECURRENCE_MIN:
         return None
-    again = None
-    for k, ln in enumerate(after):
+    work: set[str] = set()
+    for ln in reversed(after):  # from the end: the last restatement, and what the process did after it
         if rules.is_serving(ln.raw):
-            again = None  # served since: an error before this answer was one request's
-        elif msg in ln.msg:
-            again = k
-    if again is None:
-        return None
-    work = {ln.msg.strip() for ln in after[again + 1 :] if ln.process == ev.process and _normal(ln, rules)}
-    return after[again] if len(work) < SURVIVAL_LINES else None
+            return None  # served since: an error before this answer was one request's
+        if msg in ln.msg:
+            return ln
+        if ln.process == ev.process and _normal(ln, rules):
+            work.add(ln.msg.strip())
+            if len(work) >= SURVIVAL_LINES:
+                return None  # it went on after that too
+    return None
 
 
 def choose(judged: list[Judged], rules: Rules) -> Judged | None:
