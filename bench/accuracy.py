@@ -482,6 +482,11 @@ CODE_RULES = {
     "code:normalise: markdown removed": "a paste's fences, quotes, inline code, tags, bold or elisions",
     "code:normalise: relayed message unfolded": "a quoted message's escaped newlines, a native record inside a message",
     "code:front end answers only errors": "the last requests all answered 5xx and none served: stalled",
+    "code:a relay's INFO is not the child's level": "a traceback relayed line by line at INFO: the lines' own words decide",
+    "code:error recurred, last": "an error the process went on from and then hit again as the last it did",
+    "code:anyhow chain: the innermost cause": "Rust's `Error: …` / `Caused by:` / indented causes, innermost last",
+    "code:generic error over its detail line": "a `detailed` signature's line wrapping the detail under it (CANN's EE/EL)",
+    "code:[Component] label is the process": "a front end's `[Name] ` label before the line it relays",
 }
 
 # Kernel evidence (evidence/correlate.py) by class; the Xid codes are the classes' data (data/xid.yaml,
@@ -546,7 +551,7 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
     from fleetdiag.analysis import decide
     from fleetdiag.analysis.lines import parse_all, split_text
     from fleetdiag.analysis.normalise import normalise
-    from fleetdiag.analysis.tracebacks import GLUED_EXC, JVM_CAUSE, PANIC, build_events
+    from fleetdiag.analysis.tracebacks import CAUSES_HEAD, GLUED_EXC, JVM_CAUSE, PANIC, build_events
 
     out: set[str] = set()
     norm = normalise(split_text(text))
@@ -609,6 +614,16 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
         out.add("code:JVM chain: the last Caused by is the cause")
     if mine and mine[0].ev.kind == "exception" and GLUED_EXC.match(dec.message.strip()):
         out.add("code:exception line with prose glued on")
+    if any(ln.relayed and ln.level is None and ln.msg.startswith("Traceback (most recent call last)") for ln in run):
+        out.add("code:a relay's INFO is not the child's level")
+    if "failed the same way again" in reason:
+        out.add("code:error recurred, last")
+    if mine and any(ln.msg.strip() == CAUSES_HEAD for ln in mine[0].ev.block):
+        out.add("code:anyhow chain: the innermost cause")
+    if any(j.line_role == "wrapper" and j.sig is not None and j.sig.detailed for j in judged):
+        out.add("code:generic error over its detail line")
+    if dec.process and dec.line.lstrip().startswith(f"[{dec.process}] "):
+        out.add("code:[Component] label is the process")
     return out
 
 
