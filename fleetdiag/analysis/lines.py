@@ -502,6 +502,11 @@ class ParseCache:
 _CACHE: ContextVar[ParseCache | None] = ContextVar("fleetdiag_parse_cache", default=None)
 
 
+# what only a child's stderr holds: a traceback's frame, an exception's own line ("torch.OutOfMemoryError: …"); the
+# shapes are tracebacks.py's FRAME and EXC_STANDALONE in brief (tracebacks builds on this module, not the reverse)
+_RELAYED_CHILD = re.compile(r'\s*File "[^"]+", line \d+|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ')
+
+
 def _relays_at_info(out: list[LogLine]) -> list[LogLine]:
     """Drop the INFO of a relay that writes a child's every line at INFO (a GUI's "[time] [INFO] " before
     what its training subprocess printed, the child's traceback included).
@@ -511,15 +516,7 @@ def _relays_at_info(out: list[LogLine]) -> list[LogLine]:
     decide (as for FastChat's stderr stream and a front-end's title-case ``[Info]``).
     """
     heads = {ln.source for ln in out if ln.level == "INFO" and ln.msg.startswith("Traceback (most recent call last)")}
-    if not heads:
-        return out
-    # the one definition of a frame and of an exception's own line (tracebacks builds on this module)
-    from .tracebacks import EXC_STANDALONE, FRAME
-
-    if not any(
-        ln.level == "INFO" and ln.source in heads and (FRAME.match(ln.msg) or EXC_STANDALONE.match(ln.msg))
-        for ln in out
-    ):
+    if not heads or not any(ln.level == "INFO" and ln.source in heads and _RELAYED_CHILD.match(ln.msg) for ln in out):
         return out
     for ln in out:
         if ln.level == "INFO" and ln.source in heads:
