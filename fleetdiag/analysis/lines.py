@@ -502,9 +502,19 @@ class ParseCache:
 _CACHE: ContextVar[ParseCache | None] = ContextVar("fleetdiag_parse_cache", default=None)
 
 
-# what only a child's stderr holds: a traceback's frame, an exception's own line ("torch.OutOfMemoryError: …"); the
-# shapes are tracebacks.py's FRAME and EXC_STANDALONE in brief (tracebacks builds on this module, not the reverse)
-_RELAYED_CHILD = re.compile(r'\s*File "[^"]+", line \d+|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ')
+# A traceback's frame line ('  File "x.py", line 3, in f') and an exception's own line ("torch.OutOfMemoryError: …"):
+# defined here because the relay check below reads them; tracebacks.py builds its traceback reading on these.
+FRAME = re.compile(r'^\s*File "(?P<p>[^"]*)", line \d+')
+_EXC_NAME = (
+    r"(?:[A-Za-z_]\w*\.)*"
+    r"(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout)|Exception|KeyboardInterrupt|StopIteration)"
+)
+EXC_STANDALONE = re.compile(r"^(?P<type>" + _EXC_NAME + r"(?:\([\w.]+\))?)(?:: (?P<msg>.*)|:?$)")
+
+
+def _child_line(msg: str) -> bool:
+    """What only a child's stderr holds: a traceback's frame or an exception's own line."""
+    return bool(FRAME.match(msg) or EXC_STANDALONE.match(msg))
 
 
 def _relays_at_info(out: list[LogLine]) -> list[LogLine]:
@@ -516,7 +526,7 @@ def _relays_at_info(out: list[LogLine]) -> list[LogLine]:
     decide (as for FastChat's stderr stream and a front-end's title-case ``[Info]``).
     """
     heads = {ln.source for ln in out if ln.level == "INFO" and ln.msg.startswith("Traceback (most recent call last)")}
-    if not heads or not any(ln.level == "INFO" and ln.source in heads and _RELAYED_CHILD.match(ln.msg) for ln in out):
+    if not heads or not any(ln.level == "INFO" and ln.source in heads and _child_line(ln.msg) for ln in out):
         return out
     for ln in out:
         if ln.level == "INFO" and ln.source in heads:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .lines import SEVERITY, LogLine, adjacent
+from .lines import EXC_STANDALONE, FRAME, SEVERITY, LogLine, adjacent
 from .rules import CAUSE, CONSEQUENCE, Rules, Signature
 
 TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
-# A frame line: Python's ('  File "x.py", line 3, in f'); one whose head a paste cut ('models/llama_kivi.py",
+# A frame line: Python's (lines.FRAME: '  File "x.py", line 3, in f'); one whose head a paste cut ('models/llama_kivi.py",
 # line 25, in __init__': only at a block's start); pytest's short form ('tests/x.py:14: in f', read by
 # analysis/frames.py only). The one definition of a frame: frames.py reads a frame's file through frame_path.
-FRAME = re.compile(r'^\s*File "(?P<p>[^"]*)", line \d+')
 CUT_FRAME = re.compile(r'^(?P<p>[^\s"]+\.py)", line \d+, in \S')
 PYTEST_FRAME = re.compile(r"^(?P<p>[^\s:]+\.py):\d+: in \S")
 CODE = re.compile(r"^\s+\S")
@@ -33,11 +32,6 @@ CHAIN = re.compile(
 # how the first line of a traceback section starts (a TB_START or a CHAIN line), for a cheap test
 SECTION = ("Traceback", "The above exception", "During handling")
 EXC_IN_TB = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\([\w.]+\))?)(?:: ?(?P<msg>.*))?$")
-_EXC_NAME = (
-    r"(?:[A-Za-z_]\w*\.)*"
-    r"(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout)|Exception|KeyboardInterrupt|StopIteration)"
-)
-EXC_STANDALONE = re.compile(r"^(?P<type>" + _EXC_NAME + r"(?:\([\w.]+\))?)(?:: (?P<msg>.*)|:?$)")
 TERMINATE = re.compile(
     r"terminate called (?:after throwing an instance of '(?P<type>[^']+)'|without an active exception|recursively)"
 )
