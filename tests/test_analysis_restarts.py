@@ -101,3 +101,28 @@ def test_glibcs_heap_check_is_why_the_process_aborted() -> None:
         assert d.decisive.line == msg and d.decisive.category == "other"
     d = analyze_text("tensor free(): called on a view, skipped\nstep 10 loss 0.5\n", rules=RULES)
     assert d.decisive is None or "free()" not in d.decisive.line
+
+
+def _prompt_fails_twice(msg: str) -> str:
+    """A ComfyUI-style server: the first prompt's traceback, a later prompt failing with the same message last."""
+    return (
+        "2024-09-11 11:20:01,000 - root - INFO - got prompt\n"
+        "Traceback (most recent call last):\n"
+        '  File "/app/execution.py", line 317, in execute\n'
+        "    output_data = get_output_data(obj, input_data_all)\n"
+        f"torch.OutOfMemoryError: {msg}\n"
+        "2024-09-11 11:23:13,602 - root - INFO - Prompt executed in 296.92 seconds\n"
+        "2024-09-11 11:50:30,102 - root - INFO - got prompt\n"
+        "2024-09-11 11:50:30,198 - root - INFO - Requested to load Flux\n"
+        f"2024-09-11 11:51:36,769 - root - ERROR - !!! Exception during processing !!! {msg}\n"
+    )
+
+
+def test_an_error_restated_as_the_last_output_keeps_its_first_statement() -> None:
+    d = analyze_text(_prompt_fails_twice("Allocation on device"), rules=RULES)
+    assert d.verdict == "failed" and d.decisive is not None
+    assert d.decisive.lineno == 5 and d.decisive.category == "oom"
+    assert "failed the same way again (line 9)" in d.decisive.reason
+    # a message this short is not told apart from another error's: the restatement is not tied to the first
+    d = analyze_text(_prompt_fails_twice("out of mem x"), rules=RULES)
+    assert d.decisive is not None and "failed the same way again" not in d.decisive.reason

@@ -237,11 +237,6 @@ HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # analyzer got wrong when the set was first scored (labels of 6130201, the analyzer of main at 40e10b1, and the
 # same answers from the analyzer of 72dbab4), with its answer.
 HELDOUT10_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "other_comfyui_4880_xflux_sdpa_allocation_on_device_then_second_prompt_same_oom": (
-        "json",
-        "ComfyUI's logger record '!!! Exception during processing !!! Allocation on device' (category other) over "
-        "the traceback's 'torch.OutOfMemoryError: Allocation on device' (oom)",
-    ),
     "sglang_4205_capture_cuda_graph_failed_gloo_pair_connection_closed_peer_cut": (
         "json",
         "line right, category other and role cause: SGLang's 'Exception: Capture cuda graph failed: [...gloo "

@@ -569,7 +569,7 @@ def survivors(judged: list[Judged], run: list[LogLine], rules: Rules) -> dict[in
     return out
 
 
-RECURRENCE_MIN = 24  # characters of an error's message that a later line must restate to be the same error
+RECURRENCE_MIN = 16  # characters of an error's message that a later line must restate to be the same error
 
 
 def _recurs_last(ev: Event, after: Sequence[LogLine], rules: Rules) -> LogLine | None:
