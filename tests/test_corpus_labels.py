@@ -3,7 +3,7 @@
 Only consistency is checked here (every quoted line is in its file, no decoy sits on a
 decisive line, no source repeats another corpus's), never what the analyzer answers:
 tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11 and tests/corpus_heldout12 are kept out of rule development, and the kernel cases are judged through the kernel tests.
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12 and tests/corpus_heldout13 are kept out of rule development, and the kernel cases are judged through the kernel tests.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ HELDOUT9 = TESTS / "corpus_heldout9"
 HELDOUT10 = TESTS / "corpus_heldout10"
 HELDOUT11 = TESTS / "corpus_heldout11"
 HELDOUT12 = TESTS / "corpus_heldout12"
+HELDOUT13 = TESTS / "corpus_heldout13"
 KERNEL_SETS = [
     TESTS / "corpus_kernel_extra",
     HELDOUT / "kernel",
@@ -65,6 +66,7 @@ def _sources(*folders: Path) -> list[str]:
         *_labels(HELDOUT10),
         *_labels(HELDOUT11),
         *_labels(HELDOUT12),
+        *_labels(HELDOUT13),
     ],
     ids=lambda p: f"{p.parent.name}/{p.stem}",
 )
@@ -140,6 +142,7 @@ def _sources_besides(held: Path) -> set[str]:
         (HELDOUT10, 24),
         (HELDOUT11, 24),
         (HELDOUT12, 20),
+        (HELDOUT13, 20),
     ],
     ids=[
         "heldout2",
@@ -153,10 +156,11 @@ def _sources_besides(held: Path) -> set[str]:
         "heldout10",
         "heldout11",
         "heldout12",
+        "heldout13",
     ],
 )
 def test_a_later_heldout_set_shares_no_source(held: Path, least: int) -> None:
-    """tests/corpus_heldout2 to 12 (with their kernel cases) are each held back from every other corpus,
+    """tests/corpus_heldout2 to 13 (with their kernel cases) are each held back from every other corpus,
     the other held-back sets included."""
     sources = _sources(held, *([held / "kernel"] if (held / "kernel").is_dir() else []))
     assert len(sources) >= least and len(sources) == len(set(sources))
