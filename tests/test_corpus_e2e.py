@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, tests/corpus_heldout13, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -58,6 +58,7 @@ def _cases():
         "tests/corpus_heldout10",
         "tests/corpus_heldout11",
         "tests/corpus_heldout12",
+        "tests/corpus_heldout13",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -290,6 +291,32 @@ HELDOUT12_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     ),
 }
 
+# the thirteenth held-back set (tests/corpus_heldout13/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of 1695c18, the analyzer of main at 1695c18), with its
+# answer.
+HELDOUT13_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "nccl_rccl_1370_gtest_ncclgroupend_code1": (
+        "both",
+        "healthy (labelled failed): RCCL's gtest '[ ERROR    ] Child process 0 fails NCCL call ncclGroupEnd with code "
+        "1' is not read as an error",
+    ),
+    "other_lmdeploy_ascend_54_acl_stream_sync_hccl_timeout": (
+        "json",
+        "line right, category other (labelled nccl): 'RuntimeError: ACL stream synchronize failed.' over CANN's "
+        "'EI9999 … hccl fftsplus task timeout'",
+    ),
+    "sglang_torch_memory_saver_35_curesult_resume": (
+        "both",
+        "healthy (labelled failed): torch_memory_saver's '[torch_memory_saver.cpp] CUresult error  result=1 … "
+        "func=resume line=214' is not read as an error",
+    ),
+    "torch_vllm_ascend_486_rank1_hcclallreduce_ei0006": (
+        "json",
+        "line right, category other (labelled nccl): '[rank1]: RuntimeError: … OPS function error: HcclAllreduce, "
+        "error code is 6'",
+    ),
+}
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
@@ -302,6 +329,7 @@ HELD_BACK = {
     "tests/corpus_heldout10": HELDOUT10_KNOWN_WRONG,
     "tests/corpus_heldout11": HELDOUT11_KNOWN_WRONG,
     "tests/corpus_heldout12": HELDOUT12_KNOWN_WRONG,
+    "tests/corpus_heldout13": HELDOUT13_KNOWN_WRONG,
 }
 
 
