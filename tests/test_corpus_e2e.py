@@ -175,11 +175,6 @@ HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "the output handler's first frame line ('... [async_llm.py:485[]   File \".../async_llm.py\", line 444, in "
         "output_handler', the logger's ']' pasted as '[]') with category other, not the EngineDeadError under it",
     ),
-    "vllm_ascend_2416_compose_column_capturing_cudagraph_debug_starting": (
-        "both",
-        "healthy (phase starting): the workers' DEBUG 'Capturing a cudagraph' lines under a compose column give the "
-        "verdict healthy, not starting",
-    ),
 }
 
 
@@ -221,11 +216,6 @@ HELDOUT9_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "json",
         "line right since a progress bar glued before a rank's record is split off (healthy when first scored), "
         "category other: the record is cut at 'Watchdog caught collective operati', before any signature's text",
-    ),
-    "vllm_23184_enginecore_graph_capturing_input_tokens_finished_in_starting": (
-        "both",
-        "healthy (labelled starting): the engine core's CUDA-graph capture, still going at the window's end, reads "
-        "as healthy",
     ),
     "vllm_omni_1029_ci_pipe_column_stage1_engine_dead_then_failed_on_request": (
         "both",
