@@ -132,8 +132,10 @@ FLOORS = {
     # text-embeddings-inference and cake reports: informed)
     "tests/corpus_heldout12": 17,
     # the thirteenth held-back set, never tuned on (tests/corpus_heldout13/README.md): 16 of 20 and no decoy when
-    # first measured (commit 1695c18's labels, the analyzer of main at 1695c18)
-    "tests/corpus_heldout13": 16,
+    # first measured (commit 1695c18's labels, the analyzer of main at 1695c18); 17 since HCCL's calls named in
+    # torch_npu's error ("OPS function error: HcclAllreduce") are the collective library's, nccl (made on
+    # tests/corpus_extra's oneCCL and HCCL reports: informed)
+    "tests/corpus_heldout13": 17,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,
@@ -169,9 +171,13 @@ DECOY_CEILINGS: dict[str, int] = {
     # tests/corpus_heldout10: a request's FSM error on a serving vLLM (held back: a known-wrong case, not tuned on);
     # 2 when first measured
     "tests/corpus_heldout10": 1,
-    # tests/corpus_heldout11: oneCCL's teardown abort (held back: a known-wrong case, not tuned on); 4 when first
-    # measured
-    "tests/corpus_heldout11": 1,
+    # tests/corpus_heldout11: 4 when first measured, 1 (oneCCL's teardown abort) until oneCCL's own records were read
+    # as the library's errors (made on tests/corpus_extra's oneCCL reports)
+    "tests/corpus_heldout11": 0,
+    # tests/corpus_heldout13: none when first measured; 1 since a C++ test's failed assertion is an error of its own
+    # (made on tests/corpus_extra's ROCm test reports): the gtest assertion under RCCL's harness error (held back: a
+    # known-wrong case, not tuned on)
+    "tests/corpus_heldout13": 1,
 }
 
 

@@ -399,7 +399,8 @@ def _details_below(judged: list[Judged]) -> None:
 
     torch_npu's ``RuntimeError: … NPU function error: aclrtSetDevice …`` is followed by CANN's own record
     (``EE1001: … Set visible device failed, invalid device=1``, ``EL0004: … Failed to allocate memory``): a cause a
-    signature knows there, in the same process, states what failed; the generic line only says which call did.
+    signature knows there, in the same process, states what failed (or that a peer did: HCCL's ``EI0002`` notify
+    wait timed out); the generic line only says which call did.
     """
     order = sorted(judged, key=lambda j: j.ev.line.index)
     for k, j in enumerate(order):
@@ -410,7 +411,7 @@ def _details_below(judged: list[Judged]) -> None:
             if d.ev.line.index - at > DETAIL_GAP:
                 break
             known = d.sig is not None and not d.sig.detailed
-            if known and d.role == "primary" and d.ev.process == j.ev.process and d.line_role == CAUSE:
+            if known and d.role == "primary" and d.ev.process == j.ev.process and d.line_role in (CAUSE, PEER):
                 j.line_role = WRAPPER
                 j.tier = max(j.tier, REPORTER)
                 break

@@ -108,6 +108,12 @@ _ISO_TIME = _p(r"(?P<time>" + ISO_DATE + r")[ \t]+(?=\S)")
 _LEVEL_ISO = _p(r"(?P<level>" + _LVL + r") +(?P<time>" + ISO_DATE + r") +(?=\S)")
 _LEVEL_WORD = _p(r"(?P<level>" + _LVL + r") +(?=\S)")
 _ASCEND_TIME = _p(r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d(?:\.\d+)*) +")
+# Intel oneCCL's own log header: "2024:08:21-10:24:26:( 4456) |CCL_ERROR| file.cpp:867 func: message" (its time, the
+# process id it names the process by, its level). The "|CCL_ERROR| " stays on the message: it names the library
+_ONECCL = _p(
+    r"(?P<time>\d{4}:\d\d:\d\d-\d\d:\d\d:\d\d):\( *(?P<tag>\d{1,7})\) "
+    r"(?=\|CCL_(?P<level>ERROR|WARN|INFO|DEBUG|TRACE|FATAL)\| )"
+)
 # nccl-tests name the host before their failure lines: "node7: Test NCCL failure common.cu:959 '...'"
 _NCCL_TESTS = _p(r"(?P<tag>[A-Za-z0-9][\w.-]*): (?=Test (?:NCCL|CUDA) failure )")
 # llama.cpp's common log: "0.00.160.791 I cmn  message" (time since start, one-letter level; a line
@@ -181,7 +187,7 @@ _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "|": (_LOGURU, _PIPE_LOGGER),
 }
 for _c in "0123456789":
-    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _GGML_LOG, _NCCL, _SYSLOG)
+    _DISPATCH[_c] = (_ISO_TIME, _ASCEND_TIME, _ONECCL, _GGML_LOG, _NCCL, _SYSLOG)
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _DISPATCH[_c] = _UPPER
 for _c in "abcdefghijklmnopqrstuvwxyz":
