@@ -436,6 +436,19 @@ def test_a_stamps_severity_is_the_programs_when_its_own_header_follows() -> None
     assert normalise(split_text(tabbed)).lines[0].text == "line 0"
 
 
+def test_a_severity_after_a_stamp_on_a_few_lines_is_the_programs(rules) -> None:
+    """A CI runner stamps every line; a severity after the stamp on only a few of them is the program's own
+    ("…Z [ERROR] Exception …", cuDNN's samples), not a collector's column: it stays, and the line is an error."""
+    body = [f"step {i} ok" for i in range(6)] + ["[ERROR] Exception cudnnFinalize failed cudnn_status: NOT_INITIALIZED"]
+    log = "".join(f"2024-05-01T12:00:0{i}.1234567Z {ln}\n" for i, ln in enumerate(body))
+    assert [ln.text for ln in normalise(split_text(log)).lines] == body
+    d = analyze_text(log, rules=rules)
+    assert d.verdict == "failed" and d.decisive is not None and d.decisive.lineno == 7
+    # on most lines it is the collector's column, and goes
+    sev = "".join(f"2024-05-01T12:00:0{i}.1Z [INFO] step {i} ok\n" for i in range(6))
+    assert normalise(split_text(sev)).lines[0].text == "step 0 ok"
+
+
 def test_one_compose_service_is_peeled_and_names_the_process(rules) -> None:
     """One service's column on every line: the column goes and the service is the process of the decisive line; two
     services interleaved keep their columns (each line's tag)."""

@@ -33,28 +33,43 @@ _SEV = (
 # the stream a container runtime or collector read the line from, after its stamp: CRI's "stdout F",
 # a sidecar's "1 stdout:" (the fd and the stream)
 _STREAM = r"(?:[\t ]+(?:\d[\t ]+)?(?:stdout|stderr)(?:[\t ]+[FP](?=[\t ])|:)?)?"
+
+
 # a service's prefix: [severity] timestamp [severity] [stream], in a table cell, quoted (CSV) or
 # tab-separated; or epoch milliseconds
 # (a severity that the program's own dated header follows after a blank is the program's: vLLM's
 # "ERROR 10-10 14:03:52", Ray Serve's "ERROR 2024-09-19 08:23:55,732"; a tab-separated one is the collector's column)
 # (the dates are the line parser's own: lines.MONTH_DAY_TIME and lines.ISO_DATE)
-_PREFIXES = (
-    re.compile(r"^\s*\|?\s*(?P<ts>" + _TS + r")\s*\|\s?"),
-    re.compile(
-        r'^(?:"?'
-        + _SEV
-        + r'"?[\t ,]+)?"?(?P<ts>'
-        + _TS
-        + r')"?(?:[\t ,]+"?\[?'
+def _stamped(after: bool) -> re.Pattern[str]:
+    """A service's stamp, its severity before it or not, and (``after``) a severity column after it."""
+    sev_after = (
+        r'(?P<sev_after>[\t ,]+"?\[?'
         + _SEV
         + r'\]?"?(?![\t ]+'
         + MONTH_DAY_TIME
         + "| +"
         + ISO_DATE
         + r")(?: *(?= ))?)?"
+    )
+    return re.compile(
+        r'^(?:"?'
+        + _SEV
+        + r'"?[\t ,]+)?"?(?P<ts>'
+        + _TS
+        + r')"?'
+        + (sev_after if after else "")
         + _STREAM
         + r'(?:\t|,| )"?'
-    ),
+    )
+
+
+_STAMP_SEV = _stamped(after=True)
+# the same stamp when the severity column after it is not the service's: a CI runner stamps every line and only
+# some lines carry a severity there, the program's own ("…Z [ERROR] Exception …"), which stays on the line
+_STAMP_ONLY = _stamped(after=False)
+_PREFIXES = (
+    re.compile(r"^\s*\|?\s*(?P<ts>" + _TS + r")\s*\|\s?"),
+    _STAMP_SEV,
     re.compile(r"^(?P<epoch>1\d{9}(?:\d{3})?(?:\.\d+)?)[\t ,]+"),
     # a CI runner's stamp in brackets, with the runner's word before it or not: Buildkite's
     # "[2025-05-19T12:00:07Z] ", Taskcluster's "[task 2024-05-16T19:35:55.564Z] ". Only the ISO form with its
@@ -88,6 +103,7 @@ _DIGITS = re.compile(r"\d+")
 _TIME_KEY = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
 
 SHARE = 0.8  # of non-empty lines that must carry one prefix for it to be the service's
+SEVERITY_SHARE = 0.5  # of the stamped lines that carry a severity after the stamp, for it to be the service's column
 # a sidecar's or a log collector's own label before every line: "[pod-name] ", "[VllmSidecar id]: ",
 # "[pod/name/container] " (kubectl logs --prefix). One literal label on (nearly) every line says only
 # which stream the lines came from, so it goes; a label that varies is a process tag the line model peels.
@@ -363,6 +379,12 @@ def _without_labels(work: list[tuple[str, int, float | None]]) -> tuple[list[tup
     return work, done
 
 
+def _severity_column(rx: re.Pattern[str], texts: list[str]) -> bool:
+    """Do most stamped lines carry a severity after the stamp (a collector's column), not a few (the program's)?"""
+    ms = [m for m in map(rx.match, texts[:400]) if m is not None]
+    return sum(1 for m in ms if m.group("sev_after")) >= SEVERITY_SHARE * len(ms)
+
+
 def _unprefixed(text: str, rx: re.Pattern[str]) -> str:
     """The line without the service's prefix (a CSV export's closing quote too)."""
     m = rx.match(text)
@@ -528,6 +550,8 @@ def normalise(lines: list[Line]) -> Normalised:
         changed = True
     work, labelled = _without_labels(work)
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
+    if rx is _STAMP_SEV and not _severity_column(rx, [t for t, _, _ in work]):
+        rx = _STAMP_ONLY
     records: set[int] = set()  # the lines that carried the service's prefix: each is a record of its own
     if rx is not None:
         new = [(_unprefixed(t, rx), k, st) for t, k, st in work]
@@ -539,7 +563,8 @@ def normalise(lines: list[Line]) -> Normalised:
             work, after = _without_labels(work)  # a runner's labels behind the service's stamp
             labelled = labelled or after
             inner = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
-            if inner is not None and inner is not rx:  # a CI runner's stamp under a log service's (two exports)
+            same = inner is rx or (rx is _STAMP_ONLY and inner is _STAMP_SEV)
+            if inner is not None and not same:  # a CI runner's stamp under a log service's (two exports)
                 work = [(_unprefixed(t, inner), k, st) for t, k, st in work]
     if labelled:
         out.steps.insert(1 if dressed else 0, "line label removed")
