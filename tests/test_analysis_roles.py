@@ -386,3 +386,47 @@ def test_a_child_the_supervisor_restarted_and_that_serves_again_is_healthy(rules
     d = analyze_text(text, rules=rules)
     assert d.verdict == "healthy", (d.verdict, d.decisive)
     assert analyze_text(text.split("[INFO] Request")[0], rules=rules).verdict == "failed"
+
+
+BARRIER = GLOO_VICTIM.replace(
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:41267",
+    "RuntimeError: [Rank 2]: Ranks 5 failed to pass monitoredBarrier in 1800000 ms",
+)
+
+
+def test_a_monitored_barrier_naming_another_rank_is_peer_caused(rules):
+    """torch's monitored barrier names the rank that did not arrive: this rank's line, ahead of its launcher's
+    summary, is peer-caused (the job analysis looks for rank 5's own error)."""
+    d = analyze_text(BARRIER, rules=rules)
+    assert d.decisive is not None and "failed to pass monitoredBarrier" in d.decisive.line
+    assert d.decisive.role == "peer-caused" and d.decisive.category == "nccl"
+
+
+NPU_TIMEOUT = """\
+(train pid=81) RuntimeError: npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:479 NPU function error: AclrtSynchronizeDeviceWithTimeout, error code is 507048
+(train pid=81) [ERROR] 2025-06-25-10:45:23 (PID:13075, Device:0, RankID:8) ERR00100 PTA call acl api failed
+(train pid=81) [Error]: The execution of the internal task times out.
+(train pid=81)         Rectify the fault based on the error information in the ascend log.
+(train pid=81) EI0002: [PID: 13075] 2025-06-25-10:45:23.586.187 The wait execution of the Notify register times out. Reason: The Notify register has not received the Notify record from remote rank: [3].
+"""
+
+
+def test_hccls_notify_wait_timeout_under_torch_npus_error_is_decisive_and_peer_caused(rules):
+    """torch_npu's generic 'NPU function error', its banner and the error code's stock '[Error]: ' description wrap
+    CANN's EI0002 record under them, which says why: the collective waited for a remote rank."""
+    d = analyze_text(NPU_TIMEOUT, rules=rules)
+    assert d.decisive is not None and d.decisive.lineno == 5
+    assert d.decisive.role == "peer-caused" and d.decisive.category == "nccl"
+
+
+def test_oneccls_record_header_gives_its_level_and_process(rules):
+    """oneCCL's '<time>:( pid) |CCL_ERROR| ' header: the record is an error of the pid's process, and the library's
+    own: nccl. Its |CCL_WARN| records are not."""
+    log = (
+        "2024:08:21-10:24:26:( 7746) |CCL_WARN| fallback to 'sockets' mode of ze exchange mechanism\n"
+        "2024:08:21-10:24:26:( 4456) |CCL_ERROR| atl_ofi.cpp:243 init: can't find suitable provider\n"
+    )
+    d = analyze_text(log, rules=rules)
+    assert d.decisive is not None and d.decisive.lineno == 2
+    assert d.decisive.process == "4456" and d.decisive.category == "nccl"
+    assert analyze_text(log.splitlines(keepends=True)[0], rules=rules).verdict != "failed"
