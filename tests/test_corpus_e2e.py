@@ -5,7 +5,7 @@ pointing at that case's file), one ``probe all --json`` and one
 ``probe all --all-cards`` for the whole set; then, per case, the verdict and
 the decisive line are asserted in the JSON and on the card. Sets: tests/corpus,
 tests/corpus_extra, tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, tests/corpus_heldout13, and every node of the multinode
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, tests/corpus_heldout13, tests/corpus_heldout14, and every node of the multinode
 corpora (shared/corpus/multinode, tests/corpus_multinode) judged as a single
 host: the root node's own error, a victim's own peer-caused line. The kernel
 corpus has its own end-to-end test.
@@ -59,6 +59,7 @@ def _cases():
         "tests/corpus_heldout11",
         "tests/corpus_heldout12",
         "tests/corpus_heldout13",
+        "tests/corpus_heldout14",
         "multinode",
         "tests/corpus_multinode",
     ):
@@ -272,10 +273,6 @@ HELDOUT12_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "line right, category config (labelled import): the kernel library's 'ImportError: … undefined symbol: "
         "cuGreenCtxStreamCreate'",
     ),
-    "tensorrt_llm_2476_trtllm_bench_prte_bad_parameter": (
-        "both",
-        "healthy (labelled failed): Open MPI's 'PRTE ERROR: Bad parameter in file … at line 962' is not read as an error",
-    ),
     "torch_xtuner_719_rank1_monitored_barrier_gloo_closed_by_peer": (
         "json",
         "the monitored barrier's 'RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors …' "
@@ -305,6 +302,37 @@ HELDOUT13_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     ),
 }
 
+# the fourteenth held-back set (tests/corpus_heldout14/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of d40c7b3, the analyzer of main at d40c7b3), with its
+# answer.
+HELDOUT14_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "accelerate_yarn_35_deepspeed_prepare_needs_dataloader_then_elastic_exit1": (
+        "json",
+        "line right, category python (labelled config): accelerate's 'ValueError: When using DeepSpeed "
+        "`accelerate.prepare()` requires you to pass at least one of training or evaluation dataloaders …'",
+    ),
+    "llamacpp_llamafile_682_gguf_tensor_type_assert_sigabrt": (
+        "json",
+        "line right, category other (labelled config): ggml's 'GGML_ASSERT(0 <= info->type && info->type < "
+        "GGML_TYPE_COUNT) failed' on a model file whose tensor type the build does not know",
+    ),
+    "llamacpp_ollama_1703_journald_runner_terminated_then_gin_200s": (
+        "both",
+        "healthy (labelled failed): ollama's 'error starting llama runner: llama runner process has terminated' "
+        "followed by [GIN] 200 answers",
+    ),
+    "vllm_29901_turing_worker_bf16_skipframe_enginecore_failed": (
+        "json",
+        "line right, category other (labelled config): the worker's 'torch._dynamo.exc.SkipFrame: BF16 is not "
+        "supported' on a Turing GPU",
+    ),
+    "vllm_omni_946_buildkite_pipe_column_no_kv_cache_memory": (
+        "both",
+        "a traceback frame line under Buildkite's '  | ' column, 'File \"/usr/lib/python3.12/multiprocessing/"
+        "process.py\", line 108, in run', over the engine's 'ValueError: No available memory for the cache blocks.'",
+    ),
+}
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
@@ -318,6 +346,7 @@ HELD_BACK = {
     "tests/corpus_heldout11": HELDOUT11_KNOWN_WRONG,
     "tests/corpus_heldout12": HELDOUT12_KNOWN_WRONG,
     "tests/corpus_heldout13": HELDOUT13_KNOWN_WRONG,
+    "tests/corpus_heldout14": HELDOUT14_KNOWN_WRONG,
 }
 
 
