@@ -36,13 +36,19 @@ SHORT = sshfast.enabled()
 PROBE_EXCHANGES = 6 if SHORT else STANDARD_EXCHANGES
 
 
-def _rtt_ms() -> float:
+# A stall of the client's own flight past the round trip can only add exchanges, never remove one: a count is
+# measured up to this many times, each at a longer round trip, and the fewest stands (a real added round trip
+# shows in every attempt).
+ATTEMPTS = 3
+
+
+def _rtt_ms(attempt: int = 0) -> float:
     """A round trip long enough that every reply is heard only after the client's whole flight: the
     count is the protocol's. 40 ms on an idle machine; under load the client's own flight can take
     longer to leave (a stall past the RTT splits it and counts one exchange more), so it scales, up to
     100 ms: OpenSSH's own client answers some messages by a timer rather than on hearing the server,
     and at a 240 ms round trip its `ssh host true` counts 8 exchanges instead of 9."""
-    return 40.0 * slack(cap=2.5)
+    return 40.0 * slack(cap=2.5) * (1 + attempt)
 
 
 def _inventory(sshd, port: int, log) -> object:
@@ -57,8 +63,8 @@ def test_fresh_probe_round_trips(sshd, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
 
-    async def go():
-        proxy = await DelayProxy("127.0.0.1", sshd.port, _rtt_ms()).start()
+    async def go(attempt: int):
+        proxy = await DelayProxy("127.0.0.1", sshd.port, _rtt_ms(attempt)).start()
         sshd.trust(proxy.port)
         try:
             host = _inventory(sshd, proxy.port, log).hosts["far"]
@@ -78,17 +84,20 @@ def test_fresh_probe_round_trips(sshd, tmp_path):
         finally:
             await proxy.stop()
 
-    counts, ssh_true, conns = asyncio.run(go())
-    print("exchanges: probe", counts, "ssh true", ssh_true)
+    for attempt in range(ATTEMPTS):
+        counts, ssh_true, conns = asyncio.run(go(attempt))
+        print("exchanges: probe", counts, "ssh true", ssh_true)
+        if counts == [PROBE_EXCHANGES, PROBE_EXCHANGES]:
+            break
     assert conns == 3  # two fresh probes and one ssh: nothing reused
     assert counts == [PROBE_EXCHANGES, PROBE_EXCHANGES], counts
     # the probe's login + exec costs three round trips fewer than OpenSSH's `ssh host true`
     assert PROBE_EXCHANGES + (3 if SHORT else 0) <= ssh_true, (PROBE_EXCHANGES, ssh_true)
 
 
-async def _count(sshd, log, opts, env_login: str | None = None) -> tuple[int, object]:
-    """One fresh probe through a 40 ms proxy: (exchanges, result)."""
-    proxy = await DelayProxy("127.0.0.1", sshd.port, _rtt_ms()).start()
+async def _count(sshd, log, opts, env_login: str | None = None, attempt: int = 0) -> tuple[int, object]:
+    """One fresh probe through a 40 ms proxy (longer on a later attempt): (exchanges, result)."""
+    proxy = await DelayProxy("127.0.0.1", sshd.port, _rtt_ms(attempt)).start()
     sshd.trust(proxy.port)
     try:
         host = _inventory(sshd, proxy.port, log).hosts["far"]
@@ -98,12 +107,23 @@ async def _count(sshd, log, opts, env_login: str | None = None) -> tuple[int, ob
         await proxy.stop()
 
 
+def _fewest(sshd, log, opts, want: int) -> tuple[int, object]:
+    """The fewest exchanges of up to ATTEMPTS fresh probes (it stops at ``want``), with the last result."""
+    best = None
+    for attempt in range(ATTEMPTS):
+        n, res = asyncio.run(_count(sshd, log, opts, attempt=attempt))
+        best = n if best is None else min(best, n)
+        if best <= want:
+            break
+    return best, res
+
+
 def test_standard_login_is_asyncssh_own(sshd, tmp_path, monkeypatch):
     """FLEETDIAG_SSH_LOGIN=standard turns the short login off: the same probe, three round trips more."""
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
     monkeypatch.setenv("FLEETDIAG_SSH_LOGIN", "standard")
-    n, res = asyncio.run(_count(sshd, log, sshd.opts()))
+    n, res = _fewest(sshd, log, sshd.opts(), STANDARD_EXCHANGES)
     assert res.verdict == FAILED, res.error
     assert n == STANDARD_EXCHANGES
 
@@ -113,7 +133,7 @@ def test_refused_key_then_the_right_one(sshd, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(SEED)
     stranger = keygen(tmp_path / "stranger")
-    n, res = asyncio.run(_count(sshd, log, sshd.opts(client_keys=[str(stranger), str(sshd.client_key)])))
+    n, res = _fewest(sshd, log, sshd.opts(client_keys=[str(stranger), str(sshd.client_key)]), PROBE_EXCHANGES + 1)
     assert res.verdict == FAILED, res.error
     assert n == PROBE_EXCHANGES + 1
 
