@@ -194,11 +194,6 @@ HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "[axolotl.cli.main.train:182] [PID:113411] [RANK:0]') over the ChildFailedError's root-cause record "
         "'exitcode  : 1 (pid: 113422)'",
     ),
-    "vllm_llmscaler_616_b60_no_available_memory_for_cache_blocks_then_apiserver": (
-        "json",
-        "line right, category config (labelled oom): the engine core's 'ValueError: No available memory for the "
-        "cache blocks. Try increasing `gpu_memory_utilization` ...'",
-    ),
 }
 
 # the ninth held-back set (tests/corpus_heldout9/README.md: nobody tunes on it), in the same form: each case the
