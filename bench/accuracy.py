@@ -602,7 +602,7 @@ def _code_fired(text: str, d: Any, rules: Any) -> set[str]:
         for ln in run:
             if ln.index == ev.line.index:
                 after = True
-            elif after and '" ' in ln.msg and decide._PROBE.search(ln.msg):
+            elif after and decide.is_probe(ln.msg):
                 out.add("code:health probes are not progress")
                 break
     if any(

@@ -183,11 +183,6 @@ HELDOUT7_KNOWN_WRONG: dict[str, tuple[str, str]] = {
 # analyzer got wrong when the set was first scored (labels of 82dbc8e, the analyzer of main at dde47d3), with its
 # answer; "both" where the card does not show the labelled line or verdict either.
 HELDOUT8_KNOWN_WRONG: dict[str, tuple[str, str]] = {
-    "llamacpp_ollama_8387_journald_gin_only_500s_30m_stalled": (
-        "both",
-        "healthy: ollama's journald GIN lines answering every '/api/chat' with 500 (most after 29m59s or 30m0s), "
-        "none served, are not read as a front end that answers only errors (labelled stalled)",
-    ),
     "torch_axolotl_2791_childfailed_no_other_failures_rank1_then_empty_error_line": (
         "both",
         "a decoy: axolotl's ERROR record cut after its prefix ('[2025-06-18 04:34:34,298] [ERROR] "

@@ -495,7 +495,41 @@ _DYING = re.compile(
 # health, readiness and metrics probes (a load balancer's, an orchestrator's): an HTTP front end answers them
 # while its engine is dead, so their answer says the front end is up, not that the engine serves
 PROBE_PATHS = r"(?:health\w*|ready\w*|live\w*|ping|metrics|v1/models|models|version|stats|favicon)\b"
-_PROBE = re.compile(r'"(?:GET|HEAD) /' + PROBE_PATHS + r'[^"]*"')
+_PROBE_PATH = re.compile(r"^/" + PROBE_PATHS)
+# the requests a front end answers itself, whatever the method, with no model behind it: ollama's listing and
+# model-management endpoints (a client's `ollama run` sends HEAD / and POST /api/show before it asks the runner)
+_MANAGEMENT_PATH = re.compile(r"^/api/(?:tags|ps|version|show|pull|push|create|copy|delete|blobs)\b")
+# an access log's line: the request's method and path and the status the front end answered with, in uvicorn's
+# form ('"GET /health HTTP/1.1" 200', vLLM's and SGLang's front ends) or Gin's (ollama: '| 200 | 1.2ms |
+# 127.0.0.1 | HEAD "/"')
+_ACCESS = re.compile(
+    r'"(?P<method>GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) (?P<path>/[^ "]*) HTTP/[0-9.]+" (?P<code>[1-5][0-9][0-9])\b'
+    r"|\| (?P<gcode>[1-5][0-9][0-9]) \|[^|]*\|[^|]*\| +(?P<gmethod>GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) +"
+    r'"(?P<gpath>/[^"]*)"'
+)
+
+
+def access(msg: str) -> tuple[str, str, str] | None:
+    """(method, path, status) of an access log's line, in either form, or None."""
+    if '"' not in msg:
+        return None
+    m = _ACCESS.search(msg)
+    if m is None:
+        return None
+    if m.group("code") is not None:
+        return m.group("method"), m.group("path"), m.group("code")
+    return m.group("gmethod"), m.group("gpath"), m.group("gcode")
+
+
+def is_probe(msg: str) -> bool:
+    """A request the front end answers without its engine: a probe, a listing, a model's metadata."""
+    req = access(msg)
+    if req is None:
+        return False
+    method, path, _ = req
+    if method in ("GET", "HEAD") and (path == "/" or _PROBE_PATH.match(path)):
+        return True
+    return _MANAGEMENT_PATH.match(path) is not None
 
 
 def _normal(ln: LogLine, rules: Rules) -> bool:
@@ -507,7 +541,7 @@ def _normal(ln: LogLine, rules: Rules) -> bool:
     m = ln.msg.strip()
     if not m or ln.severity > SEVERITY["INFO"] or m[0] in "|+^~":
         return False
-    if '" ' in m and _PROBE.search(m):
+    if is_probe(m):
         return False
     if ln.level is None and (
         ln.msg[:1].isspace() or not rules.is_ready(ln.raw) and (ln.relayed or not ln.tags and not ln.time)
@@ -947,9 +981,6 @@ def hung_engine(run: list[LogLine], rules: Rules) -> str | None:
     )
 
 
-# an access log's line: the request's method and path, then the status the front end answered with
-_ACCESS = re.compile(r'"(?:GET|POST|PUT|PATCH|DELETE) (?P<path>/[^ "]*) HTTP/[0-9.]+" (?P<code>[1-5][0-9][0-9])\b')
-_PROBE_PATH = re.compile(r"^/" + PROBE_PATHS)
 FAILING_REQUESTS = 5  # the log's last requests, all answered with a server error: the engine behind does not serve
 
 
@@ -965,13 +996,11 @@ def failing_front_end(run: list[LogLine]) -> str | None:
     failed = 0
     first: LogLine | None = None
     for ln in reversed(run):
-        if '" ' not in ln.msg or "HTTP/" not in ln.msg:
+        req = access(ln.msg)
+        if req is None:
             continue
-        m = _ACCESS.search(ln.msg)
-        if m is None:
-            continue
-        code = m.group("code")
-        if _PROBE_PATH.match(m.group("path")):
+        code = req[2]
+        if is_probe(ln.msg):
             continue
         if code[0] != "5":
             break

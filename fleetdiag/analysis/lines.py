@@ -33,6 +33,12 @@ _LEVEL_ALIASES = {
     "E": "ERROR",
     "F": "CRITICAL",
     "D": "DEBUG",
+    # logfmt's words (Go's slog and logrus, go-kit's "level=error", log15's "lvl=eror")
+    "ERR": "ERROR",
+    "EROR": "ERROR",
+    "CRIT": "CRITICAL",
+    "PANIC": "CRITICAL",
+    "DBUG": "DEBUG",
 }
 
 # Progress of a training/fine-tuning loop: "step 120", "global_step=5", "iteration 40/1000", "Epoch 3",
@@ -155,6 +161,18 @@ _RAY_CPP_SRC = _p(r"(?P<source>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
 
 # containerd/CRI log files (/var/log/pods): "2024-01-01T00:00:00.000000000Z stderr F message"
 _CRI = _p(r"(?:stdout|stderr) [FP] ")
+# a logfmt record's header (Go's slog and logrus text handlers, ollama's server; go-kit's "level=error ts=…
+# caller=…"): its time, level and source keys, in either order, before the record's msg="…" and its other keys
+_LOGFMT_VAL = r'(?:"[^"]{0,80}"|[^\s"]{1,80})'
+_LOGFMT = _p(
+    r"(?:(?:time|ts|t)=(?P<time>" + _LOGFMT_VAL + r") +)?"
+    r'(?:level|lvl)="?(?P<level>(?i:debug|info|warn|warning|error|err|eror|fatal|panic|crit|critical|trace|dbug))"?'
+    r"(?= )(?: +(?:(?:time|ts|t)="
+    + _LOGFMT_VAL
+    + r"|(?:source|caller|logger|component)=(?P<source>"
+    + _LOGFMT_VAL
+    + r")))* +"
+)
 # syslog / journald: "Jan  2 03:04:05 host vllm[1234]: message" (journalctl -o short-precise: 03:04:05.123456;
 # a journal without a host name leaves two blanks: "Apr 27 09:35:17  lemond[17105]: "); journalctl prints the
 # month as the reader's locale abbreviates it ("ago 27", "2月 25"): timestamps.MONTH_WORD
@@ -193,6 +211,8 @@ for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
 for _c in "abcdefghijklmnopqrstuvwxyz":
     _DISPATCH[_c] = (_NCCL, _LOGGER_PID_LEVEL, _SYSLOG)
 _DISPATCH["s"] = (_CRI, _NCCL, _LOGGER_PID_LEVEL, _SYSLOG)
+_DISPATCH["t"] = (_LOGFMT, *_DISPATCH["t"])
+_DISPATCH["l"] = (_LOGFMT, *_DISPATCH["l"])
 _OTHER_SCRIPT = (_SYSLOG,)  # a line opening in another script: a journal's month under the reader's locale
 
 _GROUPS = {
@@ -402,13 +422,15 @@ def parse_line(index: int, line: Line, extra_tags: Sequence[tuple[re.Pattern[str
                 tags.append(v)
             elif name == "level":
                 lv = _LEVEL_ALIASES.get(v, v)
+                if lv not in SEVERITY:  # logfmt's lower-case words
+                    lv = _LEVEL_ALIASES.get(v.upper(), v.upper())
                 if level is None or SEVERITY.get(lv, 0) > SEVERITY.get(level, 0):
                     level = lv
             elif name == "time":
                 if time is None:
-                    time = v
+                    time = v.strip('"')  # logfmt may quote it
             elif source is None:
-                source = v
+                source = v.strip('"')
         if m.re is _PIPE_LOGGER and source in _RELAYED_STREAMS:
             level = None
         i = m.end()
