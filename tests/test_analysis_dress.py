@@ -18,6 +18,7 @@ import pytest
 from fleetdiag.analysis import analyze_text, load_rules
 from fleetdiag.analysis.lines import split_text
 from fleetdiag.analysis.normalise import normalise
+from fleetdiag.records import Line
 
 ROOT = Path(__file__).resolve().parent
 
@@ -154,6 +155,8 @@ def _changed_in(dress, redress, rules) -> list:
         if dress not in ("crlf", "wrapped") and sum(1 for ln in text.split("\n") if ln.strip()) < 3:
             continue  # a prefix on one or two lines is indistinguishable from their own text (normalise needs three)
         steps = normalise(split_text(text)).steps
+        if dress in ("console-table", "export-newest-first") and "log viewer's line chrome removed" in steps:
+            continue  # a viewer's copy is what a user pastes: no log service exports it again (two layers)
         if dress != "crlf" and "newest-first order reversed" in steps:
             continue  # already an export (journalctl -r): a second dress over it is two layers, one is undone
         if dress == "wrapped" and "service prefix removed" in steps:
@@ -496,3 +499,33 @@ def test_a_rich_console_word_wrap_behind_compose_is_joined(rules) -> None:
     # no console wrapped this: lines of many lengths, none just short of the longest
     plain = "INFO step one of the run is done and the next one starts now\nthe end\n" * 3
     assert not any("by words" in s for s in normalise(split_text(plain)).steps)
+
+
+def test_a_log_viewers_line_chrome_between_the_lines_is_removed() -> None:
+    """Buildkite's viewer copies "Actions for L<n>" and the line's number onto lines of their own between the
+    log's lines, GitHub Actions' a link to each line: the traceback under them is one again."""
+    body = [
+        "[2026-07-18T22:18:03Z] ERROR 07-18 22:18:03 [registry.py:987] Traceback (most recent call last):",
+        '[2026-07-18T22:18:03Z] ERROR 07-18 22:18:03 [registry.py:987]   File "/w/registry.py", line 980, in load',
+        "[2026-07-18T22:18:03Z] ERROR 07-18 22:18:03 [registry.py:987]     return cls.__module__",
+        "[2026-07-18T22:18:03Z] ERROR 07-18 22:18:03 [registry.py:987] AttributeError: 'str' object has no attribute "
+        "'__module__'",
+    ]
+    lines = []
+    for n, text in enumerate(body, 309):
+        lines += [f"Actions for L{n}", str(n), text]
+    d = analyze_text("\n".join(lines) + "\n", rules=load_rules(user_default=False))
+    assert d.decisive is not None and d.decisive.line.endswith(
+        "AttributeError: 'str' object has no attribute '__module__'"
+    )
+    assert d.decisive.exception_type == "AttributeError"
+    links = "".join(
+        f"[{n}](https://github.com/o/r/actions/runs/1/job/2#step:19:{n + 1})\n{t}\n" for n, t in enumerate(body)
+    )
+    d = analyze_text(links, rules=load_rules(user_default=False))
+    assert d.decisive is not None and "AttributeError" in d.decisive.line
+
+
+def test_numbers_alone_on_a_few_lines_are_the_programs_own() -> None:
+    texts = ["step 1 loss 0.5", "42", "step 2 loss 0.4", "step 3 loss 0.3", "step 4 loss 0.2", "RuntimeError: boom"]
+    assert not normalise([Line(k, t, k + 1) for k, t in enumerate(texts)]).steps

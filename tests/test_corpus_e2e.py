@@ -311,11 +311,6 @@ HELDOUT14_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "healthy (labelled failed): ollama's 'error starting llama runner: llama runner process has terminated' "
         "followed by [GIN] 200 answers",
     ),
-    "vllm_29901_turing_worker_bf16_skipframe_enginecore_failed": (
-        "json",
-        "line right, category other (labelled config): the worker's 'torch._dynamo.exc.SkipFrame: BF16 is not "
-        "supported' on a Turing GPU",
-    ),
     "vllm_omni_946_buildkite_pipe_column_no_kv_cache_memory": (
         "both",
         "a traceback frame line under Buildkite's '  | ' column, 'File \"/usr/lib/python3.12/multiprocessing/"

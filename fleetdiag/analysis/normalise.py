@@ -531,6 +531,21 @@ def _undressed(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[st
     return out, changed
 
 
+# a web log viewer's chrome copied between the log's lines, each on a line of its own: Buildkite's "Actions for L1556"
+# and the line's number, GitHub Actions' link to the line ("[2595](https://github.com/…/runs/…#step:19:2596)")
+_CHROME = re.compile(r"^(?:\d{1,7}|Actions for L\d{1,7}|\[\d{1,7}\]\(https?://[^)\s]+#step:\d+:\d+\))\s*$")
+CHROME_SHARE = 0.25  # of non-empty lines that must be chrome for it to be the viewer's
+
+
+def _without_chrome(work: list[tuple[str, int, float | None]]) -> tuple[list[tuple[str, int, float | None]], bool]:
+    """The lines without a log viewer's chrome, when it sits between (nearly) every two of them."""
+    texts = [t for t, _, _ in work if t.strip()]
+    chrome = sum(1 for t in texts if _CHROME.match(t))
+    if chrome < 3 or chrome < CHROME_SHARE * len(texts) or chrome == len(texts):
+        return work, False
+    return [w for w in work if not _CHROME.match(w[0])], True
+
+
 def normalise(lines: list[Line]) -> Normalised:
     """Undo a service prefix, newest-first order and terminal re-wrapping (CR is stripped by the line model)."""
     out = Normalised(list(lines))
@@ -539,6 +554,10 @@ def normalise(lines: list[Line]) -> Normalised:
     # (text, index of the original line, the export's own time) in the order being built
     work = [(ln.text[:-1] if ln.text.endswith("\r") else ln.text, k, _time_of(ln.text)) for k, ln in enumerate(lines)]
     changed = False
+    work, chromed = _without_chrome(work)
+    if chromed:
+        out.steps.append("log viewer's line chrome removed")
+        changed = True
     work, dressed = _undressed(work)
     if dressed:
         out.steps.append("markdown removed")
@@ -549,6 +568,11 @@ def normalise(lines: list[Line]) -> Normalised:
         out.steps.append("service column removed")
         changed = True
     work, labelled = _without_labels(work)
+    if not chromed:  # the viewer's chrome behind markdown, a service's column or a label
+        work, chromed = _without_chrome(work)
+        if chromed:
+            out.steps.append("log viewer's line chrome removed")
+            changed = True
     rx = _prefix([Line(lines[k].pos, t, lines[k].lineno) for t, k, _ in work])
     if rx is _STAMP_SEV and not _severity_column(rx, [t for t, _, _ in work]):
         rx = _STAMP_ONLY
