@@ -484,6 +484,7 @@ CODE_RULES = {
     "code:normalise: line label removed": "a sidecar's, collector's or launcher's constant label on every line",
     "code:normalise: markdown removed": "a paste's fences, quotes, inline code, tags, bold or elisions",
     "code:normalise: relayed message unfolded": "a quoted message's escaped newlines, a native record inside a message",
+    "code:normalise: log viewer's line chrome removed": "a web log viewer's line chrome between the lines",
     "code:front end answers only errors": "the last requests all answered 5xx and none served: stalled",
     "code:a relay's INFO is not the child's level": "a traceback relayed line by line at INFO: the lines' own words decide",
     "code:error recurred, last": "an error the process went on from and then hit again as the last it did",
