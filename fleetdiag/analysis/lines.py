@@ -33,6 +33,7 @@ _LEVEL_ALIASES = {
     "E": "ERROR",
     "F": "CRITICAL",
     "D": "DEBUG",
+    "FAILED": "ERROR",  # pytest's short test summary
     # logfmt's words (Go's slog and logrus, go-kit's "level=error", log15's "lvl=eror")
     "ERR": "ERROR",
     "EROR": "ERROR",
@@ -181,7 +182,23 @@ _SYSLOG = _p(
     r"(?P<tag>[\w.@/-]+\[\d+\]): "
 )
 
-_UPPER = (_VLLM, _GLOG, _PYLOG, _UVICORN, _LEVEL_SRC, _RAY, _LEVEL_ISO, _SYSLOG, _NCCL, _LOGGER_PID_LEVEL)
+# pytest's short test summary: "FAILED <test id> - <the exception it failed with>" ("ERROR …" for a test that failed
+# in its set-up), with its duration when -v asks for it: a failed test is an error, its exception the message (a
+# wrapper there, EngineDeadError, stays a wrapper)
+_PYTEST_SUMMARY = _p(r"(?P<level>FAILED|ERROR) (?:\[[\d.]+m?s\] )?(?P<source>[^\s:]+\.py::\S+) - (?=\S)")
+_UPPER = (
+    _PYTEST_SUMMARY,
+    _VLLM,
+    _GLOG,
+    _PYLOG,
+    _UVICORN,
+    _LEVEL_SRC,
+    _RAY,
+    _LEVEL_ISO,
+    _SYSLOG,
+    _NCCL,
+    _LOGGER_PID_LEVEL,
+)
 _DISPATCH: dict[str, tuple[re.Pattern[str], ...]] = {
     "(": (_PAREN_TAG, _RAY_SYS, _ASCEND_PID),
     "[": (
