@@ -521,9 +521,13 @@ def access(msg: str) -> tuple[str, str, str] | None:
     return m.group("gmethod"), m.group("gpath"), m.group("gcode")
 
 
-def is_probe(msg: str) -> bool:
-    """A request the front end answers without its engine: a probe, a listing, a model's metadata."""
-    req = access(msg)
+def is_probe(msg: str, req: tuple[str, str, str] | None = None) -> bool:
+    """A request the front end answers without its engine: a probe, a listing, a model's metadata.
+
+    ``req`` is the line's ``access()`` when the caller has it already (one parse a line).
+    """
+    if req is None:
+        req = access(msg)
     if req is None:
         return False
     method, path, _ = req
@@ -1000,7 +1004,7 @@ def failing_front_end(run: list[LogLine]) -> str | None:
         if req is None:
             continue
         code = req[2]
-        if is_probe(ln.msg):
+        if is_probe(ln.msg, req):
             continue
         if code[0] != "5":
             break
