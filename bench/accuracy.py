@@ -23,7 +23,7 @@ tests/corpus_multinode (per node: the root node's own error; a victim's line
 must be marked ``peer-caused``), tests/corpus, tests/corpus_extra,
 tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
 tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9,
-tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, tests/corpus_heldout13 and tests/corpus_heldout14
+tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, tests/corpus_heldout13, tests/corpus_heldout14 and tests/corpus_heldout15
 with their kernel/ cases (the held-back sets: their rows are the generalisation measure, the fourteenth's never tuned
 on).
 
@@ -227,6 +227,7 @@ def all_sets() -> dict[str, list[Case]]:
         ("tests/corpus_heldout12", TESTS / "corpus_heldout12", single_host_set),
         ("tests/corpus_heldout13", TESTS / "corpus_heldout13", single_host_set),
         ("tests/corpus_heldout14", TESTS / "corpus_heldout14", single_host_set),
+        ("tests/corpus_heldout15", TESTS / "corpus_heldout15", single_host_set),
         ("tests/corpus_multinode", TESTS / "corpus_multinode", multinode_set),
     ):
         if folder.is_dir():

@@ -3,7 +3,7 @@
 Only consistency is checked here (every quoted line is in its file, no decoy sits on a
 decisive line, no source repeats another corpus's), never what the analyzer answers:
 tests/corpus_heldout, tests/corpus_heldout2, tests/corpus_heldout3, tests/corpus_heldout4,
-tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, tests/corpus_heldout13 and tests/corpus_heldout14 are kept out of rule development, and the kernel cases are judged through the kernel tests.
+tests/corpus_heldout5, tests/corpus_heldout6, tests/corpus_heldout7, tests/corpus_heldout8, tests/corpus_heldout9, tests/corpus_heldout10, tests/corpus_heldout11, tests/corpus_heldout12, tests/corpus_heldout13, tests/corpus_heldout14 and tests/corpus_heldout15 are kept out of rule development, and the kernel cases are judged through the kernel tests.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ HELDOUT11 = TESTS / "corpus_heldout11"
 HELDOUT12 = TESTS / "corpus_heldout12"
 HELDOUT13 = TESTS / "corpus_heldout13"
 HELDOUT14 = TESTS / "corpus_heldout14"
+HELDOUT15 = TESTS / "corpus_heldout15"
 KERNEL_SETS = [
     TESTS / "corpus_kernel_extra",
     HELDOUT / "kernel",
@@ -69,6 +70,7 @@ def _sources(*folders: Path) -> list[str]:
         *_labels(HELDOUT12),
         *_labels(HELDOUT13),
         *_labels(HELDOUT14),
+        *_labels(HELDOUT15),
     ],
     ids=lambda p: f"{p.parent.name}/{p.stem}",
 )
@@ -146,6 +148,7 @@ def _sources_besides(held: Path) -> set[str]:
         (HELDOUT12, 20),
         (HELDOUT13, 20),
         (HELDOUT14, 24),
+        (HELDOUT15, 22),
     ],
     ids=[
         "heldout2",
@@ -161,10 +164,11 @@ def _sources_besides(held: Path) -> set[str]:
         "heldout12",
         "heldout13",
         "heldout14",
+        "heldout15",
     ],
 )
 def test_a_later_heldout_set_shares_no_source(held: Path, least: int) -> None:
-    """tests/corpus_heldout2 to 14 (with their kernel cases) are each held back from every other corpus,
+    """tests/corpus_heldout2 to 15 (with their kernel cases) are each held back from every other corpus,
     the other held-back sets included."""
     sources = _sources(held, *([held / "kernel"] if (held / "kernel").is_dir() else []))
     assert len(sources) >= least and len(sources) == len(set(sources))
