@@ -85,6 +85,20 @@ def test_readme_probe_example_runs_against_the_shipped_inventory():
     ]
 
 
+def test_a_command_that_loads_the_ssh_library_prints_nothing_on_stderr(tmp_path):
+    """The SSH library's import-time notices (cryptography's deprecations of algorithms it supports) never open a
+    command's output: a cron sweep mails whatever reaches stderr."""
+    log = healthy_log(tmp_path)
+    env = {**ENV, "PYTHONWARNINGS": ""}  # Python's own default filters, as a user's shell has them
+    for argv in (["analyze", str(log)], ["-i", str(SHIPPED), "check"]):
+        code = "import sys; from fleetdiag.cli import main; import asyncssh; sys.argv[0] = 'fleetdiag'; main()"
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == "", proc.stderr
+
+
 # --------------------------------------------------------------------------- 2. a closed pipe
 
 
