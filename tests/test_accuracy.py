@@ -33,8 +33,10 @@ FLOORS = {
     # 541 with vLLM's "No available memory for the cache blocks" as memory (oom); 543 with logfmt records' levels,
     # Gin's access log and a supervisor's failed respawn (ollama #9870, #3362); 545 with a log viewer's line chrome
     # and a program's unsupported option (vllm-omni #5208, #5534); 549 with pytest's short test summary lines
-    # (TransformerLens #356, xformers #464, TheRock #2396, vLLM #18418)
-    "tests/corpus_extra": 549,
+    # (TransformerLens #356, xformers #464, TheRock #2396, vLLM #18418); 566 with native libraries' failures at no
+    # level (HIP's error names, cuDNN's loader), a checkpoint that does not fit its model and a native program's
+    # file it cannot open (seventeen reports, from ffmpeg #395 to llama.cpp #15919)
+    "tests/corpus_extra": 566,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -150,6 +152,12 @@ FLOORS = {
     # supported" / "only supports …" is config (made on tests/corpus_extra's vllm-omni #5534 and the corpora's labels
     # of such messages: informed)
     "tests/corpus_heldout14": 20,
+    # the fifteenth held-back set, never tuned on (tests/corpus_heldout15/README.md): 13 of 22 and no decoy when
+    # first measured (commit a2032ff's labels, the analyzer of main at 0fb7cd1); 17 since cuDNN's loader lines,
+    # HIP's error names, a checkpoint that does not fit its model and a native program's unopenable file became
+    # errors or config (made on tests/corpus_extra's whisper servers, ROCm, Megatron/DeepSpeed/axolotl, libtorch,
+    # TensorRT-LLM and llama.cpp reports: informed)
+    "tests/corpus_heldout15": 17,
     "tests/corpus_multinode": 61,
     # run where `analyze --kernel` and the kernel corpus's e2e test are present
     "kernel": 17,

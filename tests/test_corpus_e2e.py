@@ -319,6 +319,36 @@ HELDOUT14_KNOWN_WRONG: dict[str, tuple[str, str]] = {
     ),
 }
 
+# the fifteenth held-back set (tests/corpus_heldout15/README.md: nobody tunes on it), in the same form: each case the
+# analyzer got wrong when the set was first scored (labels of a2032ff, the analyzer of main at 0fb7cd1), with its
+# answer, less the four that classes made on tests/corpus_extra's logs of other reports put right since (cuDNN's
+# loader, HIP's error names, a checkpoint that does not fit its model, a native program's file it cannot open).
+HELDOUT15_KNOWN_WRONG: dict[str, tuple[str, str]] = {
+    "deepspeed_6875_hostfile_2node_rank4_nccl_remote_error_net_ib_completion": (
+        "json",
+        "line right, category nccl (labelled network): NCCL's 'NET/IB: Got completion from peer … with status=5 … "
+        "vendor err 249 (Recv)' on a two-node job's rank 4",
+    ),
+    "other_llmc_85_train_gpt2cu_wsl_no_cuda_device": (
+        "both",
+        "healthy (labelled failed): a CUDA program's 'no CUDA-capable device is detected' is not read as an error",
+    ),
+    "ray_ttrl_20_verl_taskrunner_raytaskerror_wraps_reward_model_keyerror": (
+        "json",
+        "line right, category python (labelled config): the remote 'KeyError: 'reward_model'' under Ray's task error",
+    ),
+    "sglang_165_low_mem_fraction_req_pool_indices_none": (
+        "json",
+        "line right, category python (labelled config): 'AttributeError: 'NoneType' object has no attribute 'cpu'' "
+        "after a lowered --mem-fraction-static",
+    ),
+    "vllm_ppc64le_8270_gha_timestamps_cpu_reserved_assert": (
+        "json",
+        "line right, category python (labelled config): the engine core's 'AssertionError: VLLM_CPU_NUM_OF_RESERVED' "
+        "under GitHub Actions' timestamps",
+    ),
+}
+
 HELD_BACK = {
     "tests/corpus_heldout2": HELDOUT2_KNOWN_WRONG,
     "tests/corpus_heldout3": HELDOUT3_KNOWN_WRONG,
@@ -333,6 +363,7 @@ HELD_BACK = {
     "tests/corpus_heldout12": HELDOUT12_KNOWN_WRONG,
     "tests/corpus_heldout13": HELDOUT13_KNOWN_WRONG,
     "tests/corpus_heldout14": HELDOUT14_KNOWN_WRONG,
+    "tests/corpus_heldout15": HELDOUT15_KNOWN_WRONG,
 }
 
 
