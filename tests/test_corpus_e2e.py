@@ -444,10 +444,12 @@ def probed(sshd, tmp_path_factory):
     hosts = {h["host"]: h for h in doc["hosts"]}
     t = CliRunner().invoke(main, ["-i", str(inv), "--no-color", "probe", "all", "--all-cards", *common], env=env)
     assert t.exit_code in (0, 1), t.output[-3000:]
-    return hosts, _cards(t.output)
+    cards = _cards(t.output)
+    assert set(cards) == set(hosts), sorted(set(hosts) ^ set(cards))[:10]  # every host's card was found by its title
+    return hosts, cards
 
 
-_TITLE = re.compile(r"^╭─+\s+\S+\s+(c\d{3})\s")
+_TITLE = re.compile(r"^╭─+\s+\S+\s+(c\d{3,})\s")
 
 
 def _cards(text: str) -> dict[str, str]:
