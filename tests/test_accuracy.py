@@ -35,8 +35,9 @@ FLOORS = {
     # and a program's unsupported option (vllm-omni #5208, #5534); 549 with pytest's short test summary lines
     # (TransformerLens #356, xformers #464, TheRock #2396, vLLM #18418); 566 with native libraries' failures at no
     # level (HIP's error names, cuDNN's loader), a checkpoint that does not fit its model and a native program's
-    # file it cannot open (seventeen reports, from ffmpeg #395 to llama.cpp #15919)
-    "tests/corpus_extra": 566,
+    # file it cannot open (seventeen reports, from ffmpeg #395 to llama.cpp #15919); 571 with the CUDA runtime's
+    # strings printed bare by native tools (hashcat, deviceQuery, gpu-burn's fabric manager case)
+    "tests/corpus_extra": 571,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs

@@ -273,6 +273,21 @@ def test_one_record_repeated_at_the_widest_length_is_not_a_terminals_wrap() -> N
     assert normalise(split_text(log)).steps == []
 
 
+def test_a_list_of_records_as_wide_as_the_widest_line_is_not_a_terminals_wrap() -> None:
+    """A tool's list of devices ("GPU 0: <name> (UUID: GPU-…)") has lines of one width, the widest in the log: a
+    list whose every row is followed by its next row is no terminal's cuts, so the error after the list stays a
+    line of its own (gpu-burn's, as in tests/corpus_extra's gpu-burn #127)."""
+    gpus = "".join(
+        f"GPU {n}: NVIDIA A100-SXM4-80GB (UUID: GPU-{n}4f912ca-9155-19aa-e4d5-6361a6ddbfe{n})\n" for n in range(4)
+    )
+    err = "Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not yet initialized\n"
+    log = "Burning for 120 seconds.\n" + gpus + err + "No CUDA devices\n"
+    assert normalise(split_text(log)).steps == []
+    d = analyze_text(log)
+    assert d.verdict == "failed" and d.decisive is not None
+    assert d.decisive.line == err.strip() and d.decisive.rule == "cuda-system-not-ready"
+
+
 def test_a_terminal_cut_inside_a_hex_id_is_joined_and_a_host_prefix_is_not(rules) -> None:
     """A cut at the terminal's width that lands inside a request id leaves "f81b0bfd2d1: ..." on the next line: the
     rest of the id, not a host's prefix. A line that starts with a host's name after a full-width line stays its own."""

@@ -132,3 +132,43 @@ def test_an_exception_whose_whole_message_is_a_native_record_stays_one_line_with
         "E0221 model_lifecycle.cc:654] failed to load 'm': [TensorRT-LLM][ERROR] Assertion failed: x != nullptr\n"
     )
     assert dec.line == "[TensorRT-LLM][ERROR] Assertion failed: x != nullptr" and dec.exception_type is None
+
+
+def test_a_native_librarys_load_failure_and_a_runtimes_bare_strings_are_errors_at_no_level() -> None:
+    """cuDNN's loader, HIP's error names and the CUDA runtime's strings printed bare by a native program are errors
+    whatever their level (tests/corpus_extra's Whisper-WebUI #294, WhisperLiveKit #271, rocALUTION #197, hashcat
+    #4133); the shell's report of the abort after them is not the cause."""
+    for line, rule, category in (
+        (
+            "Could not load library libcudnn_cnn_infer.so.8. Error: libcudnn_cnn_infer.so.8: cannot open shared "
+            "object file: No such file or directory",
+            "library-load-failed",
+            "import",
+        ),
+        (
+            "Unable to load any of {libcudnn_ops.so.9.1.0, libcudnn_ops.so.9.1, libcudnn_ops.so.9}",
+            "library-load-failed",
+            "import",
+        ),
+        ("HIP error: invalid device function", "cuda-error", "cuda"),
+        ("rocBLAS error from hip error code: 'hipErrorInvalidImage':200", "native-cuda-error", "cuda"),
+        ("cuInit(): no CUDA-capable device is detected", "no-gpu-visible", "config"),
+    ):
+        dec = _dec(f"starting the model\n{line}\nAborted (core dumped)\n")
+        assert (dec.line, dec.rule, dec.category) == (line, rule, category)
+
+
+def test_a_runtimes_no_device_line_then_serving_on_the_cpu_is_healthy_and_idle_is_not() -> None:
+    """A server that could not initialise CUDA and went on answering requests on the CPU did not fail: the error
+    survived. One that came up on the CPU and answered nothing yet is a GPU node that sees no GPU: the line stands."""
+    head = (
+        "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected\n"
+        "load_tensors: CPU model buffer size = 4685.30 MiB\n"
+        "main: server is listening on http://127.0.0.1:8080 - starting the main loop\n"
+    )
+    served = analyze_text(
+        head + "slot launch_slot_: id  0 | task 0 | processing task\nslot print_timing: id  0 | task 0 | \n"
+    )
+    assert served.verdict == "healthy", served.summary
+    idle = analyze_text(head + "srv  update_slots: all slots are idle\n")
+    assert idle.verdict == "failed" and idle.decisive is not None and idle.decisive.rule == "no-gpu-visible"

@@ -330,8 +330,9 @@ HELDOUT15_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "vendor err 249 (Recv)' on a two-node job's rank 4",
     ),
     "other_llmc_85_train_gpt2cu_wsl_no_cuda_device": (
-        "both",
-        "healthy (labelled failed): a CUDA program's 'no CUDA-capable device is detected' is not read as an error",
+        "json",
+        "line right since the runtime's bare no-device string became an error at any level (first: healthy), "
+        "category config (labelled cuda): a CUDA program's 'no CUDA-capable device is detected'",
     ),
     "ray_ttrl_20_verl_taskrunner_raytaskerror_wraps_reward_model_keyerror": (
         "json",

@@ -444,6 +444,11 @@ def _cut(text: str) -> bool:
     return bool(text) and not text.endswith("  ") and text[-1] not in "│┃║|\t"
 
 
+def _head(text: str) -> str:
+    """A record's template at its start, its numbers aside ("GPU 1: " is "GPU 0: "'s)."""
+    return _DIGITS.sub("0", text[:6])
+
+
 def _wrap_width(lines: list[Line]) -> int | None:
     """The width a terminal or paste cut long lines at: many lines of exactly that length, none longer."""
     lens = [len(ln.text) if _cut(ln.text) else 0 for ln in lines]
@@ -457,6 +462,12 @@ def _wrap_width(lines: list[Line]) -> int | None:
         return None
     if len({_DIGITS.sub("", ln.text) for ln in lines if len(ln.text) == width}) < 2:
         return None  # one line repeated (its stamps or counters aside): a template, not a terminal's cuts
+    # a list whose every row is followed by the next row of its template (a tool's "GPU 0: <name> (UUID: GPU-…)",
+    # "GPU 1: …", each as wide as the widest line): a terminal's cut is followed by the rest of its line instead
+    full = [k for k, ln in enumerate(lines) if len(ln.text) == width]
+    listed = sum(1 for k in full if k + 1 < len(lines) and _head(lines[k + 1].text) == _head(lines[k].text))
+    if listed >= 2 and listed >= len(full) - 1:
+        return None
     # a terminal cuts wherever the width falls, so some cut lands between two printed characters
     for a, b in zip(lines, lines[1:]):
         if len(a.text) == width and not a.text[-1].isspace() and b.text[:1] and not b.text[0].isspace():
@@ -718,6 +729,6 @@ def _continues(cur: str, nxt: str, first: str, width: int) -> bool:
         and _cut(cur)
         and bool(nxt.strip())
         and (not _OWN_HEADER.match(nxt) or bool(_HEX_TAIL.search(cur) and _HEX_HEAD.match(nxt)))
-        and nxt[:6] != first[:6]  # a new record of the same template
+        and _head(nxt) != _head(first)  # a new record of the same template
         and not _RULE.match(nxt)
     )
