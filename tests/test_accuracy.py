@@ -36,8 +36,10 @@ FLOORS = {
     # (TransformerLens #356, xformers #464, TheRock #2396, vLLM #18418); 566 with native libraries' failures at no
     # level (HIP's error names, cuDNN's loader), a checkpoint that does not fit its model and a native program's
     # file it cannot open (seventeen reports, from ffmpeg #395 to llama.cpp #15919); 571 with the CUDA runtime's
-    # strings printed bare by native tools (hashcat, deviceQuery, gpu-burn's fabric manager case)
-    "tests/corpus_extra": 571,
+    # strings printed bare by native tools (hashcat, deviceQuery, gpu-burn's fabric manager case); 591 of 594 with
+    # 23 more of native servers and tools, vLLM V1 and SGLang, and training launchers and peers (three carry
+    # known_wrong for their category only)
+    "tests/corpus_extra": 591,
     # spent: scored untuned at 9/13, tuned on since (tests/corpus_heldout/README.md)
     "tests/corpus_heldout": 13,
     # the second held-back set, informed since its misses' classes were fixed on other logs
@@ -125,8 +127,10 @@ FLOORS = {
     # (made on tests/corpus_extra's llama.cpp and ollama reports: informed)
     # 21 since FSDP's and AMP's refusals of a run's dtypes are config (made on tests/corpus_extra's axolotl, peft and
     # Baichuan reports: informed); 22 since an error restated last may be as short as 16 characters (ComfyUI's
-    # "Allocation on device": made on this set's own case and tests/corpus_extra's ComfyUI #8016: informed)
-    "tests/corpus_heldout10": 22,
+    # "Allocation on device": made on this set's own case and tests/corpus_extra's ComfyUI #8016: informed); 23 since
+    # xgrammar's "Failed to advance FSM for request …" is one request's (made on tests/corpus_extra's vLLM #22483:
+    # informed)
+    "tests/corpus_heldout10": 23,
     # the eleventh held-back set, never tuned on (tests/corpus_heldout11/README.md): 15 of 24 and 4 decoys when first
     # measured (commit 0aeb622's labels, the analyzer of main at 8a56a64), and the same on this stop's first analyzer
     # (5eb8475); 19 since transformers' shard loading is a start-up, ggml's abort message a cause, CUDA in a forked
@@ -191,9 +195,9 @@ DECOY_CEILINGS: dict[str, int] = {
     # tests/corpus_heldout9: a front end's HTTPException over TensorRT-LLM's assertion (held back: a known-wrong
     # case, not tuned on); 2 when first measured
     "tests/corpus_heldout9": 1,
-    # tests/corpus_heldout10: a request's FSM error on a serving vLLM (held back: a known-wrong case, not tuned on);
-    # 2 when first measured
-    "tests/corpus_heldout10": 1,
+    # tests/corpus_heldout10: 2 when first measured, 1 (a request's FSM error on a serving vLLM) until xgrammar's
+    # "Failed to advance FSM for request …" was read as one request's (made on tests/corpus_extra's vLLM #22483)
+    "tests/corpus_heldout10": 0,
     # tests/corpus_heldout11: 4 when first measured, 1 (oneCCL's teardown abort) until oneCCL's own records were read
     # as the library's errors (made on tests/corpus_extra's oneCCL reports)
     "tests/corpus_heldout11": 0,

@@ -61,15 +61,17 @@ def console_table(text: str) -> str:
 
 
 def wrapped(text: str, width: int = 100) -> str:
-    """A terminal's copy: every long line cut at the terminal's width."""
+    """A terminal's copy: every long line cut at the terminal's width (a markdown fence glued to the paste's first
+    line was typed after the copy, so it is not part of the width)."""
     out = []
-    for ln in text.rstrip("\n").split("\n"):
+    fence = "```" if text.startswith("```") and not text.startswith("```\n") else ""
+    for ln in text[len(fence) :].rstrip("\n").split("\n"):
         ln = ln.rstrip()
         while len(ln) > width:
             out.append(ln[:width])
             ln = ln[width:]
         out.append(ln)
-    return "\n".join(out) + "\n"
+    return fence + "\n".join(out) + "\n"
 
 
 def sidecar_label(text: str) -> str:

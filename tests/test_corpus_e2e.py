@@ -225,11 +225,6 @@ HELDOUT10_KNOWN_WRONG: dict[str, tuple[str, str]] = {
         "line right, category other and role cause: SGLang's 'Exception: Capture cuda graph failed: [...gloo "
         "pair.cc:534] Connection cl' (cut) is not read as gloo's peer-caused transport error",
     ),
-    "vllm_qwen38_rtx3090_19_xgrammar_fsm_errors_400_then_chat_200_health_200_healthy": (
-        "both",
-        "a decoy: the engine core's request-scoped 'ERROR … [backend_xgrammar.py:162] Failed to advance FSM for "
-        "request …' read as a failure, though requests after it are answered 200",
-    ),
 }
 
 # the eleventh held-back set (tests/corpus_heldout11/README.md: nobody tunes on it), in the same form: each case the
@@ -379,8 +374,9 @@ def _xfail(case, test: str = "json") -> list:
         return []
     lab = case.log.with_suffix(".json")
     why = json.loads(lab.read_text()).get("known_wrong") if lab.is_file() else None
-    if isinstance(why, dict):  # per test: only a wrong line or verdict matters here
-        why = why.get("test_decisive_line")
+    if isinstance(why, dict):  # per test: a wrong line or verdict (both tests), or a category (the JSON test's only)
+        own = {"json": "test_json_verdict_and_decisive_line", "card": "test_card_verdict_and_decisive_line"}
+        why = why.get("test_decisive_line") or why.get(own.get(test, ""))
     return [pytest.mark.xfail(reason=why, strict=True)] if why else []
 
 
